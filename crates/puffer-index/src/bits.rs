@@ -1,0 +1,214 @@
+//! Bit-level building blocks: shared byte buffers (owned or memory-mapped),
+//! fixed-width packed integer arrays and an LSB-first bit writer.
+//!
+//! All multi-byte values are little-endian. Every packed buffer carries at least
+//! [`READ_PADDING_BYTES`] of zero padding at its end so that an unaligned 8-byte
+//! read starting at any valid bit position stays inside the buffer.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// Zero bytes appended to every packed buffer so 8-byte peeks never run off the end.
+pub const READ_PADDING_BYTES: usize = 8;
+
+/// Largest supported packed width: a peek yields at least 57 valid bits.
+pub const MAX_PACKED_WIDTH_BITS: u32 = 56;
+
+/// An immutable byte range that shares its owner (a `Vec` or a memory map).
+#[derive(Clone)]
+pub struct SharedBytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+    len: usize,
+}
+
+impl SharedBytes {
+    /// Wraps an owned vector.
+    pub fn from_vec(bytes: Vec<u8>) -> Self {
+        let len = bytes.len();
+        SharedBytes {
+            owner: Arc::new(bytes),
+            start: 0,
+            len,
+        }
+    }
+
+    /// Wraps any shared owner of bytes (for example a memory map).
+    pub fn from_owner(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
+        let len = (*owner).as_ref().len();
+        SharedBytes {
+            owner,
+            start: 0,
+            len,
+        }
+    }
+
+    /// A sub-range of this buffer; panics only on a programming error (callers validate ranges).
+    pub fn slice(&self, start: usize, len: usize) -> Self {
+        assert!(start + len <= self.len, "slice out of range");
+        SharedBytes {
+            owner: self.owner.clone(),
+            start: self.start + start,
+            len,
+        }
+    }
+}
+
+impl Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBytes({} bytes)", self.len)
+    }
+}
+
+/// Number of bits needed to store `max_value` (at least 1).
+pub fn width_for(max_value: u64) -> u32 {
+    (64 - max_value.leading_zeros()).max(1)
+}
+
+/// Reads 8 bytes little-endian at `byte_pos`; the caller guarantees padding.
+#[inline(always)]
+pub fn read_u64_le(bytes: &[u8], byte_pos: usize) -> u64 {
+    let chunk: [u8; 8] = bytes[byte_pos..byte_pos + 8].try_into().expect("8 bytes");
+    u64::from_le_bytes(chunk)
+}
+
+/// Returns at least 57 bits starting at `bit_pos` (LSB-first).
+#[inline(always)]
+pub fn peek_bits(bytes: &[u8], bit_pos: u64) -> u64 {
+    read_u64_le(bytes, (bit_pos >> 3) as usize) >> (bit_pos & 7)
+}
+
+/// Mask of the lowest `width` bits (`width` <= 64).
+#[inline(always)]
+pub fn low_mask(width: u32) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    }
+}
+
+/// Reads element `index` of a packed array of `width`-bit integers.
+#[inline(always)]
+pub fn packed_get(bytes: &[u8], index: u64, width: u32) -> u64 {
+    peek_bits(bytes, index * width as u64) & low_mask(width)
+}
+
+/// Bytes a packed array of `count` elements of `width` bits occupies, padding included.
+pub fn packed_len_bytes(count: u64, width: u32) -> usize {
+    ((count * width as u64).div_ceil(64) * 8) as usize + READ_PADDING_BYTES
+}
+
+/// Appends bits LSB-first into 64-bit words.
+#[derive(Clone, Default)]
+pub struct BitWriter {
+    words: Vec<u64>,
+    len_bits: u64,
+}
+
+impl BitWriter {
+    /// An empty writer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bits written so far.
+    pub fn len_bits(&self) -> u64 {
+        self.len_bits
+    }
+
+    /// Appends the low `width` bits of `value` (`width` <= 64).
+    #[inline]
+    pub fn push(&mut self, value: u64, width: u32) {
+        if width == 0 {
+            return;
+        }
+        let value = value & low_mask(width);
+        let offset = (self.len_bits & 63) as u32;
+        if offset == 0 {
+            self.words.push(value);
+        } else {
+            *self.words.last_mut().expect("non-empty") |= value << offset;
+            if offset + width > 64 {
+                self.words.push(value >> (64 - offset));
+            }
+        }
+        self.len_bits += width as u64;
+    }
+
+    /// Appends all bits of another writer.
+    pub fn append(&mut self, other: &BitWriter) {
+        let mut remaining = other.len_bits;
+        for &word in &other.words {
+            let take = remaining.min(64) as u32;
+            self.push(word, take);
+            remaining -= take as u64;
+        }
+    }
+
+    /// The written bits as little-endian bytes, with read padding.
+    pub fn into_padded_bytes(self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.words.len() * 8 + READ_PADDING_BYTES);
+        for word in &self.words {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(&[0u8; READ_PADDING_BYTES]);
+        bytes
+    }
+}
+
+/// Packs `values` at a fixed `width` into padded little-endian bytes.
+pub fn pack(values: impl IntoIterator<Item = u64>, width: u32) -> Vec<u8> {
+    let mut writer = BitWriter::new();
+    for value in values {
+        debug_assert!(width == 64 || value >> width == 0, "value exceeds width");
+        writer.push(value, width);
+    }
+    writer.into_padded_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_round_trip_matches_input() {
+        for width in [1u32, 3, 7, 13, 26, 33, 56] {
+            let values: Vec<u64> = (0..500u64)
+                .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15)) & low_mask(width))
+                .collect();
+            let bytes = pack(values.iter().copied(), width);
+            assert_eq!(bytes.len(), packed_len_bytes(values.len() as u64, width));
+            for (i, &v) in values.iter().enumerate() {
+                assert_eq!(
+                    packed_get(&bytes, i as u64, width),
+                    v,
+                    "width {width} index {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn append_concatenates_bits() {
+        let mut a = BitWriter::new();
+        a.push(0b101, 3);
+        let mut b = BitWriter::new();
+        for i in 0..100u64 {
+            b.push(i, 7);
+        }
+        a.append(&b);
+        let bytes = a.into_padded_bytes();
+        assert_eq!(peek_bits(&bytes, 0) & 7, 0b101);
+        for i in 0..100u64 {
+            assert_eq!(peek_bits(&bytes, 3 + i * 7) & 127, i);
+        }
+    }
+}

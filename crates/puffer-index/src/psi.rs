@@ -1,0 +1,535 @@
+//! Psi (Succinct's NextCharIdx): `psi[i] = ISA[SA[i] + 1]`, stored compressed.
+//!
+//! Entries are grouped by column (the first character of their suffix); within a column
+//! Psi is strictly increasing, so each column is cut into blocks of `block_len` entries
+//! and every block stores its first value in a header and the remaining gaps in a
+//! Huffman-coded bit stream (see [`crate::huffman`]): gaps of one, which dominate on
+//! real text, are coded as runs. Headers pack `(first_value, bit offset relative to its
+//! superblock)`; superblocks hold absolute bit offsets. Random access decodes at most
+//! one block; column-wise rank (`count_less`) binary-searches block headers first.
+
+use crate::bits::{self, peek_bits, BitWriter, SharedBytes};
+use crate::huffman::{self, HuffmanDecoder, HuffmanEncoder, Step, NUM_SYMBOLS};
+
+/// Number of columns: the sentinel column 0, then one per byte value (`1 + byte`).
+pub const NUM_COLUMNS: usize = 257;
+
+/// The column of a byte.
+#[inline(always)]
+pub fn column_of_byte(byte: u8) -> usize {
+    byte as usize + 1
+}
+
+/// Layout parameters of an encoded Psi, stored in the file's meta section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PsiLayout {
+    /// Entries (`n + 1`).
+    pub entries: u64,
+    /// Entries per block.
+    pub block_len: u64,
+    /// Blocks per superblock.
+    pub superblock_blocks: u64,
+    /// Bits of a block's first value.
+    pub value_width: u32,
+    /// Bits of a block's relative bit offset.
+    pub offset_width: u32,
+    /// Bits used in the stream.
+    pub stream_bits: u64,
+    /// `column_starts[c]` = first entry of column `c`; `column_starts[257]` = entries.
+    pub column_starts: Vec<u64>,
+    /// `column_first_block[c]` = first block of column `c`; last element = total blocks.
+    pub column_first_block: Vec<u64>,
+    /// Huffman code length per symbol.
+    pub code_lengths: [u8; NUM_SYMBOLS],
+}
+
+impl PsiLayout {
+    /// Total number of blocks.
+    pub fn blocks(&self) -> u64 {
+        *self.column_first_block.last().expect("non-empty")
+    }
+
+    /// Width of one packed header.
+    pub fn header_width(&self) -> u32 {
+        self.value_width + self.offset_width
+    }
+
+    /// Number of superblocks.
+    pub fn superblocks(&self) -> u64 {
+        self.blocks().div_ceil(self.superblock_blocks)
+    }
+
+    /// Checks internal consistency (used when loading a file).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.column_starts.len() != NUM_COLUMNS + 1
+            || self.column_first_block.len() != NUM_COLUMNS + 1
+        {
+            return Err("column tables have the wrong length".into());
+        }
+        if self.block_len == 0 || self.block_len > 1 << 16 || self.superblock_blocks == 0 {
+            return Err(format!(
+                "bad block parameters {} / {}",
+                self.block_len, self.superblock_blocks
+            ));
+        }
+        if self.header_width() > bits::MAX_PACKED_WIDTH_BITS || self.value_width == 0 {
+            return Err("header widths out of range".into());
+        }
+        if self.column_starts[0] != 0 || self.column_starts[NUM_COLUMNS] != self.entries {
+            return Err("column starts do not cover all entries".into());
+        }
+        let mut blocks = 0u64;
+        for c in 0..NUM_COLUMNS {
+            let size = self.column_starts[c + 1]
+                .checked_sub(self.column_starts[c])
+                .ok_or("column starts decrease")?;
+            if self.column_first_block[c] != blocks {
+                return Err(format!("column {c} starts at the wrong block"));
+            }
+            blocks += size.div_ceil(self.block_len);
+        }
+        if self.column_first_block[NUM_COLUMNS] != blocks {
+            return Err("block count mismatch".into());
+        }
+        huffman::validate_lengths(&self.code_lengths)
+    }
+}
+
+/// The compressed Psi array.
+pub struct Psi {
+    layout: PsiLayout,
+    headers: SharedBytes,
+    superblocks: SharedBytes,
+    stream: SharedBytes,
+    decoder: HuffmanDecoder,
+    header_mask: u64,
+}
+
+/// Byte sizes of Psi's parts.
+#[derive(Clone, Debug, Default)]
+pub struct PsiFootprint {
+    /// Packed block headers.
+    pub headers_bytes: u64,
+    /// Superblock offsets.
+    pub superblocks_bytes: u64,
+    /// Huffman-coded gap stream.
+    pub stream_bytes: u64,
+    /// Column tables, code lengths and the decode table.
+    pub tables_bytes: u64,
+}
+
+impl Psi {
+    /// Assembles a Psi from its parts; sizes must have been validated.
+    pub fn from_parts(
+        layout: PsiLayout,
+        headers: SharedBytes,
+        superblocks: SharedBytes,
+        stream: SharedBytes,
+    ) -> Result<Psi, String> {
+        layout.validate()?;
+        let need_headers = bits::packed_len_bytes(layout.blocks(), layout.header_width());
+        if headers.len() != need_headers {
+            return Err(format!(
+                "headers are {} bytes, expected {need_headers}",
+                headers.len()
+            ));
+        }
+        if superblocks.len() != layout.superblocks() as usize * 8 {
+            return Err("superblock table has the wrong size".into());
+        }
+        if stream.len() != bits::packed_len_bytes(layout.stream_bits, 1) {
+            return Err("stream has the wrong size".into());
+        }
+        let decoder = HuffmanDecoder::new(&layout.code_lengths);
+        let header_mask = bits::low_mask(layout.header_width());
+        let psi = Psi {
+            layout,
+            headers,
+            superblocks,
+            stream,
+            decoder,
+            header_mask,
+        };
+        // Every block must start inside the stream; this keeps decoding in bounds.
+        for block in 0..psi.layout.blocks() {
+            let (first, pos) = psi.block_header(block);
+            if pos > psi.layout.stream_bits || first >= psi.layout.entries {
+                return Err(format!("block {block} header out of range"));
+            }
+        }
+        Ok(psi)
+    }
+
+    /// The layout (parameters and column tables).
+    pub fn layout(&self) -> &PsiLayout {
+        &self.layout
+    }
+
+    /// The raw sections, for writing a file.
+    pub fn sections(&self) -> (&[u8], &[u8], &[u8]) {
+        (&self.headers, &self.superblocks, &self.stream)
+    }
+
+    /// Exact byte footprint.
+    pub fn footprint(&self) -> PsiFootprint {
+        PsiFootprint {
+            headers_bytes: self.headers.len() as u64,
+            superblocks_bytes: self.superblocks.len() as u64,
+            stream_bytes: self.stream.len() as u64,
+            tables_bytes: (self.layout.column_starts.len() * 8
+                + self.layout.column_first_block.len() * 8
+                + NUM_SYMBOLS
+                + self.decoder.heap_bytes()) as u64,
+        }
+    }
+
+    /// Number of entries (`n + 1`).
+    pub fn entries(&self) -> u64 {
+        self.layout.entries
+    }
+
+    /// First entry of column `c` (`c` in `0..=257`).
+    #[inline(always)]
+    pub fn column_start(&self, c: usize) -> u64 {
+        self.layout.column_starts[c]
+    }
+
+    /// The column holding entry `i`.
+    #[inline(always)]
+    pub fn column_of(&self, i: u64) -> usize {
+        self.layout.column_starts.partition_point(|&s| s <= i) - 1
+    }
+
+    #[inline(always)]
+    fn block_header(&self, block: u64) -> (u64, u64) {
+        let raw =
+            peek_bits(&self.headers, block * self.layout.header_width() as u64) & self.header_mask;
+        let first = raw & bits::low_mask(self.layout.value_width);
+        let relative = raw >> self.layout.value_width;
+        let superblock = block / self.layout.superblock_blocks;
+        let base = bits::read_u64_le(&self.superblocks, superblock as usize * 8);
+        (first, base + relative)
+    }
+
+    /// (block, position within block) of entry `i`.
+    #[inline(always)]
+    fn locate_entry(&self, i: u64) -> (u64, u64) {
+        let c = self.column_of(i);
+        let offset = i - self.layout.column_starts[c];
+        let block_len = self.layout.block_len;
+        (
+            self.layout.column_first_block[c] + offset / block_len,
+            offset % block_len,
+        )
+    }
+
+    #[inline(always)]
+    fn decode_step(&self, bit_pos: u64) -> Step {
+        // A bit pattern that is no code can only come from a corrupt stream, which the
+        // section checksum rejects at load; fall back to a unit step to stay in bounds.
+        self.decoder.step(&self.stream, bit_pos).unwrap_or(Step {
+            bits: 1,
+            delta: 1,
+            count: 1,
+        })
+    }
+
+    /// Value at position `k` of a block.
+    #[inline(always)]
+    fn decode_in_block(&self, block: u64, k: u64) -> u64 {
+        let (mut value, mut pos) = self.block_header(block);
+        let mut remaining = k;
+        while remaining > 0 {
+            let step = self.decode_step(pos);
+            if step.count <= remaining {
+                value += step.delta;
+                remaining -= step.count;
+                pos += u64::from(step.bits);
+            } else {
+                // Inside a run of ones.
+                value += remaining;
+                break;
+            }
+        }
+        value
+    }
+
+    /// `psi[i]`.
+    #[inline]
+    pub fn get(&self, i: u64) -> u64 {
+        let (block, k) = self.locate_entry(i);
+        self.decode_in_block(block, k)
+    }
+
+    /// Replaces every `indices[j]` by `psi[indices[j]]`, overlapping the memory
+    /// accesses of independent lookups (prefetch all headers, then all streams, then decode).
+    pub fn advance_all(&self, indices: &mut [u64], scratch: &mut Vec<(u64, u64)>) {
+        scratch.clear();
+        for &i in indices.iter() {
+            let (block, k) = self.locate_entry(i);
+            prefetch(
+                &self.headers,
+                (block * self.layout.header_width() as u64 / 8) as usize,
+            );
+            scratch.push((block, k));
+        }
+        for &(block, _) in scratch.iter() {
+            // The header is now (likely) cached; re-read when decoding.
+            let (_, pos) = self.block_header(block);
+            prefetch(&self.stream, (pos / 8) as usize);
+        }
+        for (slot, &(block, k)) in indices.iter_mut().zip(scratch.iter()) {
+            *slot = self.decode_in_block(block, k);
+        }
+    }
+
+    /// Number of entries of column `c` whose value is `< bound`.
+    pub fn count_less(&self, c: usize, bound: u64) -> u64 {
+        let start = self.layout.column_starts[c];
+        let size = self.layout.column_starts[c + 1] - start;
+        if size == 0 || bound == 0 {
+            return 0;
+        }
+        let first_block = self.layout.column_first_block[c];
+        let blocks = size.div_ceil(self.layout.block_len);
+        // Last block whose first value is < bound.
+        let mut lo = 0u64;
+        let mut hi = blocks;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.block_header(first_block + mid).0 < bound {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo == 0 {
+            return 0;
+        }
+        let block = lo - 1;
+        let block_entries = (size - block * self.layout.block_len).min(self.layout.block_len);
+        block * self.layout.block_len
+            + self.count_less_in_block(first_block + block, block_entries, bound)
+    }
+
+    fn count_less_in_block(&self, block: u64, block_entries: u64, bound: u64) -> u64 {
+        let (mut value, mut pos) = self.block_header(block);
+        debug_assert!(value < bound);
+        let mut counted = 1u64;
+        while counted < block_entries {
+            let step = self.decode_step(pos);
+            if step.delta == step.count {
+                // A run of +1 steps: values value+1 ..= value+count.
+                let below = (bound - 1 - value).min(step.count);
+                counted += below;
+                if below < step.count {
+                    break;
+                }
+                value += step.count;
+            } else {
+                if value + step.delta >= bound {
+                    break;
+                }
+                value += step.delta;
+                counted += 1;
+            }
+            pos += u64::from(step.bits);
+        }
+        counted.min(block_entries)
+    }
+}
+
+#[inline(always)]
+fn prefetch(bytes: &[u8], byte_pos: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(byte) = bytes.get(byte_pos) {
+        // SAFETY: prefetching is a hint; the pointer is in bounds and never dereferenced.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                byte as *const u8 as *const i8,
+                std::arch::x86_64::_MM_HINT_T0,
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, byte_pos);
+}
+
+/// Per-column encoder state.
+#[derive(Clone, Default)]
+struct ColumnState {
+    entries: u64,
+    prev: u64,
+    run: u64,
+    writer: BitWriter,
+    /// (first value, local bit offset) per block.
+    blocks: Vec<(u64, u64)>,
+}
+
+/// Builds a [`Psi`] from the values of each column, fed in increasing order.
+/// Used in two passes: [`PsiBuilder::count`] for symbol statistics, then
+/// [`PsiBuilder::encode`] once the code is fixed.
+pub struct PsiBuilder {
+    block_len: u64,
+    columns: Vec<ColumnState>,
+    freqs: [u64; NUM_SYMBOLS],
+    code_lengths: [u8; NUM_SYMBOLS],
+    encoder: Option<HuffmanEncoder>,
+}
+
+impl PsiBuilder {
+    /// A builder for blocks of `block_len` entries.
+    pub fn new(block_len: u64) -> Self {
+        PsiBuilder {
+            block_len,
+            columns: vec![ColumnState::default(); NUM_COLUMNS],
+            freqs: [0; NUM_SYMBOLS],
+            code_lengths: [0; NUM_SYMBOLS],
+            encoder: None,
+        }
+    }
+
+    fn emit(&mut self, c: usize, symbol: usize, mantissa: u64, mantissa_bits: u32) {
+        match &self.encoder {
+            None => self.freqs[symbol] += 1,
+            Some(encoder) => {
+                let (code, len) = encoder.code(symbol);
+                let writer = &mut self.columns[c].writer;
+                writer.push(u64::from(code), len);
+                writer.push(mantissa, mantissa_bits);
+            }
+        }
+    }
+
+    fn flush_run(&mut self, c: usize) {
+        let run = self.columns[c].run;
+        if run > 0 {
+            let (symbol, mantissa, bits) = huffman::run_symbol(run);
+            self.emit(c, symbol, mantissa, bits);
+            self.columns[c].run = 0;
+        }
+    }
+
+    /// Feeds the next value of column `c`.
+    #[inline]
+    pub fn push(&mut self, c: usize, value: u64) {
+        let state = &mut self.columns[c];
+        let position = state.entries;
+        state.entries += 1;
+        let prev = state.prev;
+        state.prev = value;
+        if position % self.block_len == 0 {
+            self.flush_run(c);
+            if self.encoder.is_some() {
+                let state = &mut self.columns[c];
+                let local = state.writer.len_bits();
+                state.blocks.push((value, local));
+            }
+            return;
+        }
+        debug_assert!(value > prev, "psi must increase within a column");
+        let gap = value - prev;
+        if gap == 1 {
+            self.columns[c].run += 1;
+        } else {
+            self.flush_run(c);
+            let (symbol, mantissa, bits) = huffman::gap_symbol(gap);
+            self.emit(c, symbol, mantissa, bits);
+        }
+    }
+
+    /// Ends the counting pass and fixes the code; the next pass must feed the same values.
+    pub fn start_encoding(&mut self) {
+        for c in 0..NUM_COLUMNS {
+            self.flush_run(c);
+        }
+        self.code_lengths = huffman::code_lengths(&self.freqs);
+        self.encoder = Some(HuffmanEncoder::new(&self.code_lengths));
+        for state in &mut self.columns {
+            *state = ColumnState::default();
+        }
+    }
+
+    /// Ends the encoding pass and assembles the Psi.
+    pub fn finish(mut self) -> Psi {
+        assert!(
+            self.encoder.is_some(),
+            "finish called before start_encoding"
+        );
+        for c in 0..NUM_COLUMNS {
+            self.flush_run(c);
+        }
+        let mut column_starts = Vec::with_capacity(NUM_COLUMNS + 1);
+        let mut column_first_block = Vec::with_capacity(NUM_COLUMNS + 1);
+        let (mut entries, mut blocks) = (0u64, 0u64);
+        let mut stream = BitWriter::new();
+        let mut block_table: Vec<(u64, u64)> = Vec::new();
+        for state in &self.columns {
+            column_starts.push(entries);
+            column_first_block.push(blocks);
+            entries += state.entries;
+            blocks += state.blocks.len() as u64;
+            let base = stream.len_bits();
+            block_table.extend(
+                state
+                    .blocks
+                    .iter()
+                    .map(|&(first, local)| (first, base + local)),
+            );
+            stream.append(&state.writer);
+        }
+        column_starts.push(entries);
+        column_first_block.push(blocks);
+        let stream_bits = stream.len_bits();
+        let value_width = bits::width_for(entries.saturating_sub(1));
+        // Largest superblock whose relative offsets fit the packed header width.
+        let mut superblock_blocks = 64u64;
+        let (offset_width, superblock_offsets) = loop {
+            let offsets: Vec<u64> = block_table
+                .chunks(superblock_blocks as usize)
+                .map(|chunk| chunk[0].1)
+                .collect();
+            let max_relative = block_table
+                .iter()
+                .enumerate()
+                .map(|(b, &(_, pos))| pos - offsets[b / superblock_blocks as usize])
+                .max()
+                .unwrap_or(0);
+            let width = bits::width_for(max_relative);
+            if value_width + width <= bits::MAX_PACKED_WIDTH_BITS || superblock_blocks == 1 {
+                break (width, offsets);
+            }
+            superblock_blocks /= 2;
+        };
+        let header_width = value_width + offset_width;
+        let headers = bits::pack(
+            block_table.iter().enumerate().map(|(b, &(first, pos))| {
+                first | ((pos - superblock_offsets[b / superblock_blocks as usize]) << value_width)
+            }),
+            header_width,
+        );
+        let mut superblocks = Vec::with_capacity(superblock_offsets.len() * 8);
+        for offset in &superblock_offsets {
+            superblocks.extend_from_slice(&offset.to_le_bytes());
+        }
+        let layout = PsiLayout {
+            entries,
+            block_len: self.block_len,
+            superblock_blocks,
+            value_width,
+            offset_width,
+            stream_bits,
+            column_starts,
+            column_first_block,
+            code_lengths: self.code_lengths,
+        };
+        Psi::from_parts(
+            layout,
+            SharedBytes::from_vec(headers),
+            SharedBytes::from_vec(superblocks),
+            SharedBytes::from_vec(stream.into_padded_bytes()),
+        )
+        .expect("a freshly built psi is consistent")
+    }
+}

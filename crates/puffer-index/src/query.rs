@@ -1,0 +1,274 @@
+//! Query algorithms on the compressed representation: backward search over Psi,
+//! locating by interleaved Psi walks to the nearest SA sample, extracting by
+//! interleaved walks from ISA samples. Walks feed layers being filled (BlowFish Algorithm 1).
+
+use std::sync::Arc;
+
+use crate::lsa::{LayerSet, LayeredSampledArray};
+use crate::psi::{column_of_byte, Psi};
+
+/// The immutable parts a query needs, plus the layer sets it loaded at its start.
+pub(crate) struct QueryView<'a> {
+    pub psi: &'a Psi,
+    pub sa: &'a LayeredSampledArray,
+    pub isa: &'a LayeredSampledArray,
+    pub sa_layers: Arc<LayerSet>,
+    pub isa_layers: Arc<LayerSet>,
+    pub text_len: u64,
+}
+
+/// Walks processed in lockstep; enough to overlap cache misses, few enough to stay in cache.
+const WALK_BATCH: usize = 256;
+
+impl QueryView<'_> {
+    /// Half-open range of suffix-array entries whose suffixes start with `pattern`.
+    pub fn suffix_range(&self, pattern: &[u8]) -> (u64, u64) {
+        let Some((&last, rest)) = pattern.split_last() else {
+            return (0, self.psi.entries());
+        };
+        let c = column_of_byte(last);
+        let (mut start, mut end) = (self.psi.column_start(c), self.psi.column_start(c + 1));
+        for &byte in rest.iter().rev() {
+            if start >= end {
+                break;
+            }
+            let c = column_of_byte(byte);
+            let base = self.psi.column_start(c);
+            start = base + self.psi.count_less(c, start);
+            end = base + self.psi.count_less(c, end);
+        }
+        (start, end.max(start))
+    }
+
+    /// Number of suffixes (sentinel included) lexicographically smaller than `s`.
+    pub fn lower_bound(&self, s: &[u8]) -> u64 {
+        let mut rank = 0u64;
+        for &byte in s.iter().rev() {
+            let c = column_of_byte(byte);
+            rank = self.psi.column_start(c) + self.psi.count_less(c, rank);
+        }
+        rank
+    }
+
+    /// Number of suffixes that are smaller than `s` or start with `s`.
+    pub fn upper_bound(&self, s: &[u8]) -> u64 {
+        let mut rank = self.psi.entries();
+        for &byte in s.iter().rev() {
+            let c = column_of_byte(byte);
+            rank = self.psi.column_start(c) + self.psi.count_less(c, rank);
+        }
+        rank
+    }
+
+    /// Text offsets of suffix-array entries `start..end` (unsorted, in entry order).
+    pub fn locate_range(&self, start: u64, end: u64) -> Vec<u64> {
+        let mut out = Vec::with_capacity((end - start) as usize);
+        let mut batch_start = start;
+        let mut cursors = Vec::with_capacity(WALK_BATCH);
+        let mut scratch = Vec::with_capacity(WALK_BATCH);
+        let mut pending_fills: Vec<(usize, u64, u64)> = Vec::new();
+        while batch_start < end {
+            let batch_end = (batch_start + WALK_BATCH as u64).min(end);
+            let base = out.len();
+            out.resize(base + (batch_end - batch_start) as usize, 0);
+            cursors.clear();
+            cursors.extend(
+                (batch_start..batch_end)
+                    .enumerate()
+                    .map(|(slot, i)| Cursor {
+                        slot,
+                        index: i,
+                        steps: 0,
+                    }),
+            );
+            self.resolve_walks(
+                &mut cursors,
+                &mut out[base..],
+                &mut scratch,
+                &mut pending_fills,
+            );
+            batch_start = batch_end;
+        }
+        out
+    }
+
+    fn resolve_walks(
+        &self,
+        cursors: &mut Vec<Cursor>,
+        out: &mut [u64],
+        scratch: &mut Vec<(u64, u64)>,
+        pending_fills: &mut Vec<(usize, u64, u64)>,
+    ) {
+        let filling = self.sa_layers.any_filling || self.isa_layers.any_filling;
+        pending_fills.clear();
+        let mut indices: Vec<u64> = Vec::with_capacity(cursors.len());
+        while !cursors.is_empty() {
+            cursors.retain(|cursor| match self.sa.get(&self.sa_layers, cursor.index) {
+                Some(value) => {
+                    out[cursor.slot] = value - cursor.steps;
+                    false
+                }
+                None => {
+                    if filling && self.sa.shape().slot(cursor.index).is_some() {
+                        pending_fills.push((cursor.slot, cursor.index, cursor.steps));
+                    }
+                    true
+                }
+            });
+            indices.clear();
+            indices.extend(cursors.iter().map(|c| c.index));
+            self.psi.advance_all(&mut indices, scratch);
+            for (cursor, &next) in cursors.iter_mut().zip(indices.iter()) {
+                cursor.index = next;
+                cursor.steps += 1;
+            }
+        }
+        for &(slot, index, steps) in pending_fills.iter() {
+            let position = out[slot] + steps;
+            self.sa.offer(&self.sa_layers, index, position);
+            self.isa.offer(&self.isa_layers, position, index);
+        }
+    }
+
+    /// The nearest ISA sample at or before `position` in the current layers: (position, entry).
+    fn isa_sample_at_or_before(&self, position: u64) -> (u64, u64) {
+        let shape = self.isa.shape();
+        let mut rate_log2 = shape.target_rate_log2;
+        loop {
+            let candidate = (position >> rate_log2) << rate_log2;
+            if let Some(entry) = self.isa.get(&self.isa_layers, candidate) {
+                return (candidate, entry);
+            }
+            // The base layer always exists, so this ends at its rate at the latest.
+            rate_log2 += 1;
+        }
+    }
+
+    /// Bytes `offset..offset+len` of the text (the caller checked the range).
+    pub fn extract(&self, offset: u64, len: u64) -> Vec<u8> {
+        let mut out = vec![0u8; len as usize];
+        if len == 0 {
+            return out;
+        }
+        let end = offset + len;
+        let target_rate = 1u64 << self.isa.shape().target_rate_log2;
+        // One walk per available sample in the range, each ending where the next begins.
+        let mut starts: Vec<(u64, u64)> = vec![self.isa_sample_at_or_before(offset)];
+        let mut position = (offset / target_rate + 1) * target_rate;
+        while position < end {
+            if let Some(entry) = self.isa.get(&self.isa_layers, position) {
+                starts.push((position, entry));
+            }
+            position += target_rate;
+        }
+        let mut walks: Vec<ExtractWalk> = starts
+            .iter()
+            .enumerate()
+            .map(|(k, &(from, entry))| ExtractWalk {
+                position: from,
+                index: entry,
+                end: starts.get(k + 1).map_or(end, |next| next.0),
+            })
+            .collect();
+        let filling = self.sa_layers.any_filling || self.isa_layers.any_filling;
+        let mut scratch = Vec::new();
+        let mut indices = Vec::new();
+        for group in walks.chunks_mut(WALK_BATCH) {
+            let mut active: Vec<&mut ExtractWalk> = group.iter_mut().collect();
+            while !active.is_empty() {
+                for walk in active.iter_mut() {
+                    if walk.position >= offset {
+                        let column = self.psi.column_of(walk.index);
+                        out[(walk.position - offset) as usize] = (column - 1) as u8;
+                    }
+                    if filling {
+                        self.sa.offer(&self.sa_layers, walk.index, walk.position);
+                        self.isa.offer(&self.isa_layers, walk.position, walk.index);
+                    }
+                    walk.position += 1;
+                }
+                active.retain(|walk| walk.position < walk.end);
+                indices.clear();
+                indices.extend(active.iter().map(|w| w.index));
+                self.psi.advance_all(&mut indices, &mut scratch);
+                for (walk, &next) in active.iter_mut().zip(indices.iter()) {
+                    walk.index = next;
+                }
+            }
+        }
+        out
+    }
+
+    /// Fills the values of layer `level` of both arrays by walking the whole text once,
+    /// from base-layer ISA samples, many walks in lockstep. Returns `None` if `cancelled`.
+    pub fn compute_layer(
+        &self,
+        level: u32,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Option<(Vec<u64>, Vec<u64>)> {
+        let sa_shape = *self.sa.shape();
+        let isa_shape = *self.isa.shape();
+        let mut sa_values = vec![0u64; sa_shape.layer_entries(level) as usize];
+        let mut isa_values = vec![0u64; isa_shape.layer_entries(level) as usize];
+        let base_rate = isa_shape.rate(0);
+        let entries = self.text_len + 1;
+        let segments = entries.div_ceil(base_rate);
+        let mut scratch = Vec::new();
+        let mut indices = Vec::new();
+        let mut first_segment = 0u64;
+        while first_segment < segments {
+            if cancelled() {
+                return None;
+            }
+            let last_segment = (first_segment + WALK_BATCH as u64).min(segments);
+            let base_layer = self.isa_layers.layers[0]
+                .as_ref()
+                .expect("base layer exists");
+            let mut walks: Vec<ExtractWalk> = (first_segment..last_segment)
+                .map(|s| ExtractWalk {
+                    position: s * base_rate,
+                    index: base_layer.get(s).expect("base layer is complete"),
+                    end: ((s + 1) * base_rate).min(entries),
+                })
+                .collect();
+            while !walks.is_empty() {
+                for walk in walks.iter() {
+                    if let Some((l, k)) = sa_shape.slot(walk.index) {
+                        if l == level {
+                            sa_values[k as usize] = walk.position;
+                        }
+                    }
+                    if let Some((l, k)) = isa_shape.slot(walk.position) {
+                        if l == level {
+                            isa_values[k as usize] = walk.index;
+                        }
+                    }
+                }
+                for walk in walks.iter_mut() {
+                    walk.position += 1;
+                }
+                walks.retain(|w| w.position < w.end);
+                indices.clear();
+                indices.extend(walks.iter().map(|w| w.index));
+                self.psi.advance_all(&mut indices, &mut scratch);
+                for (walk, &next) in walks.iter_mut().zip(indices.iter()) {
+                    walk.index = next;
+                }
+            }
+            first_segment = last_segment;
+        }
+        Some((sa_values, isa_values))
+    }
+}
+
+struct Cursor {
+    slot: usize,
+    index: u64,
+    steps: u64,
+}
+
+struct ExtractWalk {
+    position: u64,
+    index: u64,
+    end: u64,
+}

@@ -1,0 +1,232 @@
+//! Every query checked against a naive scan of the text, for every layer configuration.
+
+use proptest::prelude::*;
+use puffer_index::{BuildOptions, Construction, TextIndex, WildcardMatch};
+
+fn naive_search(text: &[u8], pattern: &[u8]) -> Vec<u64> {
+    if pattern.len() > text.len() {
+        return Vec::new();
+    }
+    (0..=text.len() - pattern.len())
+        .filter(|&i| &text[i..i + pattern.len()] == pattern)
+        .map(|i| i as u64)
+        .collect()
+}
+
+fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
+    (0..text.len())
+        .filter(|&j| {
+            let suffix = &text[j..];
+            suffix >= lo && &suffix[..suffix.len().min(hi.len())] <= hi
+        })
+        .map(|j| j as u64)
+        .collect()
+}
+
+fn naive_wildcard(text: &[u8], prefix: &[u8], suffix: &[u8], max_gap: u64) -> Vec<WildcardMatch> {
+    let mut out = Vec::new();
+    for p in naive_search(text, prefix) {
+        for s in naive_search(text, suffix) {
+            let earliest = p + prefix.len() as u64;
+            if s >= earliest && s - earliest <= max_gap {
+                out.push(WildcardMatch {
+                    start: p,
+                    len: s + suffix.len() as u64 - p,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Patterns: substrings of the text (so most hit) and the given extra ones.
+fn patterns_for(text: &[u8], seed: u64, extra: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = extra.iter().filter(|p| !p.is_empty()).cloned().collect();
+    let mut x = seed | 1;
+    for _ in 0..12 {
+        if text.is_empty() {
+            break;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let start = (x % text.len() as u64) as usize;
+        let len = 1 + ((x >> 20) % 9) as usize;
+        out.push(text[start..(start + len).min(text.len())].to_vec());
+    }
+    out
+}
+
+fn check_queries(index: &TextIndex, text: &[u8], patterns: &[Vec<u8>], label: &str) {
+    assert_eq!(index.text_len(), text.len() as u64);
+    for pattern in patterns {
+        let expected = naive_search(text, pattern);
+        assert_eq!(
+            index.count(pattern).unwrap(),
+            expected.len() as u64,
+            "{label}: count {pattern:?}"
+        );
+        assert_eq!(
+            index.search(pattern, None).unwrap(),
+            expected,
+            "{label}: search {pattern:?}"
+        );
+        let limited = index.search(pattern, Some(2)).unwrap();
+        assert_eq!(
+            limited,
+            expected[..expected.len().min(2)].to_vec(),
+            "{label}: search limit {pattern:?}"
+        );
+    }
+    let n = text.len() as u64;
+    for (offset, len) in [
+        (0, n),
+        (n / 3, 17),
+        (n.saturating_sub(5), 40),
+        (n, 3),
+        (n / 2, 0),
+        (n / 7, 1000),
+    ] {
+        let got = index.extract(offset, len).unwrap();
+        let end = (offset + len).min(n) as usize;
+        assert_eq!(
+            got,
+            &text[offset as usize..end],
+            "{label}: extract {offset}+{len}"
+        );
+    }
+    assert!(index.extract(n + 1, 1).is_err());
+    for pair in patterns.windows(2) {
+        let (lo, hi) = (&pair[0], &pair[1]);
+        assert_eq!(
+            index.range_search(lo, hi, None).unwrap(),
+            naive_range(text, lo, hi),
+            "{label}: range {lo:?}..{hi:?}"
+        );
+        for gap in [0u64, 3, 50] {
+            assert_eq!(
+                index.wildcard_search(lo, hi, gap, None).unwrap(),
+                naive_wildcard(text, lo, hi, gap),
+                "{label}: wildcard {lo:?} {gap} {hi:?}"
+            );
+        }
+    }
+    assert_eq!(
+        index.range_search(b"", b"", None).unwrap(),
+        (0..n).collect::<Vec<_>>(),
+        "{label}: full range"
+    );
+}
+
+/// Builds with small rates so that every layer matters, then walks through every layer
+/// configuration with both construction modes, checking all queries in each.
+fn check_all_configurations(text: &[u8], extra: &[Vec<u8>]) {
+    let options = BuildOptions {
+        sa_rate: 2,
+        isa_rate: 4,
+        levels: 3,
+        psi_block_len: 8,
+        threads: 1,
+    };
+    let index = TextIndex::build_with(text, &options, &mut |_, _| {}).unwrap();
+    let patterns = patterns_for(text, text.len() as u64 * 7919 + 3, extra);
+    check_queries(&index, text, &patterns, "all layers");
+    index.drop_layer().unwrap();
+    check_queries(&index, text, &patterns, "two layers");
+    index.drop_layer().unwrap();
+    assert_eq!(index.layer_count(), 1);
+    assert!(index.drop_layer().is_err(), "base layer must stay");
+    check_queries(&index, text, &patterns, "base only");
+    index.add_layer(Construction::Opportunistic).unwrap();
+    check_queries(&index, text, &patterns, "opportunistic, filling");
+    check_queries(&index, text, &patterns, "opportunistic, partly filled");
+    index.add_layer(Construction::Opportunistic).unwrap();
+    check_queries(&index, text, &patterns, "two opportunistic");
+    index.drop_layer().unwrap();
+    index.drop_layer().unwrap();
+    index.add_layer(Construction::Dedicated).unwrap();
+    index.wait_for_layer_build();
+    assert_eq!(index.layer_count(), 2);
+    check_queries(&index, text, &patterns, "dedicated");
+    index.add_layer(Construction::Dedicated).unwrap();
+    index.wait_for_layer_build();
+    assert_eq!(index.layer_count(), 3);
+    assert!(
+        index.add_layer(Construction::Opportunistic).is_err(),
+        "no fourth layer"
+    );
+    check_queries(&index, text, &patterns, "dedicated, all layers");
+}
+
+fn fibonacci(len: usize) -> Vec<u8> {
+    let (mut a, mut b) = (b"a".to_vec(), b"ab".to_vec());
+    while b.len() < len {
+        let next = [b.clone(), a].concat();
+        a = b;
+        b = next;
+    }
+    b.truncate(len);
+    b
+}
+
+#[test]
+fn adversarial_texts() {
+    let all_bytes: Vec<u8> = (0..=255u8)
+        .chain((0..=255u8).rev())
+        .chain(0..=255u8)
+        .collect();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("one byte", b"x".to_vec()),
+        ("repeated byte", vec![b'a'; 300]),
+        ("repeated zero", vec![0u8; 129]),
+        ("repeated 0xff", vec![0xffu8; 77]),
+        ("fibonacci", fibonacci(400)),
+        ("all 256 values", all_bytes),
+        ("periodic", b"abcabcabcabcabcabcabcabcabcabcab".repeat(5)),
+    ];
+    let extra = vec![
+        b"a".to_vec(),
+        b"aa".to_vec(),
+        b"ab".to_vec(),
+        vec![0u8, 0],
+        vec![0xff],
+        b"zz".to_vec(),
+        b"aba".to_vec(),
+    ];
+    for (name, text) in cases {
+        eprintln!("case {name}");
+        check_all_configurations(&text, &extra);
+    }
+}
+
+#[test]
+fn empty_patterns_are_refused() {
+    let index = TextIndex::build(b"hello").unwrap();
+    assert!(index.count(b"").is_err());
+    assert!(index.search(b"", None).is_err());
+    assert!(index.wildcard_search(b"", b"l", 1, None).is_err());
+}
+
+fn text_strategy() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b')], 0..400),
+        proptest::collection::vec(
+            prop_oneof![Just(b'a'), Just(b'c'), Just(b'g'), Just(b't')],
+            0..400
+        ),
+        proptest::collection::vec(any::<u8>(), 0..400),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    #[test]
+    fn random_texts_match_naive_scan(
+        text in text_strategy(),
+        extra in proptest::collection::vec(proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), any::<u8>()], 1..4), 0..4),
+    ) {
+        check_all_configurations(&text, &extra);
+    }
+}
