@@ -14,7 +14,7 @@ use crate::error::{IndexError, Result};
 use crate::huffman::NUM_SYMBOLS;
 use crate::index::TextIndex;
 use crate::lsa::{Layer, LayeredSampledArray, LsaShape};
-use crate::psi::{Psi, PsiLayout, NUM_COLUMNS};
+use crate::psi::{Psi, PsiLayout, CODE_CONTEXTS, NUM_COLUMNS};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"PUFFERIX";
@@ -84,11 +84,13 @@ fn encode_meta(psi: &PsiLayout, sa: &LsaShape, isa: &LsaShape) -> Vec<u8> {
     {
         put_u64(&mut out, v);
     }
-    out.extend_from_slice(&psi.code_lengths);
+    for lengths in &psi.code_lengths {
+        out.extend_from_slice(lengths);
+    }
     out
 }
 
-const META_BYTES: usize = 6 * 8 + 8 * 8 + 2 * (NUM_COLUMNS + 1) * 8 + NUM_SYMBOLS;
+const META_BYTES: usize = 6 * 8 + 8 * 8 + 2 * (NUM_COLUMNS + 1) * 8 + NUM_SYMBOLS * CODE_CONTEXTS;
 
 fn decode_meta(bytes: &[u8]) -> std::result::Result<(PsiLayout, LsaShape, LsaShape), String> {
     if bytes.len() != META_BYTES {
@@ -125,8 +127,11 @@ fn decode_meta(bytes: &[u8]) -> std::result::Result<(PsiLayout, LsaShape, LsaSha
     let column_first_block = (0..=NUM_COLUMNS)
         .map(|c| word(tables + NUM_COLUMNS + 1 + c))
         .collect();
-    let mut code_lengths = [0u8; NUM_SYMBOLS];
-    code_lengths.copy_from_slice(&bytes[META_BYTES - NUM_SYMBOLS..]);
+    let mut code_lengths = [[0u8; NUM_SYMBOLS]; CODE_CONTEXTS];
+    for (context, lengths) in code_lengths.iter_mut().enumerate() {
+        let at = META_BYTES - NUM_SYMBOLS * (CODE_CONTEXTS - context);
+        lengths.copy_from_slice(&bytes[at..at + NUM_SYMBOLS]);
+    }
     let psi = PsiLayout {
         entries: word(0),
         block_len: word(1),

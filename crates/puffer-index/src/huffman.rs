@@ -15,9 +15,9 @@ pub const MAX_CODE_LEN_BITS: u32 = 24;
 /// Bits resolved by one table lookup.
 pub const TABLE_BITS: u32 = 12;
 
-const KIND_FULL: u32 = 0;
-const KIND_SYMBOL: u32 = 1;
-const KIND_LONG: u32 = 2;
+/// Table entry flag: not a complete step (symbol only, or a code longer than the table).
+pub const ENTRY_SLOW: u32 = 1 << 31;
+const ENTRY_LONG: u32 = 1 << 30;
 
 /// Mantissa length of a symbol.
 #[inline(always)]
@@ -207,7 +207,9 @@ impl HuffmanDecoder {
     /// Builds the decoder; lengths must have passed [`validate_lengths`].
     pub fn new(lengths: &[u8; NUM_SYMBOLS]) -> Self {
         let codes = canonical_codes(lengths);
-        let mut table = vec![KIND_LONG << 6; 1 << TABLE_BITS].into_boxed_slice();
+        // Full entries: bits 0..5 = bits used, 5..18 = entries covered, 18..31 = value increase.
+        // Slow entries: flag bit 31; bits 0..5 = code length, 8..16 = symbol (or bit 30: long code).
+        let mut table = vec![ENTRY_SLOW | ENTRY_LONG; 1 << TABLE_BITS].into_boxed_slice();
         for &(symbol, code, len) in &codes {
             if len > TABLE_BITS {
                 continue;
@@ -219,7 +221,8 @@ impl HuffmanDecoder {
                     let low = lsb_code | (mantissa << len);
                     let total = len + mant_len;
                     let delta = symbol_base(symbol) as u32 + mantissa;
-                    let entry = total | (KIND_FULL << 6) | ((symbol as u32) << 8) | (delta << 16);
+                    let count = if is_run(symbol) { delta } else { 1 };
+                    let entry = total | (count << 5) | (delta << 18);
                     let mut t = low;
                     while t < (1 << TABLE_BITS) {
                         table[t as usize] = entry;
@@ -227,7 +230,7 @@ impl HuffmanDecoder {
                     }
                 }
             } else {
-                let entry = len | (KIND_SYMBOL << 6) | ((symbol as u32) << 8);
+                let entry = ENTRY_SLOW | len | ((symbol as u32) << 8);
                 let mut t = lsb_code;
                 while t < (1 << TABLE_BITS) {
                     table[t as usize] = entry;
@@ -257,27 +260,41 @@ impl HuffmanDecoder {
         self.table.len() * 4 + self.sorted_symbols.len() + std::mem::size_of_val(&self.long_first)
     }
 
+    /// The table entry for the next bits of `window`.
+    #[inline(always)]
+    pub fn entry(&self, window: u64) -> u32 {
+        self.table[(window & ((1 << TABLE_BITS) - 1)) as usize]
+    }
+
+    /// The step of a full (non-slow) entry.
+    #[inline(always)]
+    pub fn full_step(entry: u32) -> Step {
+        Step {
+            bits: entry & 31,
+            count: u64::from((entry >> 5) & 0x1FFF),
+            delta: u64::from(entry >> 18),
+        }
+    }
+
     /// Decodes one step at `bit_pos` of a padded stream.
     /// Returns `None` on a bit pattern that is no code (only possible on corrupt data).
     #[inline(always)]
     pub fn step(&self, bytes: &[u8], bit_pos: u64) -> Option<Step> {
-        let window = crate::bits::peek_bits(bytes, bit_pos);
-        let entry = self.table[(window & ((1 << TABLE_BITS) - 1)) as usize];
-        let kind = (entry >> 6) & 3;
-        if kind == KIND_FULL {
-            let symbol = ((entry >> 8) & 0xFF) as usize;
-            let delta = u64::from(entry >> 16);
-            let count = if is_run(symbol) { delta } else { 1 };
-            return Some(Step {
-                bits: entry & 63,
-                delta,
-                count,
-            });
-        }
-        let (symbol, code_len) = if kind == KIND_SYMBOL {
-            (((entry >> 8) & 0xFF) as usize, entry & 63)
+        let entry = self.entry(crate::bits::peek_bits(bytes, bit_pos));
+        if entry & ENTRY_SLOW == 0 {
+            Some(Self::full_step(entry))
         } else {
-            self.decode_long(window)?
+            self.slow_step(bytes, bit_pos, entry)
+        }
+    }
+
+    /// Decodes a step whose entry is slow: mantissa too long for the table, or a long code.
+    #[cold]
+    pub fn slow_step(&self, bytes: &[u8], bit_pos: u64, entry: u32) -> Option<Step> {
+        let (symbol, code_len) = if entry & ENTRY_LONG == 0 {
+            (((entry >> 8) & 0xFF) as usize, entry & 31)
+        } else {
+            self.decode_long(crate::bits::peek_bits(bytes, bit_pos))?
         };
         let mant_len = mantissa_bits(symbol);
         // A long mantissa may not fit the first window: read it from its own position.

@@ -150,6 +150,12 @@ impl TextIndex {
         }
     }
 
+    /// The Psi array, for development probes and benchmarks.
+    #[doc(hidden)]
+    pub fn psi_for_probe(&self) -> &Psi {
+        &self.core.psi
+    }
+
     pub(crate) fn core(&self) -> &Core {
         &self.core
     }

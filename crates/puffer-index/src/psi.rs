@@ -11,6 +11,9 @@
 use crate::bits::{self, peek_bits, BitWriter, SharedBytes};
 use crate::huffman::{self, HuffmanDecoder, HuffmanEncoder, Step, NUM_SYMBOLS};
 
+/// Number of Huffman code contexts.
+pub const CODE_CONTEXTS: usize = 2;
+
 /// Number of columns: the sentinel column 0, then one per byte value (`1 + byte`).
 pub const NUM_COLUMNS: usize = 257;
 
@@ -39,8 +42,9 @@ pub struct PsiLayout {
     pub column_starts: Vec<u64>,
     /// `column_first_block[c]` = first block of column `c`; last element = total blocks.
     pub column_first_block: Vec<u64>,
-    /// Huffman code length per symbol.
-    pub code_lengths: [u8; NUM_SYMBOLS],
+    /// Huffman code length per symbol, per context: 0 = at a block start or after a
+    /// gap, 1 = after a run (where a run cannot follow, since runs are maximal).
+    pub code_lengths: [[u8; NUM_SYMBOLS]; CODE_CONTEXTS],
 }
 
 impl PsiLayout {
@@ -91,7 +95,10 @@ impl PsiLayout {
         if self.column_first_block[NUM_COLUMNS] != blocks {
             return Err("block count mismatch".into());
         }
-        huffman::validate_lengths(&self.code_lengths)
+        for lengths in &self.code_lengths {
+            huffman::validate_lengths(lengths)?;
+        }
+        Ok(())
     }
 }
 
@@ -101,7 +108,7 @@ pub struct Psi {
     headers: SharedBytes,
     superblocks: SharedBytes,
     stream: SharedBytes,
-    decoder: HuffmanDecoder,
+    decoders: [HuffmanDecoder; CODE_CONTEXTS],
     header_mask: u64,
 }
 
@@ -140,14 +147,17 @@ impl Psi {
         if stream.len() != bits::packed_len_bytes(layout.stream_bits, 1) {
             return Err("stream has the wrong size".into());
         }
-        let decoder = HuffmanDecoder::new(&layout.code_lengths);
+        let decoders = [
+            HuffmanDecoder::new(&layout.code_lengths[0]),
+            HuffmanDecoder::new(&layout.code_lengths[1]),
+        ];
         let header_mask = bits::low_mask(layout.header_width());
         let psi = Psi {
             layout,
             headers,
             superblocks,
             stream,
-            decoder,
+            decoders,
             header_mask,
         };
         // Every block must start inside the stream; this keeps decoding in bounds.
@@ -178,8 +188,12 @@ impl Psi {
             stream_bytes: self.stream.len() as u64,
             tables_bytes: (self.layout.column_starts.len() * 8
                 + self.layout.column_first_block.len() * 8
-                + NUM_SYMBOLS
-                + self.decoder.heap_bytes()) as u64,
+                + NUM_SYMBOLS * CODE_CONTEXTS
+                + self
+                    .decoders
+                    .iter()
+                    .map(HuffmanDecoder::heap_bytes)
+                    .sum::<usize>()) as u64,
         }
     }
 
@@ -224,14 +238,16 @@ impl Psi {
     }
 
     #[inline(always)]
-    fn decode_step(&self, bit_pos: u64) -> Step {
+    fn decode_step(&self, context: usize, bit_pos: u64) -> Step {
         // A bit pattern that is no code can only come from a corrupt stream, which the
         // section checksum rejects at load; fall back to a unit step to stay in bounds.
-        self.decoder.step(&self.stream, bit_pos).unwrap_or(Step {
-            bits: 1,
-            delta: 1,
-            count: 1,
-        })
+        self.decoders[context]
+            .step(&self.stream, bit_pos)
+            .unwrap_or(Step {
+                bits: 1,
+                delta: 1,
+                count: 1,
+            })
     }
 
     /// Value at position `k` of a block.
@@ -239,19 +255,56 @@ impl Psi {
     fn decode_in_block(&self, block: u64, k: u64) -> u64 {
         let (mut value, mut pos) = self.block_header(block);
         let mut remaining = k;
+        // A local bit window, refilled only when fewer bits remain than a table entry
+        // may consume: the loop-carried dependency is then one table load and a shift.
+        let mut window = peek_bits(&self.stream, pos);
+        let mut avail = 64 - (pos & 7) as u32;
+        let mut context = 0usize;
         while remaining > 0 {
-            let step = self.decode_step(pos);
-            if step.count <= remaining {
-                value += step.delta;
-                remaining -= step.count;
-                pos += u64::from(step.bits);
-            } else {
-                // Inside a run of ones.
-                value += remaining;
-                break;
+            if avail < huffman::TABLE_BITS {
+                window = peek_bits(&self.stream, pos);
+                avail = 64 - (pos & 7) as u32;
             }
+            let entry = self.decoders[context].entry(window);
+            let step = if entry & huffman::ENTRY_SLOW == 0 {
+                HuffmanDecoder::full_step(entry)
+            } else {
+                avail = 0; // force a refill after a slow step
+                self.decode_step(context, pos)
+            };
+            context = usize::from(step.delta == step.count);
+            if step.count > remaining {
+                // Inside a run of ones.
+                return value + remaining;
+            }
+            value += step.delta;
+            remaining -= step.count;
+            pos += u64::from(step.bits);
+            window = window.checked_shr(step.bits).unwrap_or(0);
+            avail = avail.saturating_sub(step.bits);
         }
         value
+    }
+
+    /// (decode steps, slow steps) a lookup of `i` takes; a development probe.
+    #[doc(hidden)]
+    pub fn probe_steps(&self, i: u64) -> (u64, u64) {
+        let (block, k) = self.locate_entry(i);
+        let (_, mut pos) = self.block_header(block);
+        let (mut steps, mut slow, mut remaining, mut context) = (0, 0, k, 0usize);
+        while remaining > 0 {
+            let entry = self.decoders[context].entry(peek_bits(&self.stream, pos));
+            slow += u64::from(entry & huffman::ENTRY_SLOW != 0);
+            let step = self.decode_step(context, pos);
+            context = usize::from(step.delta == step.count);
+            steps += 1;
+            if step.count > remaining {
+                break;
+            }
+            remaining -= step.count;
+            pos += u64::from(step.bits);
+        }
+        (steps, slow)
     }
 
     /// `psi[i]`.
@@ -285,39 +338,58 @@ impl Psi {
 
     /// Number of entries of column `c` whose value is `< bound`.
     pub fn count_less(&self, c: usize, bound: u64) -> u64 {
+        self.count_less_pair(c, bound, bound).0
+    }
+
+    /// Number of entries of column `c` below `low` and below `high` (`low <= high`).
+    /// The second search gallops from the first one's block: in backward search the
+    /// two bounds are usually close.
+    pub fn count_less_pair(&self, c: usize, low: u64, high: u64) -> (u64, u64) {
+        debug_assert!(low <= high);
         let start = self.layout.column_starts[c];
         let size = self.layout.column_starts[c + 1] - start;
-        if size == 0 || bound == 0 {
-            return 0;
+        if size == 0 || high == 0 {
+            return (0, 0);
         }
         let first_block = self.layout.column_first_block[c];
         let blocks = size.div_ceil(self.layout.block_len);
-        // Last block whose first value is < bound.
-        let mut lo = 0u64;
-        let mut hi = blocks;
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.block_header(first_block + mid).0 < bound {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+        let below = |block: u64, bound: u64| self.block_header(first_block + block).0 < bound;
+        // Blocks whose first value is below `low`: binary search over the column.
+        let low_blocks = partition(0, blocks, |b| below(b, low));
+        // The same for `high`, galloping from `low_blocks`.
+        let mut step = 1u64;
+        let mut lo = low_blocks;
+        while lo + step <= blocks && below(lo + step - 1, high) {
+            lo += step;
+            step *= 2;
+        }
+        let high_blocks = partition(lo, (lo + step).min(blocks + 1) - 1, |b| below(b, high));
+        let rank = |blocks_below: u64, bound: u64| -> u64 {
+            if blocks_below == 0 {
+                return 0;
             }
-        }
-        if lo == 0 {
-            return 0;
-        }
-        let block = lo - 1;
-        let block_entries = (size - block * self.layout.block_len).min(self.layout.block_len);
-        block * self.layout.block_len
-            + self.count_less_in_block(first_block + block, block_entries, bound)
+            let block = blocks_below - 1;
+            let block_entries = (size - block * self.layout.block_len).min(self.layout.block_len);
+            block * self.layout.block_len
+                + self.count_less_in_block(first_block + block, block_entries, bound)
+        };
+        let low_rank = rank(low_blocks, low);
+        let high_rank = if high == low {
+            low_rank
+        } else {
+            rank(high_blocks, high)
+        };
+        (low_rank, high_rank)
     }
 
     fn count_less_in_block(&self, block: u64, block_entries: u64, bound: u64) -> u64 {
         let (mut value, mut pos) = self.block_header(block);
         debug_assert!(value < bound);
         let mut counted = 1u64;
+        let mut context = 0usize;
         while counted < block_entries {
-            let step = self.decode_step(pos);
+            let step = self.decode_step(context, pos);
+            context = usize::from(step.delta == step.count);
             if step.delta == step.count {
                 // A run of +1 steps: values value+1 ..= value+count.
                 let below = (bound - 1 - value).min(step.count);
@@ -337,6 +409,19 @@ impl Psi {
         }
         counted.min(block_entries)
     }
+}
+
+/// First `b` in `lo..hi` for which `pred(b)` is false, given `pred` is true then false.
+fn partition(mut lo: u64, mut hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 #[inline(always)]
@@ -362,6 +447,7 @@ struct ColumnState {
     entries: u64,
     prev: u64,
     run: u64,
+    after_run: bool,
     writer: BitWriter,
     /// (first value, local bit offset) per block.
     blocks: Vec<(u64, u64)>,
@@ -373,9 +459,9 @@ struct ColumnState {
 pub struct PsiBuilder {
     block_len: u64,
     columns: Vec<ColumnState>,
-    freqs: [u64; NUM_SYMBOLS],
-    code_lengths: [u8; NUM_SYMBOLS],
-    encoder: Option<HuffmanEncoder>,
+    freqs: [[u64; NUM_SYMBOLS]; CODE_CONTEXTS],
+    code_lengths: [[u8; NUM_SYMBOLS]; CODE_CONTEXTS],
+    encoders: Option<[HuffmanEncoder; CODE_CONTEXTS]>,
 }
 
 impl PsiBuilder {
@@ -384,17 +470,19 @@ impl PsiBuilder {
         PsiBuilder {
             block_len,
             columns: vec![ColumnState::default(); NUM_COLUMNS],
-            freqs: [0; NUM_SYMBOLS],
-            code_lengths: [0; NUM_SYMBOLS],
-            encoder: None,
+            freqs: [[0; NUM_SYMBOLS]; CODE_CONTEXTS],
+            code_lengths: [[0; NUM_SYMBOLS]; CODE_CONTEXTS],
+            encoders: None,
         }
     }
 
     fn emit(&mut self, c: usize, symbol: usize, mantissa: u64, mantissa_bits: u32) {
-        match &self.encoder {
-            None => self.freqs[symbol] += 1,
-            Some(encoder) => {
-                let (code, len) = encoder.code(symbol);
+        let context = usize::from(self.columns[c].after_run);
+        self.columns[c].after_run = huffman::is_run(symbol);
+        match &self.encoders {
+            None => self.freqs[context][symbol] += 1,
+            Some(encoders) => {
+                let (code, len) = encoders[context].code(symbol);
                 let writer = &mut self.columns[c].writer;
                 writer.push(u64::from(code), len);
                 writer.push(mantissa, mantissa_bits);
@@ -419,9 +507,10 @@ impl PsiBuilder {
         state.entries += 1;
         let prev = state.prev;
         state.prev = value;
-        if position % self.block_len == 0 {
+        if position.is_multiple_of(self.block_len) {
             self.flush_run(c);
-            if self.encoder.is_some() {
+            self.columns[c].after_run = false;
+            if self.encoders.is_some() {
                 let state = &mut self.columns[c];
                 let local = state.writer.len_bits();
                 state.blocks.push((value, local));
@@ -444,8 +533,14 @@ impl PsiBuilder {
         for c in 0..NUM_COLUMNS {
             self.flush_run(c);
         }
-        self.code_lengths = huffman::code_lengths(&self.freqs);
-        self.encoder = Some(HuffmanEncoder::new(&self.code_lengths));
+        self.code_lengths = [
+            huffman::code_lengths(&self.freqs[0]),
+            huffman::code_lengths(&self.freqs[1]),
+        ];
+        self.encoders = Some([
+            HuffmanEncoder::new(&self.code_lengths[0]),
+            HuffmanEncoder::new(&self.code_lengths[1]),
+        ]);
         for state in &mut self.columns {
             *state = ColumnState::default();
         }
@@ -454,7 +549,7 @@ impl PsiBuilder {
     /// Ends the encoding pass and assembles the Psi.
     pub fn finish(mut self) -> Psi {
         assert!(
-            self.encoder.is_some(),
+            self.encoders.is_some(),
             "finish called before start_encoding"
         );
         for c in 0..NUM_COLUMNS {

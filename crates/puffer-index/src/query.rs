@@ -34,8 +34,9 @@ impl QueryView<'_> {
             }
             let c = column_of_byte(byte);
             let base = self.psi.column_start(c);
-            start = base + self.psi.count_less(c, start);
-            end = base + self.psi.count_less(c, end);
+            let (below_start, below_end) = self.psi.count_less_pair(c, start, end);
+            start = base + below_start;
+            end = base + below_end;
         }
         (start, end.max(start))
     }

@@ -1,1 +1,51 @@
-fn main() {}
+//! `puffer`: the PufferDB command-line tool.
+//!
+//! Every command returns an [`anyhow::Result`]; `main` prints a failure as
+//! `error: <full cause chain>` on stderr and exits with status 1.
+
+use std::io;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod text;
+
+/// PufferDB: searchable, compressed, self-tuning data store.
+#[derive(Debug, Parser)]
+#[command(name = "puffer", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Top-level command groups.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build and query compressed full-text indexes over raw byte files.
+    #[command(subcommand)]
+    Text(text::TextCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Text(command) => text::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed stdout (e.g. `puffer text search ... | head`) is not a failure.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,76 @@
+//! Micro-probe of Psi access costs (development aid): `cargo run --release -p puffer-index --example psi_probe FILE`.
+use std::time::Instant;
+fn main() {
+    let path = std::env::args().nth(1).expect("FILE");
+    let text = std::fs::read(path).unwrap();
+    let mut phases = Vec::new();
+    let mut last = Instant::now();
+    let index = puffer_index::TextIndex::build_with(&text, &Default::default(), &mut |phase, _| {
+        phases.push((phase, last.elapsed().as_secs_f64()));
+        last = Instant::now();
+    })
+    .unwrap();
+    println!("phases (time spent before each phase start): {phases:?}");
+    let psi = index.psi_for_probe();
+    let n = psi.entries();
+    let mut x = 88172645463325252u64;
+    let idx: Vec<u64> = (0..2_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        })
+        .collect();
+    let t = Instant::now();
+    let mut acc = 0u64;
+    for &i in &idx {
+        acc = acc.wrapping_add(psi.column_of(i) as u64);
+    }
+    println!(
+        "column_of: {:.1} ns",
+        t.elapsed().as_nanos() as f64 / idx.len() as f64
+    );
+    let t = Instant::now();
+    for &i in &idx {
+        acc = acc.wrapping_add(psi.get(i));
+    }
+    println!(
+        "get: {:.1} ns",
+        t.elapsed().as_nanos() as f64 / idx.len() as f64
+    );
+    let mut batch = idx.clone();
+    let mut scratch = Vec::new();
+    let t = Instant::now();
+    for chunk in batch.chunks_mut(256) {
+        psi.advance_all(chunk, &mut scratch);
+    }
+    println!(
+        "advance_all: {:.1} ns",
+        t.elapsed().as_nanos() as f64 / idx.len() as f64
+    );
+    // dependent chain (like one walk)
+    let t = Instant::now();
+    let mut i = 1u64;
+    for _ in 0..1_000_000 {
+        i = psi.get(i);
+    }
+    println!("chain get: {:.1} ns", t.elapsed().as_nanos() as f64 / 1e6);
+    let t = Instant::now();
+    for j in 0..2_000_000usize {
+        acc = acc.wrapping_add(psi.get(idx[j & 15]));
+    }
+    println!("hot get: {:.1} ns", t.elapsed().as_nanos() as f64 / 2e6);
+    let (mut steps, mut slow) = (0u64, 0u64);
+    for &i in &idx[..100_000] {
+        let (a, b) = psi.probe_steps(i);
+        steps += a;
+        slow += b;
+    }
+    println!(
+        "steps per get {:.1}, slow {:.2}",
+        steps as f64 / 1e5,
+        slow as f64 / 1e5
+    );
+    println!("{acc} {i}");
+}
