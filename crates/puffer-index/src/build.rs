@@ -94,10 +94,8 @@ impl BuildOptions {
 pub enum BuildPhase {
     /// libsais runs.
     SuffixArray,
-    /// Scan of the suffix array for BWT and samples.
+    /// Scan of the suffix array for BWT, samples and Psi symbol counts.
     Scan,
-    /// Counting Psi gap symbols.
-    PsiStatistics,
     /// Encoding Psi.
     PsiEncoding,
     /// Done.
@@ -118,18 +116,17 @@ pub fn build_parts(
         )));
     }
     progress(BuildPhase::SuffixArray, 0.0);
+    // The scan also feeds Psi's counting pass: it visits entries in the order Psi needs.
+    let mut builder = PsiBuilder::new(options.psi_block_len);
     let scan = if n < i32::MAX as u64 {
         let sa = suffix_array_i32(text, options.threads)?;
-        progress(BuildPhase::Scan, 0.45);
-        scan_suffix_array(text, &sa, options)
+        progress(BuildPhase::Scan, 0.5);
+        scan_suffix_array(text, &sa, options, &mut builder)
     } else {
         let sa = suffix_array_i64(text, options.threads)?;
-        progress(BuildPhase::Scan, 0.45);
-        scan_suffix_array(text, &sa, options)
+        progress(BuildPhase::Scan, 0.5);
+        scan_suffix_array(text, &sa, options, &mut builder)
     };
-    progress(BuildPhase::PsiStatistics, 0.6);
-    let mut builder = PsiBuilder::new(options.psi_block_len);
-    feed_psi(&scan, &mut builder);
     progress(BuildPhase::PsiEncoding, 0.75);
     builder.start_encoding();
     feed_psi(&scan, &mut builder);
@@ -201,7 +198,12 @@ struct Scan {
     isa_samples: Vec<u64>,
 }
 
-fn scan_suffix_array<O: Copy + Into<i64>>(text: &[u8], sa: &[O], options: &BuildOptions) -> Scan {
+fn scan_suffix_array<O: Copy + Into<i64>>(
+    text: &[u8],
+    sa: &[O],
+    options: &BuildOptions,
+    builder: &mut PsiBuilder,
+) -> Scan {
     let n = text.len() as u64;
     let entries = n + 1;
     let sa_mask = options.sa_rate - 1;
@@ -218,6 +220,9 @@ fn scan_suffix_array<O: Copy + Into<i64>>(text: &[u8], sa: &[O], options: &Build
     }
     if n > 0 {
         bwt[0] = text[n as usize - 1];
+        builder.push(column_of_byte(bwt[0]), 0);
+    } else {
+        builder.push(0, 0);
     }
     let mut primary = 0u64;
     for (j, &raw) in sa.iter().enumerate() {
@@ -231,8 +236,11 @@ fn scan_suffix_array<O: Copy + Into<i64>>(text: &[u8], sa: &[O], options: &Build
         }
         if pos == 0 {
             primary = entry;
+            builder.push(0, entry);
         } else {
-            bwt[entry as usize] = text[pos as usize - 1];
+            let byte = text[pos as usize - 1];
+            bwt[entry as usize] = byte;
+            builder.push(column_of_byte(byte), entry);
         }
     }
     Scan {

@@ -3,13 +3,15 @@
 //! mantissa) in one lookup.
 //!
 //! The alphabet (see `docs/format.md`):
-//! - symbol `L` in `1..=56`: a gap `g` with `2^L <= g < 2^(L+1)`, followed by `L` mantissa bits `g - 2^L`;
-//! - symbol `64 + j` in `64..=73`: a run of `r` gaps equal to one, `2^j <= r < 2^(j+1)`, followed by `j` bits.
+//! - symbol `2(L-1) + h` in `0..=111`: a gap `g >= 2` with `2^L <= g < 2^(L+1)` whose bit
+//!   `L-1` is `h`, followed by the `L-1` low bits of `g` (the mantissa);
+//! - symbol `112 + j` in `112..=124`: a run of `r` gaps equal to one, `2^j <= r < 2^(j+1)`,
+//!   followed by the `j` low bits of `r`.
 
 /// Size of the alphabet.
 pub const NUM_SYMBOLS: usize = 128;
 /// First run symbol.
-pub const RUN_SYMBOL_BASE: usize = 64;
+pub const RUN_SYMBOL_BASE: usize = 112;
 /// Longest code the builder emits.
 pub const MAX_CODE_LEN_BITS: u32 = 24;
 /// Bits resolved by one table lookup.
@@ -25,14 +27,18 @@ pub fn mantissa_bits(symbol: usize) -> u32 {
     if symbol >= RUN_SYMBOL_BASE {
         (symbol - RUN_SYMBOL_BASE) as u32
     } else {
-        symbol as u32
+        (symbol / 2) as u32
     }
 }
 
 /// Smallest value a symbol stands for (a gap, or a run length).
 #[inline(always)]
 pub fn symbol_base(symbol: usize) -> u64 {
-    1u64 << mantissa_bits(symbol)
+    if symbol >= RUN_SYMBOL_BASE {
+        1u64 << (symbol - RUN_SYMBOL_BASE)
+    } else {
+        (2 + (symbol as u64 & 1)) << (symbol / 2)
+    }
 }
 
 /// Whether a symbol is a run of gaps equal to one.
@@ -41,15 +47,24 @@ pub fn is_run(symbol: usize) -> bool {
     symbol >= RUN_SYMBOL_BASE
 }
 
-/// Symbol and mantissa for a gap of at least 2.
+/// Symbol, mantissa and mantissa length for a gap of at least 2. Each octave
+/// `[2^L, 2^(L+1))` is split in two halves by the bit below the leading one, which
+/// the code carries: gap distributions fall steeply within an octave.
 #[inline]
 pub fn gap_symbol(gap: u64) -> (usize, u64, u32) {
     debug_assert!(gap >= 2);
     let level = 63 - gap.leading_zeros();
-    (level as usize, gap - (1u64 << level), level)
+    let half = (gap >> (level - 1)) & 1;
+    let mantissa_len = level - 1;
+    let symbol = 2 * mantissa_len as usize + half as usize;
+    (
+        symbol,
+        gap & crate::bits::low_mask(mantissa_len),
+        mantissa_len,
+    )
 }
 
-/// Symbol and mantissa for a run of `run_len >= 1` gaps equal to one.
+/// Symbol, mantissa and mantissa length for a run of `run_len >= 1` gaps equal to one.
 #[inline]
 pub fn run_symbol(run_len: u64) -> (usize, u64, u32) {
     debug_assert!(run_len >= 1);
@@ -131,7 +146,7 @@ pub fn validate_lengths(lengths: &[u8; NUM_SYMBOLS]) -> Result<(), String> {
             ));
         }
         if len > 0 {
-            if mantissa_bits(symbol) > 56 {
+            if symbol > RUN_SYMBOL_BASE + 12 {
                 return Err(format!("symbol {symbol} is outside the alphabet"));
             }
             kraft += 1u64 << (MAX_CODE_LEN_BITS - len);

@@ -578,25 +578,29 @@ impl PsiBuilder {
         column_first_block.push(blocks);
         let stream_bits = stream.len_bits();
         let value_width = bits::width_for(entries.saturating_sub(1));
-        // Largest superblock whose relative offsets fit the packed header width.
-        let mut superblock_blocks = 64u64;
-        let (offset_width, superblock_offsets) = loop {
-            let offsets: Vec<u64> = block_table
-                .chunks(superblock_blocks as usize)
-                .map(|chunk| chunk[0].1)
-                .collect();
+        // The superblock size with the smallest total (relative offsets in every header
+        // plus one absolute offset per superblock) among those whose headers fit a peek.
+        let offset_width_for = |superblock_blocks: u64| -> u32 {
             let max_relative = block_table
-                .iter()
-                .enumerate()
-                .map(|(b, &(_, pos))| pos - offsets[b / superblock_blocks as usize])
+                .chunks(superblock_blocks as usize)
+                .map(|chunk| chunk.last().map_or(0, |last| last.1 - chunk[0].1))
                 .max()
                 .unwrap_or(0);
-            let width = bits::width_for(max_relative);
-            if value_width + width <= bits::MAX_PACKED_WIDTH_BITS || superblock_blocks == 1 {
-                break (width, offsets);
-            }
-            superblock_blocks /= 2;
+            bits::width_for(max_relative)
         };
+        let blocks_total = block_table.len() as u64;
+        let superblock_blocks = [1u64, 2, 4, 8, 16, 32, 64, 128, 256]
+            .into_iter()
+            .filter(|&sb| value_width + offset_width_for(sb) <= bits::MAX_PACKED_WIDTH_BITS)
+            .min_by_key(|&sb| {
+                blocks_total * u64::from(offset_width_for(sb)) + blocks_total.div_ceil(sb) * 64
+            })
+            .unwrap_or(1);
+        let offset_width = offset_width_for(superblock_blocks);
+        let superblock_offsets: Vec<u64> = block_table
+            .chunks(superblock_blocks as usize)
+            .map(|chunk| chunk[0].1)
+            .collect();
         let header_width = value_width + offset_width;
         let headers = bits::pack(
             block_table.iter().enumerate().map(|(b, &(first, pos))| {
