@@ -108,6 +108,21 @@ pub fn build_parts(
     options: &BuildOptions,
     progress: &mut dyn FnMut(BuildPhase, f64),
 ) -> Result<BuiltParts> {
+    build_parts_with(
+        text,
+        options,
+        progress,
+        (text.len() as u64) >= i32::MAX as u64,
+    )
+}
+
+/// As [`build_parts`], choosing the 64-bit suffix array explicitly (tests use it on small texts).
+fn build_parts_with(
+    text: &[u8],
+    options: &BuildOptions,
+    progress: &mut dyn FnMut(BuildPhase, f64),
+    wide_suffix_array: bool,
+) -> Result<BuiltParts> {
     options.validate()?;
     let n = text.len() as u64;
     if n >= MAX_TEXT_BYTES {
@@ -118,7 +133,7 @@ pub fn build_parts(
     progress(BuildPhase::SuffixArray, 0.0);
     // The scan also feeds Psi's counting pass: it visits entries in the order Psi needs.
     let mut builder = PsiBuilder::new(options.psi_block_len);
-    let scan = if n < i32::MAX as u64 {
+    let scan = if !wide_suffix_array {
         let sa = suffix_array_i32(text, options.threads)?;
         progress(BuildPhase::Scan, 0.5);
         scan_suffix_array(text, &sa, options, &mut builder)
@@ -178,6 +193,9 @@ fn suffix_array_i32(text: &[u8], threads: u16) -> Result<Vec<i32>> {
 }
 
 fn suffix_array_i64(text: &[u8], threads: u16) -> Result<Vec<i64>> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
     libsais::SuffixArrayConstruction::for_text(text)
         .in_owned_buffer64()
         .multi_threaded(thread_count(threads))
@@ -278,4 +296,36 @@ fn layers_from_samples(shape: &LsaShape, samples: &[u64]) -> Vec<Arc<Layer>> {
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 64-bit suffix array path (used above 2 GiB) must give the same index bytes.
+    #[test]
+    fn wide_suffix_array_gives_identical_parts() {
+        let text: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 27) as u8 + b'a')
+            .collect();
+        let options = BuildOptions {
+            sa_rate: 4,
+            isa_rate: 8,
+            levels: 3,
+            psi_block_len: 16,
+            threads: 1,
+        };
+        let narrow = build_parts_with(&text, &options, &mut |_, _| {}, false).unwrap();
+        let wide = build_parts_with(&text, &options, &mut |_, _| {}, true).unwrap();
+        assert_eq!(narrow.psi.sections(), wide.psi.sections());
+        assert_eq!(narrow.psi.layout(), wide.psi.layout());
+        for (a, b) in narrow
+            .sa_layers
+            .iter()
+            .zip(&wide.sa_layers)
+            .chain(narrow.isa_layers.iter().zip(&wide.isa_layers))
+        {
+            assert_eq!(a.packed_bytes(), b.packed_bytes());
+        }
+    }
 }
