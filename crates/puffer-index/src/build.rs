@@ -1,5 +1,6 @@
-//! Construction: suffix array (libsais) -> one scan for BWT and samples -> two
-//! sequential passes over the BWT that count, then encode, Psi.
+//! Construction: suffix array (libsais) -> one scan of it that keeps the BWT and the
+//! samples and counts Psi's gap symbols -> one sequential pass over the BWT that
+//! encodes Psi with the code fixed by those counts.
 //!
 //! Peak memory, besides the caller's text (n bytes): the suffix array (4 bytes per
 //! input byte below 2^31 bytes, 8 above), the BWT (1 byte per input byte) and the

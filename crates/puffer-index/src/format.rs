@@ -150,6 +150,9 @@ fn decode_meta(bytes: &[u8]) -> std::result::Result<(PsiLayout, LsaShape, LsaSha
     Ok((psi, sa, isa))
 }
 
+/// Distinguishes temporary files of concurrent saves within one process.
+static SAVE_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Writes `index` to `path` through a temporary file, fsync, rename and directory fsync.
 pub fn save(index: &TextIndex, path: &Path) -> Result<()> {
     let core = index.core();
@@ -224,9 +227,10 @@ pub fn save(index: &TextIndex, path: &Path) -> Result<()> {
         _ => PathBuf::from("."),
     };
     let tmp = dir.join(format!(
-        ".{}.tmp-{}",
+        ".{}.tmp-{}-{}",
         file_name.to_string_lossy(),
-        std::process::id()
+        std::process::id(),
+        SAVE_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let write = || -> std::io::Result<()> {
         let mut file = std::io::BufWriter::new(File::create(&tmp)?);

@@ -225,7 +225,8 @@ impl TextIndex {
         Self::check_pattern(pattern, "pattern")?;
         let view = self.view();
         let (start, end) = view.suffix_range(pattern);
-        Ok(sorted_limited(view.locate_range(start, end), limit))
+        let offsets = view.locate_range(start, end).map_err(inconsistent_index)?;
+        Ok(sorted_limited(offsets, limit))
     }
 
     /// Offsets `j` whose suffix is `>= lo` and whose first `hi.len()` bytes are `<= hi`
@@ -245,7 +246,8 @@ impl TextIndex {
         if start >= end {
             return Ok(Vec::new());
         }
-        Ok(sorted_limited(view.locate_range(start, end), limit))
+        let offsets = view.locate_range(start, end).map_err(inconsistent_index)?;
+        Ok(sorted_limited(offsets, limit))
     }
 
     /// Matches of `prefix`, then at most `max_gap` bytes, then `suffix`
@@ -313,9 +315,18 @@ impl TextIndex {
         }
         match construction {
             Construction::Opportunistic => {
-                for lsa in [&self.core.sa, &self.core.isa] {
+                for (lsa, is_isa) in [(&self.core.sa, false), (&self.core.isa, true)] {
                     let shape = lsa.shape();
                     let layer = Layer::filling(level, shape.layer_entries(level), shape.width);
+                    if is_isa {
+                        // ISA[n] = 0 (the sentinel suffix sorts first); no walk ever reaches
+                        // position n, so store it now or the layer could never complete.
+                        if let Some((slot_level, k)) = shape.slot(self.core.text_len) {
+                            if slot_level == level {
+                                layer.offer(k, 0);
+                            }
+                        }
+                    }
                     lsa.publish(level, Some(Arc::new(layer)));
                 }
             }
@@ -383,7 +394,12 @@ impl TextIndex {
             let mut control = self.core.control.lock().expect("layer control poisoned");
             reap_finished(&mut control);
             match control.pending.take() {
-                Some(pending) => pending,
+                Some(pending) => {
+                    // Under the lock: the builder checks the flag under the same lock before
+                    // it publishes, so after this it cannot publish any more.
+                    pending.cancel.store(true, Ordering::Relaxed);
+                    pending
+                }
                 None => {
                     let depth = self.layer_count();
                     if depth <= 1 {
@@ -396,8 +412,13 @@ impl TextIndex {
                 }
             }
         };
-        pending.cancel.store(true, Ordering::Relaxed);
         let _ = pending.handle.join();
+        // The build may have published just before the flag was set: drop it then.
+        let _control = self.core.control.lock().expect("layer control poisoned");
+        if self.layer_count() > pending.level {
+            self.core.sa.publish(pending.level, None);
+            self.core.isa.publish(pending.level, None);
+        }
         Ok(pending.level)
     }
 
@@ -446,6 +467,14 @@ fn reap_finished(control: &mut LayerControl) {
         if let Some(pending) = control.pending.take() {
             let _ = pending.handle.join();
         }
+    }
+}
+
+fn inconsistent_index(detail: String) -> IndexError {
+    IndexError::Corrupt {
+        path: "(index in memory)".into(),
+        section: "psi".into(),
+        detail,
     }
 }
 

@@ -70,7 +70,7 @@ impl PsiLayout {
         {
             return Err("column tables have the wrong length".into());
         }
-        if self.block_len == 0 || self.block_len > 1 << 16 || self.superblock_blocks == 0 {
+        if !(2..=4096).contains(&self.block_len) || self.superblock_blocks == 0 {
             return Err(format!(
                 "bad block parameters {} / {}",
                 self.block_len, self.superblock_blocks

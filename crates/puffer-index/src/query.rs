@@ -62,7 +62,8 @@ impl QueryView<'_> {
     }
 
     /// Text offsets of suffix-array entries `start..end` (unsorted, in entry order).
-    pub fn locate_range(&self, start: u64, end: u64) -> Vec<u64> {
+    /// Fails only on an inconsistent index (a walk that never meets a sample).
+    pub fn locate_range(&self, start: u64, end: u64) -> Result<Vec<u64>, String> {
         let mut out = Vec::with_capacity((end - start) as usize);
         let mut batch_start = start;
         let mut cursors = Vec::with_capacity(WALK_BATCH);
@@ -87,10 +88,10 @@ impl QueryView<'_> {
                 &mut out[base..],
                 &mut scratch,
                 &mut pending_fills,
-            );
+            )?;
             batch_start = batch_end;
         }
-        out
+        Ok(out)
     }
 
     fn resolve_walks(
@@ -99,14 +100,28 @@ impl QueryView<'_> {
         out: &mut [u64],
         scratch: &mut Vec<(u64, u64)>,
         pending_fills: &mut Vec<(usize, u64, u64)>,
-    ) {
+    ) -> Result<(), String> {
         let filling = self.sa_layers.any_filling || self.isa_layers.any_filling;
         pending_fills.clear();
         let mut indices: Vec<u64> = Vec::with_capacity(cursors.len());
+        let mut rounds = 0u64;
+        let mut inconsistent = false;
         while !cursors.is_empty() {
+            // Psi is one cycle through all entries and entry 0 is always sampled, so a
+            // walk longer than the number of entries can only come from corrupt data.
+            rounds += 1;
+            if rounds > self.psi.entries() + 1 || inconsistent {
+                return Err(
+                    "a locate walk does not reach a sample: psi or the SA samples are inconsistent"
+                        .into(),
+                );
+            }
             cursors.retain(|cursor| match self.sa.get(&self.sa_layers, cursor.index) {
                 Some(value) => {
-                    out[cursor.slot] = value - cursor.steps;
+                    match value.checked_sub(cursor.steps) {
+                        Some(offset) => out[cursor.slot] = offset,
+                        None => inconsistent = true,
+                    }
                     false
                 }
                 None => {
@@ -129,6 +144,7 @@ impl QueryView<'_> {
             self.sa.offer(&self.sa_layers, index, position);
             self.isa.offer(&self.isa_layers, position, index);
         }
+        Ok(())
     }
 
     /// The nearest ISA sample at or before `position` in the current layers: (position, entry).
