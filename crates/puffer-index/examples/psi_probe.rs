@@ -39,16 +39,18 @@ fn main() {
         "get: {:.1} ns",
         t.elapsed().as_nanos() as f64 / idx.len() as f64
     );
-    let mut batch = idx.clone();
-    let mut scratch = Vec::new();
-    let t = Instant::now();
-    for chunk in batch.chunks_mut(256) {
-        psi.advance_all(chunk, &mut scratch);
+    for size in [16usize, 32, 64, 128, 256] {
+        let mut batch = idx.clone();
+        let mut scratch = Vec::new();
+        let t = Instant::now();
+        for chunk in batch.chunks_mut(size) {
+            psi.advance_all(chunk, &mut scratch);
+        }
+        println!(
+            "advance_all batch {size}: {:.1} ns",
+            t.elapsed().as_nanos() as f64 / idx.len() as f64
+        );
     }
-    println!(
-        "advance_all: {:.1} ns",
-        t.elapsed().as_nanos() as f64 / idx.len() as f64
-    );
     // dependent chain (like one walk)
     let t = Instant::now();
     let mut i = 1u64;
@@ -73,4 +75,8 @@ fn main() {
         slow as f64 / 1e5
     );
     println!("{acc} {i}");
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    for line in rollup.lines().filter(|l| l.contains("Huge")) {
+        println!("{line}");
+    }
 }

@@ -222,7 +222,8 @@ impl HuffmanDecoder {
     /// Builds the decoder; lengths must have passed [`validate_lengths`].
     pub fn new(lengths: &[u8; NUM_SYMBOLS]) -> Self {
         let codes = canonical_codes(lengths);
-        // Full entries: bits 0..5 = bits used, 5..18 = entries covered, 18..31 = value increase.
+        // Full entries: bits 0..5 = bits used, 5..17 = entries covered, 17..30 = value
+        // increase, bit 30 = the step was a run (selects the next context's table).
         // Slow entries: flag bit 31; bits 0..5 = code length, 8..16 = symbol (or bit 30: long code).
         let mut table = vec![ENTRY_SLOW | ENTRY_LONG; 1 << TABLE_BITS].into_boxed_slice();
         for &(symbol, code, len) in &codes {
@@ -237,7 +238,8 @@ impl HuffmanDecoder {
                     let total = len + mant_len;
                     let delta = symbol_base(symbol) as u32 + mantissa;
                     let count = if is_run(symbol) { delta } else { 1 };
-                    let entry = total | (count << 5) | (delta << 18);
+                    let run_flag = u32::from(is_run(symbol)) << 30;
+                    let entry = total | (count << 5) | (delta << 17) | run_flag;
                     let mut t = low;
                     while t < (1 << TABLE_BITS) {
                         table[t as usize] = entry;
@@ -270,6 +272,11 @@ impl HuffmanDecoder {
         }
     }
 
+    /// The lookup table (`2^TABLE_BITS` entries).
+    pub fn table(&self) -> &[u32] {
+        &self.table
+    }
+
     /// Heap bytes of the decoder.
     pub fn heap_bytes(&self) -> usize {
         self.table.len() * 4 + self.sorted_symbols.len() + std::mem::size_of_val(&self.long_first)
@@ -286,8 +293,8 @@ impl HuffmanDecoder {
     pub fn full_step(entry: u32) -> Step {
         Step {
             bits: entry & 31,
-            count: u64::from((entry >> 5) & 0x1FFF),
-            delta: u64::from(entry >> 18),
+            count: u64::from((entry >> 5) & 0xFFF),
+            delta: u64::from((entry >> 17) & 0x1FFF),
         }
     }
 

@@ -70,7 +70,10 @@ impl PsiLayout {
         {
             return Err("column tables have the wrong length".into());
         }
-        if !(2..=4096).contains(&self.block_len) || self.superblock_blocks == 0 {
+        if !(2..=4096).contains(&self.block_len)
+            || !self.block_len.is_power_of_two()
+            || !self.superblock_blocks.is_power_of_two()
+        {
             return Err(format!(
                 "bad block parameters {} / {}",
                 self.block_len, self.superblock_blocks
@@ -109,6 +112,16 @@ pub struct Psi {
     superblocks: SharedBytes,
     stream: SharedBytes,
     decoders: [HuffmanDecoder; CODE_CONTEXTS],
+    /// log2 of the block length (a power of two: lookups shift instead of dividing).
+    block_shift: u32,
+    /// log2 of the blocks per superblock.
+    superblock_shift: u32,
+    /// `column_hint[i >> hint_shift]` = the column of the first entry in that bucket.
+    column_hint: Box<[u16]>,
+    hint_shift: u32,
+    /// Both contexts' lookup tables back to back, so the next table is selected by
+    /// the previous entry's run bit without another pointer load.
+    tables: Box<[u32]>,
     header_mask: u64,
 }
 
@@ -152,11 +165,20 @@ impl Psi {
             HuffmanDecoder::new(&layout.code_lengths[1]),
         ];
         let header_mask = bits::low_mask(layout.header_width());
+        let (column_hint, hint_shift) = column_hints(&layout.column_starts);
         let psi = Psi {
+            block_shift: layout.block_len.trailing_zeros(),
+            superblock_shift: layout.superblock_blocks.trailing_zeros(),
             layout,
             headers,
             superblocks,
             stream,
+            tables: decoders
+                .iter()
+                .flat_map(|d| d.table().iter().copied())
+                .collect(),
+            column_hint,
+            hint_shift,
             decoders,
             header_mask,
         };
@@ -211,7 +233,12 @@ impl Psi {
     /// The column holding entry `i`.
     #[inline(always)]
     pub fn column_of(&self, i: u64) -> usize {
-        self.layout.column_starts.partition_point(|&s| s <= i) - 1
+        let mut c = usize::from(self.column_hint[(i >> self.hint_shift) as usize]);
+        // Usually zero or one step: few columns start inside one bucket.
+        while self.layout.column_starts[c + 1] <= i {
+            c += 1;
+        }
+        c
     }
 
     #[inline(always)]
@@ -220,7 +247,7 @@ impl Psi {
             peek_bits(&self.headers, block * self.layout.header_width() as u64) & self.header_mask;
         let first = raw & bits::low_mask(self.layout.value_width);
         let relative = raw >> self.layout.value_width;
-        let superblock = block / self.layout.superblock_blocks;
+        let superblock = block >> self.superblock_shift;
         let base = bits::read_u64_le(&self.superblocks, superblock as usize * 8);
         (first, base + relative)
     }
@@ -230,10 +257,9 @@ impl Psi {
     fn locate_entry(&self, i: u64) -> (u64, u64) {
         let c = self.column_of(i);
         let offset = i - self.layout.column_starts[c];
-        let block_len = self.layout.block_len;
         (
-            self.layout.column_first_block[c] + offset / block_len,
-            offset % block_len,
+            self.layout.column_first_block[c] + (offset >> self.block_shift),
+            offset & (self.layout.block_len - 1),
         )
     }
 
@@ -259,20 +285,23 @@ impl Psi {
         // may consume: the loop-carried dependency is then one table load and a shift.
         let mut window = peek_bits(&self.stream, pos);
         let mut avail = 64 - (pos & 7) as u32;
-        let mut context = 0usize;
+        let mut context_offset = 0usize;
+        let table_mask = (1usize << huffman::TABLE_BITS) - 1;
         while remaining > 0 {
             if avail < huffman::TABLE_BITS {
                 window = peek_bits(&self.stream, pos);
                 avail = 64 - (pos & 7) as u32;
             }
-            let entry = self.decoders[context].entry(window);
+            let entry = self.tables[context_offset | (window as usize & table_mask)];
             let step = if entry & huffman::ENTRY_SLOW == 0 {
+                context_offset = (((entry >> 30) & 1) as usize) << huffman::TABLE_BITS;
                 HuffmanDecoder::full_step(entry)
             } else {
                 avail = 0; // force a refill after a slow step
-                self.decode_step(context, pos)
+                let step = self.decode_step(context_offset >> huffman::TABLE_BITS, pos);
+                context_offset = usize::from(step.delta == step.count) << huffman::TABLE_BITS;
+                step
             };
-            context = usize::from(step.delta == step.count);
             if step.count > remaining {
                 // Inside a run of ones.
                 return value + remaining;
@@ -324,12 +353,22 @@ impl Psi {
                 &self.headers,
                 (block * self.layout.header_width() as u64 / 8) as usize,
             );
+            prefetch(
+                &self.superblocks,
+                ((block >> self.superblock_shift) * 8) as usize,
+            );
             scratch.push((block, k));
         }
-        for &(block, _) in scratch.iter() {
+        for &(block, k) in scratch.iter() {
             // The header is now (likely) cached; re-read when decoding.
             let (_, pos) = self.block_header(block);
-            prefetch(&self.stream, (pos / 8) as usize);
+            let first_byte = (pos / 8) as usize;
+            prefetch(&self.stream, first_byte);
+            // Decoding `k` entries reads a few bits each: fetch the next line too when
+            // the walk through the block likely crosses into it.
+            if k > 16 {
+                prefetch(&self.stream, first_byte + 64);
+            }
         }
         for (slot, &(block, k)) in indices.iter_mut().zip(scratch.iter()) {
             *slot = self.decode_in_block(block, k);
@@ -409,6 +448,19 @@ impl Psi {
         }
         counted.min(block_entries)
     }
+}
+
+/// Buckets of consecutive entries, each mapped to the column of its first entry.
+const COLUMN_HINT_BUCKETS: u64 = 4096;
+
+fn column_hints(column_starts: &[u64]) -> (Box<[u16]>, u32) {
+    let entries = *column_starts.last().expect("non-empty");
+    let shift = 64 - (entries / COLUMN_HINT_BUCKETS).leading_zeros();
+    let buckets = (entries >> shift) + 1;
+    let hints = (0..buckets)
+        .map(|b| (column_starts.partition_point(|&s| s <= b << shift) - 1) as u16)
+        .collect();
+    (hints, shift)
 }
 
 /// First `b` in `lo..hi` for which `pred(b)` is false, given `pred` is true then false.

@@ -197,8 +197,10 @@ fn region_of(sections: &[Section], pos: usize) -> String {
             );
         }
     }
-    "padding between sections".into()
+    GAP.into()
 }
+
+const GAP: &str = "gap between sections";
 
 /// The error of opening `path`, with the checks every open error must pass: it names the
 /// file and says what was wrong.
@@ -388,6 +390,23 @@ fn small_file(dir: &Path) -> (Vec<u8>, Vec<u8>) {
     (text, file)
 }
 
+/// Whether the answers of an index that opened despite damage are right, within a time limit.
+fn answers_on(index: TextIndex, text: &[u8], what: &str) -> &'static str {
+    let (text, what) = (text.to_vec(), what.to_string());
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let right = catch_unwind(AssertUnwindSafe(|| {
+            check_against_text(&index, &text, &what)
+        }));
+        let _ = done.send(right.is_ok());
+    });
+    match outcome.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(true) => "correct",
+        Ok(false) => "WRONG",
+        Err(_) => "HANG",
+    }
+}
+
 #[test]
 fn every_flipped_byte_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -413,9 +432,25 @@ fn every_flipped_byte_is_refused() {
     };
     let mut failures = Vec::new();
     let mut undetected = Vec::new();
+    let mut gap_bytes = 0;
     for &pos in &positions {
         write_byte(pos, file[pos] ^ 0x01);
         let what = format!("byte {pos} ({})", region_of(&sections, pos));
+        if what.contains(GAP) {
+            // docs/format.md: readers ignore the alignment gaps between sections, which no
+            // checksum covers. The file must open and answer exactly as before.
+            gap_bytes += 1;
+            let outcome = match catch_unwind(AssertUnwindSafe(|| TextIndex::open(&path))) {
+                Ok(Ok(index)) => answers_on(index, &text, &what).to_string(),
+                Ok(Err(e)) => format!("refused: {e}"),
+                Err(_) => "open panicked".to_string(),
+            };
+            if outcome != "correct" {
+                failures.push(format!("{what}: {outcome}"));
+            }
+            write_byte(pos, file[pos]);
+            continue;
+        }
         match expect_clean_error(&path, &what) {
             Ok(IndexError::UnsupportedVersion { found, .. }) => {
                 assert!((8..12).contains(&pos), "{what}: version error");
@@ -429,16 +464,14 @@ fn every_flipped_byte_is_refused() {
             Ok(other) => failures.push(format!("{what}: unexpected error kind {other:?}")),
             Err(failure) => {
                 if failure.ends_with("open succeeded") {
-                    // Not detected: the answers must at least be right.
-                    let index = TextIndex::open(&path).unwrap();
-                    let ok = catch_unwind(AssertUnwindSafe(|| {
-                        check_against_text(&index, &text, &what)
-                    }))
-                    .is_ok();
-                    undetected.push(format!(
-                        "{what} (answers {})",
-                        if ok { "correct" } else { "WRONG" }
-                    ));
+                    // Not detected: the answers must at least be right (checked for the
+                    // first few only, in a thread, as a corrupt index may loop forever).
+                    let answers = if undetected.len() < 3 {
+                        answers_on(TextIndex::open(&path).unwrap(), &text, &what)
+                    } else {
+                        "not checked"
+                    };
+                    undetected.push(format!("{what} (answers {answers})"));
                 } else {
                     failures.push(failure);
                 }
@@ -448,22 +481,22 @@ fn every_flipped_byte_is_refused() {
     }
     assert_eq!(std::fs::read(&path).unwrap(), file, "every flip was undone");
     eprintln!(
-        "checked {} flips of a {}-byte file; {} undetected",
+        "checked {} flips of a {}-byte file ({gap_bytes} in gaps); {} undetected",
         positions.len(),
         file.len(),
         undetected.len()
     );
     assert!(
         failures.is_empty(),
-        "{} bad outcomes:\n{}",
+        "{} bad outcomes (first 40):\n{}",
         failures.len(),
-        failures.join("\n")
+        failures[..failures.len().min(40)].join("\n")
     );
     assert!(
         undetected.is_empty(),
-        "{} flips opened without error:\n{}",
+        "{} flips opened without error (first 40):\n{}",
         undetected.len(),
-        undetected.join("\n")
+        undetected[..undetected.len().min(40)].join("\n")
     );
 }
 
@@ -492,7 +525,12 @@ fn every_truncation_is_refused() {
             Err(failure) => failures.push(failure),
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} bad outcomes (first 40):\n{}",
+        failures.len(),
+        failures[..failures.len().min(40)].join("\n")
+    );
 }
 
 #[test]

@@ -199,6 +199,7 @@ fn phase_name(phase: BuildPhase) -> &'static str {
     match phase {
         BuildPhase::SuffixArray => "suffix array",
         BuildPhase::Scan => "sampling",
+        BuildPhase::PsiStatistics => "psi statistics",
         BuildPhase::PsiEncoding => "psi encoding",
         BuildPhase::Done => "done",
     }
