@@ -272,9 +272,11 @@ impl HuffmanDecoder {
         }
     }
 
-    /// The lookup table (`2^TABLE_BITS` entries).
-    pub fn table(&self) -> &[u32] {
-        &self.table
+    /// Moves the lookup table (`2^TABLE_BITS` entries) out, for a caller that keeps
+    /// several tables side by side; [`HuffmanDecoder::step`] must not be used afterwards,
+    /// [`HuffmanDecoder::slow_step`] still works.
+    pub fn take_table(&mut self) -> Box<[u32]> {
+        std::mem::take(&mut self.table)
     }
 
     /// Heap bytes of the decoder.

@@ -160,10 +160,14 @@ impl Psi {
         if stream.len() != bits::packed_len_bytes(layout.stream_bits, 1) {
             return Err("stream has the wrong size".into());
         }
-        let decoders = [
+        let mut decoders = [
             HuffmanDecoder::new(&layout.code_lengths[0]),
             HuffmanDecoder::new(&layout.code_lengths[1]),
         ];
+        let tables: Box<[u32]> = decoders
+            .iter_mut()
+            .flat_map(|d| d.take_table().into_vec())
+            .collect();
         let header_mask = bits::low_mask(layout.header_width());
         let (column_hint, hint_shift) = column_hints(&layout.column_starts);
         let psi = Psi {
@@ -173,10 +177,7 @@ impl Psi {
             headers,
             superblocks,
             stream,
-            tables: decoders
-                .iter()
-                .flat_map(|d| d.table().iter().copied())
-                .collect(),
+            tables,
             column_hint,
             hint_shift,
             decoders,
@@ -215,7 +216,9 @@ impl Psi {
                     .decoders
                     .iter()
                     .map(HuffmanDecoder::heap_bytes)
-                    .sum::<usize>()) as u64,
+                    .sum::<usize>()
+                + self.tables.len() * 4
+                + self.column_hint.len() * 2) as u64,
         }
     }
 
@@ -267,13 +270,18 @@ impl Psi {
     fn decode_step(&self, context: usize, bit_pos: u64) -> Step {
         // A bit pattern that is no code can only come from a corrupt stream, which the
         // section checksum rejects at load; fall back to a unit step to stay in bounds.
-        self.decoders[context]
-            .step(&self.stream, bit_pos)
-            .unwrap_or(Step {
-                bits: 1,
-                delta: 1,
-                count: 1,
-            })
+        let window = peek_bits(&self.stream, bit_pos) as usize & ((1 << huffman::TABLE_BITS) - 1);
+        let entry = self.tables[(context << huffman::TABLE_BITS) | window];
+        let step = if entry & huffman::ENTRY_SLOW == 0 {
+            Some(HuffmanDecoder::full_step(entry))
+        } else {
+            self.decoders[context].slow_step(&self.stream, bit_pos, entry)
+        };
+        step.unwrap_or(Step {
+            bits: 1,
+            delta: 1,
+            count: 1,
+        })
     }
 
     /// Value at position `k` of a block.
