@@ -51,6 +51,20 @@ fn main() {
             t.elapsed().as_nanos() as f64 / idx.len() as f64
         );
     }
+    {
+        let base: Vec<u64> = idx[..256].to_vec();
+        let mut scratch = Vec::new();
+        let t = Instant::now();
+        for _ in 0..4000 {
+            let mut batch = base.clone();
+            psi.advance_all(&mut batch, &mut scratch);
+            acc = acc.wrapping_add(batch[7]);
+        }
+        println!(
+            "advance_all hot (same 256): {:.1} ns",
+            t.elapsed().as_nanos() as f64 / (4000.0 * 256.0)
+        );
+    }
     // dependent chain (like one walk)
     let t = Instant::now();
     let mut i = 1u64;
