@@ -44,6 +44,9 @@ pub struct IndexArgs {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Skip the layer curve (quicker runs while tuning; the curve is part of the full report).
+    #[arg(long)]
+    skip_curve: bool,
 }
 
 const COUNT_LENGTHS: [usize; 4] = [4, 8, 16, 32];
@@ -199,12 +202,12 @@ pub fn run(args: &IndexArgs) -> anyhow::Result<()> {
     let extract_4k_mb_per_s = (extracts4k * 4096) as f64 / 1e6 / extract4k_total.as_secs_f64();
 
     // The curve: base only, then one dedicated layer at a time.
-    while index.layer_count() > 1 {
+    while !args.skip_curve && index.layer_count() > 1 {
         index.drop_layer()?;
     }
     let mut curve = Vec::new();
     let mut layer_add_seconds = Vec::new();
-    loop {
+    while !args.skip_curve {
         let point = measure_locate(&index, &locate_patterns, &locate_expected, &mut mismatches)?;
         curve.push(json!({
             "layers": index.layer_count(),

@@ -64,28 +64,22 @@ impl QueryView<'_> {
     /// Text offsets of suffix-array entries `start..end` (unsorted, in entry order).
     /// Fails only on an inconsistent index (a walk that never meets a sample).
     pub fn locate_range(&self, start: u64, end: u64) -> Result<Vec<u64>, String> {
-        let mut out = Vec::with_capacity((end - start) as usize);
-        let mut batch_start = start;
-        let mut cursors = Vec::with_capacity(WALK_BATCH);
+        let mut out = vec![0u64; (end - start) as usize];
+        let mut indices = Vec::with_capacity(WALK_BATCH);
+        let mut slots = Vec::with_capacity(WALK_BATCH);
         let mut scratch = Vec::with_capacity(WALK_BATCH);
         let mut pending_fills: Vec<(usize, u64, u64)> = Vec::new();
+        let mut batch_start = start;
         while batch_start < end {
             let batch_end = (batch_start + WALK_BATCH as u64).min(end);
-            let base = out.len();
-            out.resize(base + (batch_end - batch_start) as usize, 0);
-            cursors.clear();
-            cursors.extend(
-                (batch_start..batch_end)
-                    .enumerate()
-                    .map(|(slot, i)| Cursor {
-                        slot,
-                        index: i,
-                        steps: 0,
-                    }),
-            );
+            indices.clear();
+            indices.extend(batch_start..batch_end);
+            slots.clear();
+            slots.extend((batch_start - start) as usize..(batch_end - start) as usize);
             self.resolve_walks(
-                &mut cursors,
-                &mut out[base..],
+                &mut indices,
+                &mut slots,
+                &mut out,
                 &mut scratch,
                 &mut pending_fills,
             )?;
@@ -94,50 +88,47 @@ impl QueryView<'_> {
         Ok(out)
     }
 
+    /// Walks every entry of `indices` along Psi until it meets an SA sample; all walks
+    /// of a batch start together, so one step counter serves them all. A walk that
+    /// finishes is swapped out, keeping the live walks contiguous for `advance_all`.
     fn resolve_walks(
         &self,
-        cursors: &mut Vec<Cursor>,
+        indices: &mut Vec<u64>,
+        slots: &mut Vec<usize>,
         out: &mut [u64],
         scratch: &mut Vec<(u64, u64)>,
         pending_fills: &mut Vec<(usize, u64, u64)>,
     ) -> Result<(), String> {
+        const INCONSISTENT: &str =
+            "a locate walk does not reach a sample: psi or the SA samples are inconsistent";
         let filling = self.sa_layers.any_filling || self.isa_layers.any_filling;
         pending_fills.clear();
-        let mut indices: Vec<u64> = Vec::with_capacity(cursors.len());
-        let mut rounds = 0u64;
-        let mut inconsistent = false;
-        while !cursors.is_empty() {
+        let mut steps = 0u64;
+        while !indices.is_empty() {
             // Psi is one cycle through all entries and entry 0 is always sampled, so a
             // walk longer than the number of entries can only come from corrupt data.
-            rounds += 1;
-            if rounds > self.psi.entries() + 1 || inconsistent {
-                return Err(
-                    "a locate walk does not reach a sample: psi or the SA samples are inconsistent"
-                        .into(),
-                );
+            if steps > self.psi.entries() {
+                return Err(INCONSISTENT.into());
             }
-            cursors.retain(|cursor| match self.sa.get(&self.sa_layers, cursor.index) {
-                Some(value) => {
-                    match value.checked_sub(cursor.steps) {
-                        Some(offset) => out[cursor.slot] = offset,
-                        None => inconsistent = true,
+            let mut j = 0;
+            while j < indices.len() {
+                let index = indices[j];
+                match self.sa.get(&self.sa_layers, index) {
+                    Some(value) => {
+                        out[slots[j]] = value.checked_sub(steps).ok_or(INCONSISTENT)?;
+                        indices.swap_remove(j);
+                        slots.swap_remove(j);
                     }
-                    false
-                }
-                None => {
-                    if filling && self.sa.shape().slot(cursor.index).is_some() {
-                        pending_fills.push((cursor.slot, cursor.index, cursor.steps));
+                    None => {
+                        if filling && self.sa.shape().slot(index).is_some() {
+                            pending_fills.push((slots[j], index, steps));
+                        }
+                        j += 1;
                     }
-                    true
                 }
-            });
-            indices.clear();
-            indices.extend(cursors.iter().map(|c| c.index));
-            self.psi.advance_all(&mut indices, scratch);
-            for (cursor, &next) in cursors.iter_mut().zip(indices.iter()) {
-                cursor.index = next;
-                cursor.steps += 1;
             }
+            self.psi.advance_all(indices, scratch);
+            steps += 1;
         }
         for &(slot, index, steps) in pending_fills.iter() {
             let position = out[slot] + steps;
@@ -178,39 +169,40 @@ impl QueryView<'_> {
             }
             position += target_rate;
         }
-        let mut walks: Vec<ExtractWalk> = starts
-            .iter()
-            .enumerate()
-            .map(|(k, &(from, entry))| ExtractWalk {
-                position: from,
-                index: entry,
-                end: starts.get(k + 1).map_or(end, |next| next.0),
-            })
-            .collect();
         let filling = self.sa_layers.any_filling || self.isa_layers.any_filling;
-        let mut scratch = Vec::new();
-        let mut indices = Vec::new();
-        for group in walks.chunks_mut(WALK_BATCH) {
-            let mut active: Vec<&mut ExtractWalk> = group.iter_mut().collect();
-            while !active.is_empty() {
-                for walk in active.iter_mut() {
-                    if walk.position >= offset {
-                        let column = self.psi.column_of(walk.index);
-                        out[(walk.position - offset) as usize] = (column - 1) as u8;
+        let mut scratch = Vec::with_capacity(WALK_BATCH);
+        let (mut indices, mut positions, mut ends) = (Vec::new(), Vec::new(), Vec::new());
+        for (group_start, group) in starts.chunks(WALK_BATCH).enumerate() {
+            let first = group_start * WALK_BATCH;
+            indices.clear();
+            positions.clear();
+            ends.clear();
+            for (k, &(from, entry)) in group.iter().enumerate() {
+                indices.push(entry);
+                positions.push(from);
+                ends.push(starts.get(first + k + 1).map_or(end, |next| next.0));
+            }
+            while !indices.is_empty() {
+                let mut j = 0;
+                while j < indices.len() {
+                    let (index, position) = (indices[j], positions[j]);
+                    if position >= offset {
+                        out[(position - offset) as usize] = (self.psi.column_of(index) - 1) as u8;
                     }
                     if filling {
-                        self.sa.offer(&self.sa_layers, walk.index, walk.position);
-                        self.isa.offer(&self.isa_layers, walk.position, walk.index);
+                        self.sa.offer(&self.sa_layers, index, position);
+                        self.isa.offer(&self.isa_layers, position, index);
                     }
-                    walk.position += 1;
+                    if position + 1 < ends[j] {
+                        positions[j] = position + 1;
+                        j += 1;
+                    } else {
+                        indices.swap_remove(j);
+                        positions.swap_remove(j);
+                        ends.swap_remove(j);
+                    }
                 }
-                active.retain(|walk| walk.position < walk.end);
-                indices.clear();
-                indices.extend(active.iter().map(|w| w.index));
                 self.psi.advance_all(&mut indices, &mut scratch);
-                for (walk, &next) in active.iter_mut().zip(indices.iter()) {
-                    walk.index = next;
-                }
             }
         }
         out
@@ -276,12 +268,6 @@ impl QueryView<'_> {
         }
         Some((sa_values, isa_values))
     }
-}
-
-struct Cursor {
-    slot: usize,
-    index: u64,
-    steps: u64,
 }
 
 struct ExtractWalk {
