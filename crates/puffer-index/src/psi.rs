@@ -380,32 +380,43 @@ impl Psi {
     /// Replaces every `indices[j]` by `psi[indices[j]]`, overlapping the memory
     /// accesses of independent lookups (prefetch all headers, then all streams, then decode).
     pub fn advance_all(&self, indices: &mut [u64], scratch: &mut Vec<(u64, u64)>) {
+        // A software pipeline: lookup `j` prefetches its header, lookup `j - HEADER_AHEAD`
+        // reads its (now cached) header and prefetches its stream bits, and lookup
+        // `j - DECODE_AHEAD` decodes. Spacing the prefetches keeps the misses in flight
+        // within what the memory system tracks, while each has time to arrive.
+        const STREAM_AHEAD: usize = 8;
+        const DECODE_AHEAD: usize = 16;
+        let n = indices.len();
         scratch.clear();
-        for &i in indices.iter() {
-            let (block, k) = self.locate_entry(i);
-            prefetch(
-                &self.headers,
-                (block * self.layout.header_width() as u64 / 8) as usize,
-            );
-            prefetch(
-                &self.superblocks,
-                ((block >> self.superblock_shift) * 8) as usize,
-            );
-            scratch.push((block, k));
-        }
-        for &(block, k) in scratch.iter() {
-            // The header is now (likely) cached; re-read when decoding.
-            let (_, pos) = self.block_header(block);
-            let first_byte = (pos / 8) as usize;
-            prefetch(&self.stream, first_byte);
-            // Decoding `k` entries reads a few bits each: fetch the next line too when
-            // the walk through the block likely crosses into it.
-            if k > 16 {
-                prefetch(&self.stream, first_byte + 64);
+        scratch.resize(n, (0, 0));
+        for j in 0..n + DECODE_AHEAD {
+            if j < n {
+                let (block, k) = self.locate_entry(indices[j]);
+                prefetch(
+                    &self.headers,
+                    (block * self.layout.header_width() as u64 / 8) as usize,
+                );
+                prefetch(
+                    &self.superblocks,
+                    ((block >> self.superblock_shift) * 8) as usize,
+                );
+                scratch[j] = (block, k);
             }
-        }
-        for (slot, &(block, k)) in indices.iter_mut().zip(scratch.iter()) {
-            *slot = self.decode_in_block(block, k);
+            if let Some(t) = j.checked_sub(STREAM_AHEAD).filter(|&t| t < n) {
+                let (block, k) = scratch[t];
+                let (_, pos) = self.block_header(block);
+                let first_byte = (pos / 8) as usize;
+                prefetch(&self.stream, first_byte);
+                // Decoding `k` entries reads a few bits each: fetch the next line too when
+                // the walk through the block likely crosses into it.
+                if k > 16 {
+                    prefetch(&self.stream, first_byte + 64);
+                }
+            }
+            if let Some(t) = j.checked_sub(DECODE_AHEAD).filter(|&t| t < n) {
+                let (block, k) = scratch[t];
+                indices[t] = self.decode_in_block(block, k);
+            }
         }
     }
 
