@@ -62,80 +62,64 @@ impl QueryView<'_> {
     }
 
     /// Text offsets of suffix-array entries `start..end` (unsorted, in entry order).
+    ///
+    /// Up to [`WALK_BATCH`] walks along Psi run in lockstep, each until it meets an SA
+    /// sample; a finished walk is swapped out and the next entry of the range takes its
+    /// place, so the long tail of one walk overlaps with the start of others.
     /// Fails only on an inconsistent index (a walk that never meets a sample).
     pub fn locate_range(&self, start: u64, end: u64) -> Result<Vec<u64>, String> {
-        let mut out = vec![0u64; (end - start) as usize];
-        let mut indices = Vec::with_capacity(WALK_BATCH);
-        let mut slots = Vec::with_capacity(WALK_BATCH);
-        let mut scratch = Vec::with_capacity(WALK_BATCH);
-        let mut pending_fills: Vec<(usize, u64, u64)> = Vec::new();
-        let mut batch_start = start;
-        while batch_start < end {
-            let batch_end = (batch_start + WALK_BATCH as u64).min(end);
-            indices.clear();
-            indices.extend(batch_start..batch_end);
-            slots.clear();
-            slots.extend((batch_start - start) as usize..(batch_end - start) as usize);
-            self.resolve_walks(
-                &mut indices,
-                &mut slots,
-                &mut out,
-                &mut scratch,
-                &mut pending_fills,
-            )?;
-            batch_start = batch_end;
-        }
-        Ok(out)
-    }
-
-    /// Walks every entry of `indices` along Psi until it meets an SA sample; all walks
-    /// of a batch start together, so one step counter serves them all. A walk that
-    /// finishes is swapped out, keeping the live walks contiguous for `advance_all`.
-    fn resolve_walks(
-        &self,
-        indices: &mut Vec<u64>,
-        slots: &mut Vec<usize>,
-        out: &mut [u64],
-        scratch: &mut Vec<(u64, u64)>,
-        pending_fills: &mut Vec<(usize, u64, u64)>,
-    ) -> Result<(), String> {
         const INCONSISTENT: &str =
             "a locate walk does not reach a sample: psi or the SA samples are inconsistent";
         let filling = self.sa_layers.any_filling || self.isa_layers.any_filling;
-        pending_fills.clear();
-        let mut steps = 0u64;
-        while !indices.is_empty() {
-            // Psi is one cycle through all entries and entry 0 is always sampled, so a
-            // walk longer than the number of entries can only come from corrupt data.
-            if steps > self.psi.entries() {
-                return Err(INCONSISTENT.into());
+        let mut out = vec![0u64; (end - start) as usize];
+        let mut indices: Vec<u64> = Vec::with_capacity(WALK_BATCH);
+        // Per live walk: (slot in `out`, round at which it started).
+        let mut walks: Vec<(usize, u64)> = Vec::with_capacity(WALK_BATCH);
+        let mut scratch = Vec::with_capacity(WALK_BATCH);
+        let mut pending_fills: Vec<(usize, u64, u64)> = Vec::new();
+        let mut next = start;
+        let mut round = 0u64;
+        loop {
+            while indices.len() < WALK_BATCH && next < end {
+                indices.push(next);
+                walks.push(((next - start) as usize, round));
+                next += 1;
+            }
+            if indices.is_empty() {
+                break;
             }
             let mut j = 0;
             while j < indices.len() {
-                let index = indices[j];
+                let (index, (slot, started)) = (indices[j], walks[j]);
+                let steps = round - started;
+                // Psi is one cycle through all entries and entry 0 is always sampled, so
+                // a walk longer than the number of entries can only come from corrupt data.
+                if steps > self.psi.entries() {
+                    return Err(INCONSISTENT.into());
+                }
                 match self.sa.get(&self.sa_layers, index) {
                     Some(value) => {
-                        out[slots[j]] = value.checked_sub(steps).ok_or(INCONSISTENT)?;
+                        out[slot] = value.checked_sub(steps).ok_or(INCONSISTENT)?;
                         indices.swap_remove(j);
-                        slots.swap_remove(j);
+                        walks.swap_remove(j);
                     }
                     None => {
                         if filling && self.sa.shape().slot(index).is_some() {
-                            pending_fills.push((slots[j], index, steps));
+                            pending_fills.push((slot, index, steps));
                         }
                         j += 1;
                     }
                 }
             }
-            self.psi.advance_all(indices, scratch);
-            steps += 1;
+            self.psi.advance_all(&mut indices, &mut scratch);
+            round += 1;
         }
-        for &(slot, index, steps) in pending_fills.iter() {
+        for &(slot, index, steps) in &pending_fills {
             let position = out[slot] + steps;
             self.sa.offer(&self.sa_layers, index, position);
             self.isa.offer(&self.isa_layers, position, index);
         }
-        Ok(())
+        Ok(out)
     }
 
     /// The nearest ISA sample at or before `position` in the current layers: (position, entry).
