@@ -2,6 +2,8 @@
 //! locating by interleaved Psi walks to the nearest SA sample, extracting by
 //! interleaved walks from ISA samples. Walks feed layers being filled (BlowFish Algorithm 1).
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::lsa::{LayerSet, LayeredSampledArray};
@@ -16,6 +18,10 @@ pub(crate) struct QueryView<'a> {
     pub isa_layers: Arc<LayerSet>,
     pub text_len: u64,
 }
+
+/// A locate walk longer than this many times the densest sampling rate starts
+/// recording its path (random-looking text almost never gets there).
+const LONG_WALK_RATES: u64 = 4;
 
 /// Walks processed in lockstep; enough to overlap cache misses, few enough to stay in cache.
 const WALK_BATCH: usize = 256;
@@ -66,6 +72,13 @@ impl QueryView<'_> {
     /// Up to [`WALK_BATCH`] walks along Psi run in lockstep, each until it meets an SA
     /// sample; a finished walk is swapped out and the next entry of the range takes its
     /// place, so the long tail of one walk overlaps with the start of others.
+    ///
+    /// Walks are short on most text, but in long runs and periodic stretches the entries
+    /// of consecutive positions can be a constant stride apart and skip every sampled
+    /// entry for the whole run. So a walk that grows long records the entries it visits;
+    /// a walk that reaches an entry another walk already visited stops there and takes
+    /// its offset from that walk (they share the rest of the path). Locating all
+    /// occurrences inside a run then costs O(occurrences), not O(occurrences x run).
     /// Fails only on an inconsistent index (a walk that never meets a sample).
     pub fn locate_range(&self, start: u64, end: u64) -> Result<Vec<u64>, String> {
         const INCONSISTENT: &str =
@@ -77,6 +90,11 @@ impl QueryView<'_> {
         let mut walks: Vec<(usize, u64)> = Vec::with_capacity(WALK_BATCH);
         let mut scratch = Vec::with_capacity(WALK_BATCH);
         let mut pending_fills: Vec<(usize, u64, u64)> = Vec::new();
+        let long_walk_steps = LONG_WALK_RATES * self.finest_sa_rate();
+        // Entries visited by long walks: entry -> (slot, steps at the visit).
+        let mut visited: HashMap<u64, (usize, u64)> = HashMap::new();
+        // out[slot] = out[target] + delta, for walks that joined another walk's path.
+        let mut links: Vec<(usize, usize, i64)> = Vec::new();
         let mut next = start;
         let mut round = 0u64;
         loop {
@@ -107,6 +125,21 @@ impl QueryView<'_> {
                         if filling && self.sa.shape().slot(index).is_some() {
                             pending_fills.push((slot, index, steps));
                         }
+                        if steps >= long_walk_steps {
+                            match visited.entry(index) {
+                                Entry::Occupied(seen) if seen.get().0 != slot => {
+                                    let (target, target_steps) = *seen.get();
+                                    links.push((slot, target, target_steps as i64 - steps as i64));
+                                    indices.swap_remove(j);
+                                    walks.swap_remove(j);
+                                    continue;
+                                }
+                                Entry::Occupied(_) => return Err(INCONSISTENT.into()),
+                                Entry::Vacant(vacant) => {
+                                    vacant.insert((slot, steps));
+                                }
+                            }
+                        }
                         j += 1;
                     }
                 }
@@ -114,12 +147,19 @@ impl QueryView<'_> {
             self.psi.advance_all(&mut indices, &mut scratch);
             round += 1;
         }
+        resolve_links(&mut out, &links).ok_or(INCONSISTENT)?;
         for &(slot, index, steps) in &pending_fills {
             let position = out[slot] + steps;
             self.sa.offer(&self.sa_layers, index, position);
             self.isa.offer(&self.isa_layers, position, index);
         }
         Ok(out)
+    }
+
+    /// The densest SA sampling rate among the layers this query sees.
+    fn finest_sa_rate(&self) -> u64 {
+        let depth = self.sa_layers.depth().max(1);
+        self.sa.shape().rate(depth - 1)
     }
 
     /// The nearest ISA sample at or before `position` in the current layers: (position, entry).
@@ -252,6 +292,36 @@ impl QueryView<'_> {
         }
         Some((sa_values, isa_values))
     }
+}
+
+/// Assigns `out[slot] = out[target] + delta` for every link, targets first; a link
+/// chain is followed once and each slot is resolved once. `None` on a cycle or an
+/// offset out of range (only possible on an inconsistent index).
+fn resolve_links(out: &mut [u64], links: &[(usize, usize, i64)]) -> Option<()> {
+    if links.is_empty() {
+        return Some(());
+    }
+    let mut link_of: HashMap<usize, (usize, i64)> = links
+        .iter()
+        .map(|&(slot, target, delta)| (slot, (target, delta)))
+        .collect();
+    let mut chain = Vec::new();
+    for &(first, _, _) in links {
+        let mut slot = first;
+        while let Some(&(target, delta)) = link_of.get(&slot) {
+            chain.push((slot, target, delta));
+            if chain.len() > links.len() {
+                return None;
+            }
+            slot = target;
+        }
+        for &(slot, target, delta) in chain.iter().rev() {
+            out[slot] = out[target].checked_add_signed(delta)?;
+            link_of.remove(&slot);
+        }
+        chain.clear();
+    }
+    Some(())
 }
 
 struct ExtractWalk {

@@ -230,3 +230,53 @@ proptest! {
         check_all_configurations(&text, &extra);
     }
 }
+
+/// Several long runs of one byte: inside them the entries of consecutive positions can
+/// be a constant (even) stride apart and skip every sampled entry for the whole run, so
+/// locating relies on walks sharing their paths. Every answer against a naive scan.
+#[test]
+fn long_runs_locate_exactly() {
+    let mut text = Vec::new();
+    let mut x: u64 = 7;
+    for run in [20_000usize, 15_000, 20_000, 3] {
+        text.extend(std::iter::repeat_n(b'N', run));
+        for _ in 0..500 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            text.push(b"ACGT"[(x % 4) as usize]);
+        }
+    }
+    text.extend(b"abababababababababababababababab".repeat(400));
+    for options in [
+        BuildOptions::default(),
+        BuildOptions {
+            sa_rate: 4,
+            isa_rate: 8,
+            levels: 2,
+            psi_block_len: 16,
+            threads: 1,
+        },
+    ] {
+        let index = TextIndex::build_with(&text, &options, &mut |_, _| {}).unwrap();
+        for pattern in [
+            &b"NNNNNNNN"[..],
+            b"NNNA",
+            b"NC",
+            b"abab",
+            b"babababa",
+            b"Nab",
+        ] {
+            let expected = naive_search(&text, pattern);
+            assert_eq!(
+                index.search(pattern, None).unwrap(),
+                expected,
+                "search {pattern:?}"
+            );
+        }
+        assert_eq!(
+            index.range_search(b"N", b"NNNN", None).unwrap(),
+            naive_range(&text, b"N", b"NNNN")
+        );
+    }
+}
