@@ -1,6 +1,8 @@
 //! Queries running while layers are added (both construction modes), dropped and
 //! cancelled: every answer is checked against answers precomputed by a naive scan.
 
+mod common;
+use common::{naive_range, naive_search, word_text, xorshift};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,54 +21,6 @@ const QUERY_BUDGET: Duration = Duration::from_secs(3);
 const MAX_ITERATIONS_PER_THREAD: u64 = 50_000;
 /// Answers larger than this are left out of the fixed sets, to keep each query cheap.
 const MAX_ANSWER: usize = 4_000;
-
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
-/// Words from a fixed vocabulary, so that patterns have many occurrences.
-fn word_text(len: usize, seed: u64) -> Vec<u8> {
-    const WORDS: [&str; 16] = [
-        "the", "a", "puffer", "fish", "swims", "in", "deep", "blue", "sea", "and", "eats", "small",
-        "shrimp", "while", "sharks", "sleep",
-    ];
-    let mut x = seed | 1;
-    let mut text = Vec::with_capacity(len + 16);
-    while text.len() < len {
-        let r = xorshift(&mut x);
-        text.extend_from_slice(WORDS[(r % WORDS.len() as u64) as usize].as_bytes());
-        text.push(match (r >> 32) % 20 {
-            0 => b'\n',
-            1 => b',',
-            _ => b' ',
-        });
-    }
-    text.truncate(len);
-    text
-}
-
-fn naive_search(text: &[u8], pattern: &[u8]) -> Vec<u64> {
-    if pattern.len() > text.len() {
-        return Vec::new();
-    }
-    (0..=text.len() - pattern.len())
-        .filter(|&i| &text[i..i + pattern.len()] == pattern)
-        .map(|i| i as u64)
-        .collect()
-}
-
-fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
-    (0..text.len())
-        .filter(|&j| {
-            let suffix = &text[j..];
-            suffix >= lo && &suffix[..suffix.len().min(hi.len())] <= hi
-        })
-        .map(|j| j as u64)
-        .collect()
-}
 
 /// Fixed query sets with their answers, computed once by naive scans.
 struct Oracle {

@@ -1,6 +1,8 @@
 //! The index file format: round trips, and every corruption, truncation and foreign file
 //! refused with a clean error naming the file (never a panic), checked against the text.
 
+mod common;
+use common::{naive_range, naive_search, word_text, xorshift};
 use std::io::{Seek, SeekFrom, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -27,54 +29,6 @@ fn small_options() -> BuildOptions {
         psi_block_len: 32,
         threads: 1,
     }
-}
-
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
-/// Words from a fixed vocabulary, so that patterns have many occurrences.
-fn word_text(len: usize, seed: u64) -> Vec<u8> {
-    const WORDS: [&str; 12] = [
-        "puffer", "fish", "swims", "in", "the", "deep", "blue", "sea", "and", "eats", "small",
-        "shrimp",
-    ];
-    let mut x = seed | 1;
-    let mut text = Vec::with_capacity(len + 16);
-    while text.len() < len {
-        let r = xorshift(&mut x);
-        text.extend_from_slice(WORDS[(r % WORDS.len() as u64) as usize].as_bytes());
-        text.push(match (r >> 32) % 16 {
-            0 => b'\n',
-            1 => b',',
-            _ => b' ',
-        });
-    }
-    text.truncate(len);
-    text
-}
-
-fn naive_search(text: &[u8], pattern: &[u8]) -> Vec<u64> {
-    if pattern.len() > text.len() {
-        return Vec::new();
-    }
-    (0..=text.len() - pattern.len())
-        .filter(|&i| &text[i..i + pattern.len()] == pattern)
-        .map(|i| i as u64)
-        .collect()
-}
-
-fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
-    (0..text.len())
-        .filter(|&j| {
-            let suffix = &text[j..];
-            suffix >= lo && &suffix[..suffix.len().min(hi.len())] <= hi
-        })
-        .map(|j| j as u64)
-        .collect()
 }
 
 /// Substrings of the text (so they hit) plus a few that do not occur.

@@ -1,43 +1,9 @@
 //! Every query checked against a naive scan of the text, for every layer configuration.
 
+mod common;
+use common::{naive_range, naive_search, naive_wildcard};
 use proptest::prelude::*;
-use puffer_index::{BuildOptions, Construction, TextIndex, WildcardMatch};
-
-fn naive_search(text: &[u8], pattern: &[u8]) -> Vec<u64> {
-    if pattern.len() > text.len() {
-        return Vec::new();
-    }
-    (0..=text.len() - pattern.len())
-        .filter(|&i| &text[i..i + pattern.len()] == pattern)
-        .map(|i| i as u64)
-        .collect()
-}
-
-fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
-    (0..text.len())
-        .filter(|&j| {
-            let suffix = &text[j..];
-            suffix >= lo && &suffix[..suffix.len().min(hi.len())] <= hi
-        })
-        .map(|j| j as u64)
-        .collect()
-}
-
-fn naive_wildcard(text: &[u8], prefix: &[u8], suffix: &[u8], max_gap: u64) -> Vec<WildcardMatch> {
-    let mut out = Vec::new();
-    for p in naive_search(text, prefix) {
-        for s in naive_search(text, suffix) {
-            let earliest = p + prefix.len() as u64;
-            if s >= earliest && s - earliest <= max_gap {
-                out.push(WildcardMatch {
-                    start: p,
-                    len: s + suffix.len() as u64 - p,
-                });
-            }
-        }
-    }
-    out
-}
+use puffer_index::{BuildOptions, Construction, TextIndex};
 
 /// Patterns: substrings of the text (so most hit) and the given extra ones.
 fn patterns_for(text: &[u8], seed: u64, extra: &[Vec<u8>]) -> Vec<Vec<u8>> {

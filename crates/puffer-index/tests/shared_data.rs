@@ -3,6 +3,8 @@
 //! scan. Skips, saying why, where the data or the `xz` tool is absent (a user's checkout
 //! has no `../shared`).
 
+mod common;
+use common::naive_search;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -58,14 +60,6 @@ fn corpus_prefix(name: &str) -> Option<Vec<u8>> {
             None
         }
     }
-}
-
-fn naive_search(text: &[u8], pattern: &[u8]) -> Vec<u64> {
-    text.windows(pattern.len())
-        .enumerate()
-        .filter(|(_, w)| *w == pattern)
-        .map(|(i, _)| i as u64)
-        .collect()
 }
 
 fn check_corpus(name: &str) {
