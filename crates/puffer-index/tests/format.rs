@@ -2,7 +2,7 @@
 //! refused with a clean error naming the file (never a panic), checked against the text.
 
 mod common;
-use common::{naive_range, naive_search, word_text, xorshift};
+use common::{check_pattern_queries, naive_range, word_text, xorshift};
 use std::io::{Seek, SeekFrom, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -46,26 +46,8 @@ fn patterns_for(text: &[u8], seed: u64) -> Vec<Vec<u8>> {
 
 /// Every query kind against the oracle; `label` names the situation in failures.
 fn check_against_text(index: &TextIndex, text: &[u8], label: &str) {
-    assert_eq!(index.text_len(), text.len() as u64, "{label}: text_len");
     let patterns = patterns_for(text, text.len() as u64 ^ 0x9e37_79b9);
-    for pattern in &patterns {
-        let expected = naive_search(text, pattern);
-        assert_eq!(
-            index.count(pattern).unwrap(),
-            expected.len() as u64,
-            "{label}: count {pattern:?}"
-        );
-        assert_eq!(
-            index.search(pattern, None).unwrap(),
-            expected,
-            "{label}: search {pattern:?}"
-        );
-        assert_eq!(
-            index.search(pattern, Some(3)).unwrap(),
-            expected[..expected.len().min(3)].to_vec(),
-            "{label}: search limit 3 {pattern:?}"
-        );
-    }
+    check_pattern_queries(index, text, &patterns, 3, label);
     for pair in patterns.windows(2).take(6) {
         let (lo, hi) = (&pair[0], &pair[1]);
         assert_eq!(

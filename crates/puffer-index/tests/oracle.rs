@@ -1,7 +1,7 @@
 //! Every query checked against a naive scan of the text, for every layer configuration.
 
 mod common;
-use common::{naive_range, naive_search, naive_wildcard};
+use common::{check_pattern_queries, naive_range, naive_search, naive_wildcard};
 use proptest::prelude::*;
 use puffer_index::{BuildOptions, Construction, TextIndex};
 
@@ -24,26 +24,7 @@ fn patterns_for(text: &[u8], seed: u64, extra: &[Vec<u8>]) -> Vec<Vec<u8>> {
 }
 
 fn check_queries(index: &TextIndex, text: &[u8], patterns: &[Vec<u8>], label: &str) {
-    assert_eq!(index.text_len(), text.len() as u64);
-    for pattern in patterns {
-        let expected = naive_search(text, pattern);
-        assert_eq!(
-            index.count(pattern).unwrap(),
-            expected.len() as u64,
-            "{label}: count {pattern:?}"
-        );
-        assert_eq!(
-            index.search(pattern, None).unwrap(),
-            expected,
-            "{label}: search {pattern:?}"
-        );
-        let limited = index.search(pattern, Some(2)).unwrap();
-        assert_eq!(
-            limited,
-            expected[..expected.len().min(2)].to_vec(),
-            "{label}: search limit {pattern:?}"
-        );
-    }
+    check_pattern_queries(index, text, patterns, 2, label);
     let n = text.len() as u64;
     for (offset, len) in [
         (0, n),

@@ -1,7 +1,7 @@
 //! Oracles and text generators shared by the integration tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use puffer_index::WildcardMatch;
+use puffer_index::{TextIndex, WildcardMatch};
 
 pub fn xorshift(x: &mut u64) -> u64 {
     *x ^= *x << 13;
@@ -70,4 +70,34 @@ pub fn naive_wildcard(
         }
     }
     out
+}
+
+/// `count`, `search` and `search` with a limit of `limit` for every pattern, against
+/// the naive scan; `label` names the situation in failures.
+pub fn check_pattern_queries(
+    index: &TextIndex,
+    text: &[u8],
+    patterns: &[Vec<u8>],
+    limit: usize,
+    label: &str,
+) {
+    assert_eq!(index.text_len(), text.len() as u64, "{label}: text_len");
+    for pattern in patterns {
+        let expected = naive_search(text, pattern);
+        assert_eq!(
+            index.count(pattern).unwrap(),
+            expected.len() as u64,
+            "{label}: count {pattern:?}"
+        );
+        assert_eq!(
+            index.search(pattern, None).unwrap(),
+            expected,
+            "{label}: search {pattern:?}"
+        );
+        assert_eq!(
+            index.search(pattern, Some(limit)).unwrap(),
+            expected[..expected.len().min(limit)].to_vec(),
+            "{label}: search limit {limit} {pattern:?}"
+        );
+    }
 }
