@@ -300,50 +300,41 @@ impl Psi {
         let mut avail = 64 - (pos & 7) as u32;
         let mut context_offset = 0usize;
         let table_mask = (1usize << huffman::TABLE_BITS) - 1;
-        // Main loop: pair entries, usually two symbols per lookup.
+        // Pair entries decode two symbols per lookup in the common case; a slow entry,
+        // or a pair that overshoots the target, takes the single-symbol path below.
+        let mut use_pairs = true;
         while remaining > 0 {
-            if avail < huffman::TABLE_BITS {
-                window = peek_bits(&self.stream, pos);
-                avail = 64 - (pos & 7) as u32;
-            }
-            let entry = self.pair_tables[context_offset | (window as usize & table_mask)];
-            if entry & huffman::ENTRY_SLOW != 0 {
-                let step = self.decode_step(context_offset >> huffman::TABLE_BITS, pos);
-                if step.count > remaining {
-                    return value + remaining;
+            if use_pairs {
+                if avail < huffman::TABLE_BITS {
+                    window = peek_bits(&self.stream, pos);
+                    avail = 64 - (pos & 7) as u32;
                 }
-                context_offset = usize::from(step.delta == step.count) << huffman::TABLE_BITS;
-                value += step.delta;
-                remaining -= step.count;
-                pos += u64::from(step.bits);
-                avail = 0; // refill after a slow step
-                continue;
+                let entry = self.pair_tables[context_offset | (window as usize & table_mask)];
+                if entry & huffman::ENTRY_SLOW == 0 {
+                    let (bits, count) = (entry & 15, u64::from((entry >> 4) & 0x1FFF));
+                    if count <= remaining {
+                        context_offset = (((entry >> 30) & 1) as usize) << huffman::TABLE_BITS;
+                        value += u64::from((entry >> 17) & 0x1FFF);
+                        remaining -= count;
+                        pos += u64::from(bits);
+                        window >>= bits;
+                        avail -= bits;
+                        continue;
+                    }
+                    // The last pair overshoots: finish one symbol at a time (at most two).
+                    use_pairs = false;
+                }
             }
-            let (bits, count, delta) = (
-                entry & 15,
-                u64::from((entry >> 4) & 0x1FFF),
-                u64::from((entry >> 17) & 0x1FFF),
-            );
-            if count > remaining {
-                break;
-            }
-            context_offset = (((entry >> 30) & 1) as usize) << huffman::TABLE_BITS;
-            value += delta;
-            remaining -= count;
-            pos += u64::from(bits);
-            window >>= bits;
-            avail -= bits;
-        }
-        // Tail: the last pair overshoots; finish one symbol at a time (at most two steps).
-        while remaining > 0 {
             let step = self.decode_step(context_offset >> huffman::TABLE_BITS, pos);
             if step.count > remaining {
+                // Inside a run of ones.
                 return value + remaining;
             }
             context_offset = usize::from(step.delta == step.count) << huffman::TABLE_BITS;
             value += step.delta;
             remaining -= step.count;
             pos += u64::from(step.bits);
+            avail = 0; // the window no longer matches `pos`: refill
         }
         value
     }
