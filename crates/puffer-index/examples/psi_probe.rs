@@ -77,17 +77,6 @@ fn main() {
         acc = acc.wrapping_add(psi.get(idx[j & 15]));
     }
     println!("hot get: {:.1} ns", t.elapsed().as_nanos() as f64 / 2e6);
-    let (mut steps, mut slow) = (0u64, 0u64);
-    for &i in &idx[..100_000] {
-        let (a, b) = psi.probe_steps(i);
-        steps += a;
-        slow += b;
-    }
-    println!(
-        "steps per get {:.1}, slow {:.2}",
-        steps as f64 / 1e5,
-        slow as f64 / 1e5
-    );
     println!("{acc} {i}");
     let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
     for line in rollup.lines().filter(|l| l.contains("Huge")) {

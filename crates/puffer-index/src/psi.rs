@@ -339,28 +339,6 @@ impl Psi {
         value
     }
 
-    /// (decode steps, slow steps) a lookup of `i` takes; a development probe.
-    #[doc(hidden)]
-    pub fn probe_steps(&self, i: u64) -> (u64, u64) {
-        let (block, k) = self.locate_entry(i);
-        let (_, mut pos) = self.block_header(block);
-        let (mut steps, mut slow, mut remaining, mut context) = (0, 0, k, 0usize);
-        while remaining > 0 {
-            let window = peek_bits(&self.stream, pos) as usize & ((1 << huffman::TABLE_BITS) - 1);
-            let entry = self.tables[(context << huffman::TABLE_BITS) | window];
-            slow += u64::from(entry & huffman::ENTRY_SLOW != 0);
-            let step = self.decode_step(context, pos);
-            context = usize::from(step.delta == step.count);
-            steps += 1;
-            if step.count > remaining {
-                break;
-            }
-            remaining -= step.count;
-            pos += u64::from(step.bits);
-        }
-        (steps, slow)
-    }
-
     /// `psi[i]`.
     #[inline]
     pub fn get(&self, i: u64) -> u64 {
