@@ -153,13 +153,36 @@ fn decode_meta(bytes: &[u8]) -> std::result::Result<(PsiLayout, LsaShape, LsaSha
 /// Distinguishes temporary files of concurrent saves within one process.
 static SAVE_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Writes `index` to `path` through a temporary file, fsync, rename and directory fsync.
-pub fn save(index: &TextIndex, path: &Path) -> Result<()> {
-    let core = index.core();
-    let io = |source| IndexError::Io {
-        path: path.to_path_buf(),
+/// The file image of an index: header plus section table, then the sections.
+struct FileImage {
+    head: Vec<u8>,
+    sections: Vec<(u32, u32, Vec<u8>)>,
+    entries: Vec<SectionEntry>,
+}
+
+impl FileImage {
+    fn write(&self, out: &mut dyn Write) -> std::io::Result<u64> {
+        out.write_all(&self.head)?;
+        let mut written = self.head.len() as u64;
+        for ((_, _, bytes), e) in self.sections.iter().zip(&self.entries) {
+            out.write_all(&vec![0u8; (e.offset - written) as usize])?;
+            out.write_all(bytes)?;
+            written = e.offset + bytes.len() as u64;
+        }
+        Ok(written)
+    }
+}
+
+/// Writes the file image of `index` to `out`; returns the bytes written.
+pub fn write_to(index: &TextIndex, out: &mut dyn Write) -> Result<u64> {
+    image(index).write(out).map_err(|source| IndexError::Io {
+        path: PathBuf::from("(stream)"),
         source,
-    };
+    })
+}
+
+fn image(index: &TextIndex) -> FileImage {
+    let core = index.core();
     let (headers, superblocks, stream) = core.psi.sections();
     let mut sections: Vec<(u32, u32, Vec<u8>)> = vec![
         (
@@ -218,7 +241,20 @@ pub fn save(index: &TextIndex, path: &Path) -> Result<()> {
     }
     let crc = crc32fast::hash(&head);
     head[24..28].copy_from_slice(&crc.to_le_bytes());
+    FileImage {
+        head,
+        sections,
+        entries,
+    }
+}
 
+/// Writes `index` to `path` through a temporary file, fsync, rename and directory fsync.
+pub fn save(index: &TextIndex, path: &Path) -> Result<()> {
+    let io = |source| IndexError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let image = image(index);
     let file_name = path.file_name().ok_or_else(|| {
         IndexError::InvalidArgument(format!("{} is not a file path", path.display()))
     })?;
@@ -234,13 +270,7 @@ pub fn save(index: &TextIndex, path: &Path) -> Result<()> {
     ));
     let write = || -> std::io::Result<()> {
         let mut file = std::io::BufWriter::new(File::create(&tmp)?);
-        file.write_all(&head)?;
-        let mut written = head.len() as u64;
-        for ((_, _, bytes), e) in sections.iter().zip(&entries) {
-            file.write_all(&vec![0u8; (e.offset - written) as usize])?;
-            file.write_all(bytes)?;
-            written = e.offset + bytes.len() as u64;
-        }
+        image.write(&mut file)?;
         let file = file.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)?;

@@ -170,6 +170,12 @@ impl TextIndex {
         crate::format::save(self, path.as_ref())
     }
 
+    /// Writes the index file format to `out` (no temporary file, no fsync: the caller
+    /// owns durability); returns the bytes written.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> Result<u64> {
+        crate::format::write_to(self, out)
+    }
+
     fn view(&self) -> QueryView<'_> {
         QueryView {
             psi: &self.core.psi,
@@ -218,6 +224,53 @@ impl TextIndex {
         Self::check_pattern(pattern, "pattern")?;
         let (start, end) = self.view().suffix_range(pattern);
         Ok(end - start)
+    }
+
+    /// Half-open range of suffix-array entries whose suffixes start with `pattern`.
+    /// Entry 0 is the empty sentinel suffix, so a non-empty pattern never includes it.
+    pub fn suffix_range(&self, pattern: &[u8]) -> Result<(u64, u64)> {
+        Self::check_pattern(pattern, "pattern")?;
+        Ok(self.view().suffix_range(pattern))
+    }
+
+    /// First suffix-array entry whose suffix is `>= bound` (never the sentinel entry 0).
+    pub fn first_entry_at_least(&self, bound: &[u8]) -> Result<u64> {
+        Self::check_bound(bound)?;
+        Ok(self.view().lower_bound(bound).max(1))
+    }
+
+    /// First suffix-array entry whose suffix is `> bound` and does not start with `bound`.
+    pub fn first_entry_past(&self, bound: &[u8]) -> Result<u64> {
+        Self::check_bound(bound)?;
+        Ok(self.view().upper_bound(bound).max(1))
+    }
+
+    /// Number of suffix-array entries (text length + 1, the sentinel included).
+    pub fn entries(&self) -> u64 {
+        self.core.text_len + 1
+    }
+
+    /// Text offsets of suffix-array entries `start..end`, in entry order (not sorted).
+    pub fn locate(&self, start: u64, end: u64) -> Result<Vec<u64>> {
+        if start > end || end > self.entries() || (start == 0 && end > 0) {
+            return Err(IndexError::InvalidArgument(format!(
+                "entry range {start}..{end} is not within 1..{}",
+                self.entries()
+            )));
+        }
+        self.view()
+            .locate_range(start, end)
+            .map_err(inconsistent_index)
+    }
+
+    fn check_bound(bound: &[u8]) -> Result<()> {
+        if bound.len() > MAX_PATTERN_BYTES {
+            return Err(IndexError::InvalidArgument(format!(
+                "a bound of {} bytes exceeds {MAX_PATTERN_BYTES} bytes",
+                bound.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Offsets of all occurrences, ascending; with `limit`, only the smallest `limit`.

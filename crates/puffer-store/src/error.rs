@@ -1,0 +1,73 @@
+//! The one error type of the store crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong writing to or reading from a shard.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A record of a batch is not valid for the table; nothing of the batch was applied.
+    #[error("invalid record (key {key}), field {field:?}: {reason}")]
+    InvalidRecord {
+        /// The record's key, printable.
+        key: String,
+        /// The attribute (or the key's name).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A schema change or schema definition is not allowed.
+    #[error("schema error: {0}")]
+    Schema(String),
+    /// A query is malformed (unknown attribute, type mismatch, bad bound).
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
+    /// A write batch is malformed or too large.
+    #[error("invalid batch: {0}")]
+    InvalidBatch(String),
+    /// The write pipeline is full; retry later.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
+    /// A file operation failed.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file's content is damaged (checksum or structure).
+    #[error("corrupt file {path}: {detail}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What was found wrong.
+        detail: String,
+    },
+    /// The shard stopped after a failed fsync or write; reopen it to recover.
+    #[error("shard stopped: {0}; reopen it to recover from the log")]
+    Stopped(String),
+    /// The compressed index failed.
+    #[error(transparent)]
+    Index(#[from] puffer_index::IndexError),
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+impl StoreError {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A corruption found in `path`.
+    pub fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+}

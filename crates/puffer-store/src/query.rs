@@ -1,0 +1,623 @@
+//! Predicates on records, compiled against a schema, and their evaluation on each kind
+//! of stage: as suffix-array probes on text stages (sorted batches, segments), as
+//! n-gram-narrowed scans on log tables, and directly on decoded records (verification).
+
+use std::collections::HashSet;
+use std::ops::Bound;
+
+use crate::codec;
+use crate::error::{Result, StoreError};
+use crate::memtable::MemInner;
+use crate::schema::{AttrType, Schema, StoredRecord, Value};
+use crate::stage::TextStage;
+
+/// A condition on records. Attribute conditions are false on records that omit the
+/// attribute. The key can be named like an attribute (its values are strings).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Predicate {
+    /// Every record.
+    All,
+    /// Attribute equals the value.
+    Eq(String, Value),
+    /// Attribute equals one of the values.
+    In(String, Vec<Value>),
+    /// String attribute starts with the bytes.
+    Prefix(String, Vec<u8>),
+    /// String attribute ends with the bytes.
+    Suffix(String, Vec<u8>),
+    /// String attribute contains the bytes.
+    Contains(String, Vec<u8>),
+    /// Attribute between two bounds (numbers, timestamps, strings by bytes, bools).
+    Range {
+        /// Attribute name.
+        attribute: String,
+        /// Lower bound.
+        lower: Bound<Value>,
+        /// Upper bound.
+        upper: Bound<Value>,
+    },
+    /// The record has the attribute.
+    Exists(String),
+    /// Some string attribute of the record contains the bytes.
+    RecordContains(Vec<u8>),
+    /// All of them hold.
+    And(Vec<Predicate>),
+    /// At least one holds.
+    Or(Vec<Predicate>),
+}
+
+/// A test on one value.
+#[derive(Clone, Debug)]
+enum Test {
+    Eq(Value),
+    In(Vec<Value>),
+    Prefix(Vec<u8>),
+    Suffix(Vec<u8>),
+    Contains(Vec<u8>),
+    Range(Bound<Value>, Bound<Value>),
+    Exists,
+}
+
+/// A predicate with names resolved and types checked.
+#[derive(Clone, Debug)]
+pub enum Compiled {
+    /// Every record.
+    All,
+    /// A test on attribute `id`.
+    Attr(u16, TestBox),
+    /// A test on the key.
+    Key(TestBox),
+    /// Some string attribute contains the bytes.
+    RecordContains(Vec<u8>),
+    /// Conjunction.
+    And(Vec<Compiled>),
+    /// Disjunction.
+    Or(Vec<Compiled>),
+}
+
+/// An opaque compiled test (see [`Compiled`]).
+#[derive(Clone, Debug)]
+pub struct TestBox(Test);
+
+/// Most nodes a predicate may have.
+pub const MAX_PREDICATE_NODES: usize = 1024;
+
+fn coerce(value: &Value, target: AttrType, attribute: &str) -> Result<Value> {
+    match (value, target) {
+        (v, t) if v.attr_type() == t => match v {
+            Value::Float(f) if !f.is_finite() => Err(StoreError::InvalidQuery(format!(
+                "{f} is not a finite number (attribute {attribute:?})"
+            ))),
+            Value::Float(f) if *f == 0.0 => Ok(Value::Float(0.0)),
+            other => Ok(other.clone()),
+        },
+        (Value::Int(x), AttrType::Float) => Ok(Value::Float(*x as f64)),
+        (Value::Int(x), AttrType::Timestamp) => Ok(Value::Timestamp(*x)),
+        (v, t) => Err(StoreError::InvalidQuery(format!(
+            "attribute {attribute:?} is a {}; a {} value cannot be compared with it",
+            t.name(),
+            v.attr_type().name()
+        ))),
+    }
+}
+
+fn compile_test(predicate: &Predicate, target: AttrType, attribute: &str) -> Result<Test> {
+    let need_string = |what: &str| {
+        if target == AttrType::String {
+            Ok(())
+        } else {
+            Err(StoreError::InvalidQuery(format!(
+                "{what} needs a string attribute; {attribute:?} is a {}",
+                target.name()
+            )))
+        }
+    };
+    Ok(match predicate {
+        Predicate::Eq(_, v) => Test::Eq(coerce(v, target, attribute)?),
+        Predicate::In(_, vs) => {
+            if vs.is_empty() {
+                return Err(StoreError::InvalidQuery(format!(
+                    "IN on {attribute:?} needs at least one value"
+                )));
+            }
+            let vs: Result<Vec<Value>> = vs.iter().map(|v| coerce(v, target, attribute)).collect();
+            Test::In(vs?)
+        }
+        Predicate::Prefix(_, p) => {
+            need_string("prefix")?;
+            Test::Prefix(p.clone())
+        }
+        Predicate::Suffix(_, s) => {
+            need_string("suffix")?;
+            Test::Suffix(s.clone())
+        }
+        Predicate::Contains(_, s) => {
+            need_string("contains")?;
+            Test::Contains(s.clone())
+        }
+        Predicate::Range { lower, upper, .. } => {
+            let map = |b: &Bound<Value>| -> Result<Bound<Value>> {
+                Ok(match b {
+                    Bound::Included(v) => Bound::Included(coerce(v, target, attribute)?),
+                    Bound::Excluded(v) => Bound::Excluded(coerce(v, target, attribute)?),
+                    Bound::Unbounded => Bound::Unbounded,
+                })
+            };
+            Test::Range(map(lower)?, map(upper)?)
+        }
+        Predicate::Exists(_) => Test::Exists,
+        _ => unreachable!("compile_test is called on attribute predicates only"),
+    })
+}
+
+fn count_nodes(predicate: &Predicate) -> usize {
+    match predicate {
+        Predicate::And(children) | Predicate::Or(children) => {
+            1 + children.iter().map(count_nodes).sum::<usize>()
+        }
+        Predicate::In(_, values) => 1 + values.len(),
+        _ => 1,
+    }
+}
+
+impl Compiled {
+    /// Resolves names and checks types against `schema`.
+    pub fn new(predicate: &Predicate, schema: &Schema) -> Result<Compiled> {
+        let nodes = count_nodes(predicate);
+        if nodes > MAX_PREDICATE_NODES {
+            return Err(StoreError::InvalidQuery(format!(
+                "the predicate has {nodes} nodes; the limit is {MAX_PREDICATE_NODES}"
+            )));
+        }
+        Self::compile(predicate, schema)
+    }
+
+    fn compile(predicate: &Predicate, schema: &Schema) -> Result<Compiled> {
+        Ok(match predicate {
+            Predicate::All => Compiled::All,
+            Predicate::RecordContains(s) => Compiled::RecordContains(s.clone()),
+            Predicate::And(children) => Compiled::And(
+                children
+                    .iter()
+                    .map(|c| Self::compile(c, schema))
+                    .collect::<Result<_>>()?,
+            ),
+            Predicate::Or(children) => Compiled::Or(
+                children
+                    .iter()
+                    .map(|c| Self::compile(c, schema))
+                    .collect::<Result<_>>()?,
+            ),
+            Predicate::Eq(name, _)
+            | Predicate::In(name, _)
+            | Predicate::Prefix(name, _)
+            | Predicate::Suffix(name, _)
+            | Predicate::Contains(name, _)
+            | Predicate::Range {
+                attribute: name, ..
+            }
+            | Predicate::Exists(name) => {
+                if *name == schema.key {
+                    Compiled::Key(TestBox(compile_test(predicate, AttrType::String, name)?))
+                } else {
+                    let id = schema.require(name)?;
+                    let target = schema.attributes[id as usize].attr_type;
+                    Compiled::Attr(id, TestBox(compile_test(predicate, target, name)?))
+                }
+            }
+        })
+    }
+
+    /// Whether `record` satisfies the predicate.
+    pub fn matches(&self, record: &StoredRecord) -> bool {
+        match self {
+            Compiled::All => true,
+            Compiled::Attr(id, test) => record.get(*id).is_some_and(|v| test.0.holds(v)),
+            Compiled::Key(test) => test.0.holds(&Value::String(record.key.clone())),
+            Compiled::RecordContains(s) => record.fields.iter().any(|(_, v)| match v {
+                Value::String(bytes) => contains(bytes, s),
+                _ => false,
+            }),
+            Compiled::And(children) => children.iter().all(|c| c.matches(record)),
+            Compiled::Or(children) => children.iter().any(|c| c.matches(record)),
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+impl Test {
+    fn holds(&self, value: &Value) -> bool {
+        use std::cmp::Ordering::*;
+        let bytes = || match value {
+            Value::String(b) => Some(b.as_slice()),
+            _ => None,
+        };
+        match self {
+            Test::Eq(v) => value.cmp_same_type(v) == Some(Equal),
+            Test::In(vs) => vs.iter().any(|v| value.cmp_same_type(v) == Some(Equal)),
+            Test::Prefix(p) => bytes().is_some_and(|b| b.starts_with(p)),
+            Test::Suffix(s) => bytes().is_some_and(|b| b.ends_with(s)),
+            Test::Contains(s) => bytes().is_some_and(|b| contains(b, s)),
+            Test::Exists => true,
+            Test::Range(lower, upper) => {
+                let above = match lower {
+                    Bound::Included(v) => matches!(value.cmp_same_type(v), Some(Greater | Equal)),
+                    Bound::Excluded(v) => value.cmp_same_type(v) == Some(Greater),
+                    Bound::Unbounded => true,
+                };
+                let below = match upper {
+                    Bound::Included(v) => matches!(value.cmp_same_type(v), Some(Less | Equal)),
+                    Bound::Excluded(v) => value.cmp_same_type(v) == Some(Less),
+                    Bound::Unbounded => true,
+                };
+                above && below
+            }
+        }
+    }
+}
+
+/// How one suffix-array range is found.
+enum Probe {
+    /// Entries whose suffix starts with the bytes.
+    Prefix(Vec<u8>),
+    /// From the first entry `>=` (or past) the lower bytes to the first entry `>=`
+    /// (or past) the upper bytes; the flag says "past".
+    Between((Vec<u8>, bool), (Vec<u8>, bool)),
+}
+
+/// Probes that find a superset of a leaf's records; `exact` when every located
+/// occurrence is a distinct matching record (no verification needed).
+struct LeafProbes {
+    probes: Vec<Probe>,
+    exact: bool,
+}
+
+fn leaf_probes(compiled: &Compiled) -> Option<LeafProbes> {
+    let exact = |probes| {
+        Some(LeafProbes {
+            probes,
+            exact: true,
+        })
+    };
+    let loose = |pattern: Vec<u8>| {
+        Some(LeafProbes {
+            probes: vec![Probe::Prefix(pattern)],
+            exact: false,
+        })
+    };
+    match compiled {
+        Compiled::Attr(id, TestBox(test)) => {
+            let id = *id;
+            match test {
+                Test::Eq(v) => exact(vec![Probe::Prefix(codec::equals_pattern(id, v))]),
+                Test::In(vs) => {
+                    let mut distinct: Vec<Vec<u8>> =
+                        vs.iter().map(|v| codec::equals_pattern(id, v)).collect();
+                    distinct.sort();
+                    distinct.dedup();
+                    exact(distinct.into_iter().map(Probe::Prefix).collect())
+                }
+                Test::Prefix(p) => exact(vec![Probe::Prefix(codec::value_prefix_pattern(
+                    id,
+                    &Value::String(p.clone()),
+                ))]),
+                Test::Exists => exact(vec![Probe::Prefix(codec::field_start(id))]),
+                Test::Suffix(s) | Test::Contains(s) if s.is_empty() => {
+                    exact(vec![Probe::Prefix(codec::field_start(id))])
+                }
+                Test::Suffix(s) => {
+                    let mut pattern = codec::escape(s);
+                    pattern.push(codec::MARK);
+                    loose(pattern)
+                }
+                Test::Contains(s) => loose(codec::escape(s)),
+                Test::Range(lower, upper) => {
+                    let lower = match lower {
+                        Bound::Included(v) => (codec::value_prefix_pattern(id, v), false),
+                        Bound::Excluded(v) => (codec::equals_pattern(id, v), true),
+                        Bound::Unbounded => (codec::field_start(id), false),
+                    };
+                    let upper = match upper {
+                        Bound::Included(v) => (codec::equals_pattern(id, v), true),
+                        Bound::Excluded(v) => (codec::equals_pattern(id, v), false),
+                        Bound::Unbounded => (codec::field_start(id), true),
+                    };
+                    exact(vec![Probe::Between(lower, upper)])
+                }
+            }
+        }
+        Compiled::RecordContains(s) if !s.is_empty() => loose(codec::escape(s)),
+        _ => None,
+    }
+}
+
+/// Where a text stage's candidates come from.
+enum Source {
+    /// Every record.
+    Scan,
+    /// Suffix-array ranges, and/or given record numbers.
+    Found {
+        ranges: Vec<(u64, u64)>,
+        records: Vec<u64>,
+        /// Each matching record appears once and needs no verification.
+        exact: bool,
+    },
+}
+
+impl Source {
+    fn cost(&self, stage: &dyn TextStage) -> u64 {
+        match self {
+            Source::Scan => stage.record_count().saturating_mul(4),
+            Source::Found {
+                ranges, records, ..
+            } => ranges.iter().map(|(s, e)| e - s).sum::<u64>() + records.len() as u64,
+        }
+    }
+}
+
+fn resolve(stage: &dyn TextStage, probe: &Probe) -> Result<(u64, u64)> {
+    Ok(match probe {
+        Probe::Prefix(p) => stage.entries_matching(p)?,
+        Probe::Between((lo, lo_past), (hi, hi_past)) => {
+            let at = |b: &[u8], past: bool| {
+                if past {
+                    stage.first_entry_past(b)
+                } else {
+                    stage.first_entry_at_least(b)
+                }
+            };
+            let start = at(lo, *lo_past)?;
+            let end = at(hi, *hi_past)?;
+            (start, end.max(start))
+        }
+    })
+}
+
+fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
+    if let Some(leaf) = leaf_probes(compiled) {
+        let ranges = leaf
+            .probes
+            .iter()
+            .map(|p| resolve(stage, p))
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(Source::Found {
+            ranges,
+            records: Vec::new(),
+            exact: leaf.exact,
+        });
+    }
+    match compiled {
+        Compiled::Key(TestBox(Test::Eq(Value::String(key)))) => Ok(Source::Found {
+            ranges: Vec::new(),
+            records: stage.find_key(key)?.into_iter().collect(),
+            exact: true,
+        }),
+        Compiled::Key(TestBox(Test::In(values))) => {
+            let mut records = Vec::new();
+            for value in values {
+                if let Value::String(key) = value {
+                    records.extend(stage.find_key(key)?);
+                }
+            }
+            records.sort_unstable();
+            records.dedup();
+            Ok(Source::Found {
+                ranges: Vec::new(),
+                records,
+                exact: true,
+            })
+        }
+        Compiled::And(children) => {
+            let mut best = Source::Scan;
+            let mut best_cost = u64::MAX;
+            for child in children {
+                let source = plan_text(stage, child)?;
+                let cost = source.cost(stage);
+                if cost < best_cost {
+                    best_cost = cost;
+                    best = source;
+                }
+            }
+            Ok(match best {
+                Source::Found {
+                    ranges, records, ..
+                } if children.len() > 1 => Source::Found {
+                    ranges,
+                    records,
+                    exact: false,
+                },
+                other => other,
+            })
+        }
+        Compiled::Or(children) => {
+            let (mut all_ranges, mut all_records) = (Vec::new(), Vec::new());
+            for child in children {
+                match plan_text(stage, child)? {
+                    Source::Scan => return Ok(Source::Scan),
+                    Source::Found {
+                        ranges, records, ..
+                    } => {
+                        all_ranges.extend(ranges);
+                        all_records.extend(records);
+                    }
+                }
+            }
+            Ok(Source::Found {
+                ranges: all_ranges,
+                records: all_records,
+                exact: false,
+            })
+        }
+        _ => Ok(Source::Scan),
+    }
+}
+
+/// Entries located per step when a limit may stop early.
+const LOCATE_CHUNK: u64 = 64;
+
+/// Records of a text stage that match at `snapshot`, at most `limit`, with the decoded
+/// record when `want_records` (or when verification decoded it anyway).
+pub fn search_text(
+    stage: &dyn TextStage,
+    compiled: &Compiled,
+    types: &[AttrType],
+    snapshot: u64,
+    limit: usize,
+    want_records: bool,
+) -> Result<Vec<(u64, Option<StoredRecord>)>> {
+    let source = plan_text(stage, compiled)?;
+    let verify =
+        !matches!(source, Source::Found { exact: true, .. }) && !matches!(compiled, Compiled::All);
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut consider = |record: u64, out: &mut Vec<(u64, Option<StoredRecord>)>| -> Result<bool> {
+        if out.len() >= limit {
+            return Ok(false);
+        }
+        if (verify && !seen.insert(record)) || !stage.deletions().live_at(record, snapshot) {
+            return Ok(true);
+        }
+        if verify || want_records {
+            let decoded = stage.record(record, types)?;
+            if verify && !compiled.matches(&decoded) {
+                return Ok(true);
+            }
+            out.push((record, Some(decoded)));
+        } else {
+            out.push((record, None));
+        }
+        Ok(out.len() < limit)
+    };
+    match source {
+        Source::Scan => {
+            for record in 0..stage.record_count() {
+                if !consider(record, &mut out)? {
+                    break;
+                }
+            }
+        }
+        Source::Found {
+            ranges, records, ..
+        } => {
+            'records: for record in records {
+                if !consider(record, &mut out)? {
+                    break 'records;
+                }
+            }
+            'ranges: for (start, end) in ranges {
+                let mut at = start;
+                while at < end {
+                    let chunk_end = if limit == usize::MAX {
+                        end
+                    } else {
+                        end.min(at + LOCATE_CHUNK.max(2 * limit as u64))
+                    };
+                    for offset in stage.locate(at, chunk_end)? {
+                        if !consider(stage.record_at(offset)?, &mut out)? {
+                            break 'ranges;
+                        }
+                    }
+                    at = chunk_end;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Number of records of a text stage that match at `snapshot`.
+pub fn count_text(
+    stage: &dyn TextStage,
+    compiled: &Compiled,
+    types: &[AttrType],
+    snapshot: u64,
+) -> Result<u64> {
+    let exact_total = match (&plan_text(stage, compiled)?, compiled) {
+        (_, Compiled::All) => Some(stage.record_count()),
+        (
+            Source::Found {
+                ranges,
+                records,
+                exact: true,
+            },
+            _,
+        ) if records.is_empty() => Some(ranges.iter().map(|(s, e)| e - s).sum::<u64>()),
+        _ => None,
+    };
+    match exact_total {
+        Some(total) => {
+            // Every occurrence is a distinct matching record; subtract deleted ones.
+            let mut deleted_matching = 0;
+            for record in stage.deletions().deleted_at(snapshot) {
+                if compiled.matches(&stage.record(record, types)?) {
+                    deleted_matching += 1;
+                }
+            }
+            Ok(total - deleted_matching)
+        }
+        None => Ok(search_text(stage, compiled, types, snapshot, usize::MAX, false)?.len() as u64),
+    }
+}
+
+fn mem_candidates(table: &MemInner, compiled: &Compiled) -> Option<Vec<u64>> {
+    if let Some(leaf) = leaf_probes(compiled) {
+        let mut out = Vec::new();
+        for probe in &leaf.probes {
+            match probe {
+                Probe::Prefix(p) => out.extend(table.candidates(p)?),
+                Probe::Between(..) => return None,
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        return Some(out);
+    }
+    match compiled {
+        Compiled::Key(TestBox(Test::Eq(Value::String(key)))) => {
+            Some(table.keys.get(key).copied().into_iter().collect())
+        }
+        Compiled::And(children) => children
+            .iter()
+            .filter_map(|c| mem_candidates(table, c))
+            .min_by_key(|c| c.len()),
+        Compiled::Or(children) => {
+            let mut out = Vec::new();
+            for child in children {
+                out.extend(mem_candidates(table, child)?);
+            }
+            out.sort_unstable();
+            out.dedup();
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+/// Records of a log table written at or before `snapshot`, live at it, and matching.
+pub fn search_mem(
+    table: &MemInner,
+    deletions: &crate::stage::Deletions,
+    compiled: &Compiled,
+    snapshot: u64,
+    limit: usize,
+) -> Vec<StoredRecord> {
+    let mut out = Vec::new();
+    let candidates = mem_candidates(table, compiled)
+        .unwrap_or_else(|| (0..table.records.len() as u64).collect());
+    for record in candidates {
+        if out.len() >= limit {
+            break;
+        }
+        let i = record as usize;
+        if table.seqs[i] <= snapshot
+            && deletions.live_at(record, snapshot)
+            && compiled.matches(&table.records[i])
+        {
+            out.push(table.records[i].clone());
+        }
+    }
+    out
+}

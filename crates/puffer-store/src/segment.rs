@@ -1,0 +1,307 @@
+//! The compressed stage: immutable segments. A segment is two files:
+//! - `seg-NNNNNN.idx`: the compressed index of the records' text (puffer-index format);
+//! - `seg-NNNNNN.meta`: a checksummed container (magic `PUFFSEGM`, version 1) with
+//!   section 1 = JSON facts (`records`, `text_len`, `max_seq`), section 2 = the key
+//!   directory (keys ascending: a record's number is its key's rank), section 3 = the
+//!   record boundaries;
+//!
+//! plus, once records in it are deleted, `seg-NNNNNN.del-C`: a container (magic
+//! `PUFFSDEL`, version 1) whose section 1 lists the deleted record numbers (u64 LE,
+//! ascending) as of checkpoint C. Marks made after the checkpoint live in the log.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use puffer_index::{BuildOptions, TextIndex};
+use serde::{Deserialize, Serialize};
+
+use crate::bounds::{encode_bounds, RecordBounds};
+use crate::codec::{self, MARK};
+use crate::container::{decode_sections, encode_sections, find_section};
+use crate::error::{Result, StoreError};
+use crate::fs::{write_file_atomic, write_file_atomic_with, Fs, FsWriter};
+use crate::keydir::{encode_keys, KeyDirectory};
+use crate::schema::{AttrType, StoredRecord};
+use crate::stage::{Deletions, TextStage};
+
+const META_MAGIC: [u8; 8] = *b"PUFFSEGM";
+const DELETIONS_MAGIC: [u8; 8] = *b"PUFFSDEL";
+const VERSION: u32 = 1;
+const SECTION_FACTS: u32 = 1;
+const SECTION_KEYS: u32 = 2;
+const SECTION_BOUNDS: u32 = 3;
+const SECTION_DELETED: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Facts {
+    records: u64,
+    text_len: u64,
+    max_seq: u64,
+}
+
+/// An immutable compressed segment with its (mutable, versioned) deletion marks.
+pub struct Segment {
+    /// Segment number (names its files).
+    pub id: u64,
+    index: TextIndex,
+    keys: KeyDirectory,
+    bounds: RecordBounds,
+    deletions: Arc<Deletions>,
+    /// Last SCU whose records may be in the segment.
+    pub max_seq: u64,
+    dir: PathBuf,
+}
+
+/// The index file of segment `id`.
+pub fn index_file_name(id: u64) -> String {
+    format!("seg-{id:06}.idx")
+}
+
+/// The meta file of segment `id`.
+pub fn meta_file_name(id: u64) -> String {
+    format!("seg-{id:06}.meta")
+}
+
+/// The deletions file of segment `id` as of checkpoint `checkpoint`.
+pub fn deletions_file_name(id: u64, checkpoint: u64) -> String {
+    format!("seg-{id:06}.del-{checkpoint}")
+}
+
+impl Segment {
+    /// Builds a segment from records sorted by key (strictly ascending), writes its
+    /// files durably into `dir`, and opens it.
+    pub fn build(
+        fs: &dyn Fs,
+        dir: &Path,
+        id: u64,
+        records: &[(Vec<u8>, Vec<u8>)],
+        max_seq: u64,
+        options: &BuildOptions,
+    ) -> Result<Segment> {
+        let text_len: usize = records.iter().map(|(_, t)| t.len()).sum::<usize>() + 1;
+        let mut text = Vec::with_capacity(text_len);
+        let mut starts = Vec::with_capacity(records.len());
+        for (_, record_text) in records {
+            starts.push(text.len() as u64);
+            text.extend_from_slice(record_text);
+        }
+        text.push(MARK);
+        let keys: Vec<&[u8]> = records.iter().map(|(k, _)| k.as_slice()).collect();
+        let key_bytes = encode_keys(&keys).map_err(StoreError::InvalidBatch)?;
+        let bound_bytes =
+            encode_bounds(&starts, text.len() as u64 - 1).map_err(StoreError::InvalidBatch)?;
+        let facts = serde_json::to_vec(&Facts {
+            records: records.len() as u64,
+            text_len: text.len() as u64,
+            max_seq,
+        })
+        .expect("facts serialize");
+        let index = TextIndex::build_with(&text, options, &mut |_, _| {})?;
+        drop(text);
+
+        let index_path = dir.join(index_file_name(id));
+        write_file_atomic_with(fs, &index_path, &mut |file| {
+            let mut writer = std::io::BufWriter::with_capacity(1 << 20, FsWriter(file));
+            index
+                .write_to(&mut writer)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            std::io::Write::flush(&mut writer)
+        })
+        .map_err(|e| StoreError::io(&index_path, e))?;
+        let meta = encode_sections(
+            META_MAGIC,
+            VERSION,
+            &[
+                (SECTION_FACTS, &facts),
+                (SECTION_KEYS, &key_bytes),
+                (SECTION_BOUNDS, &bound_bytes),
+            ],
+        );
+        let meta_path = dir.join(meta_file_name(id));
+        write_file_atomic(fs, &meta_path, &meta).map_err(|e| StoreError::io(&meta_path, e))?;
+        Segment::open(dir, id, None)
+    }
+
+    /// Opens segment `id` in `dir`, with the deletions file named `deletions` if any.
+    pub fn open(dir: &Path, id: u64, deletions: Option<&str>) -> Result<Segment> {
+        let index = TextIndex::open(dir.join(index_file_name(id)))?;
+        let meta_path = dir.join(meta_file_name(id));
+        let bytes = std::fs::read(&meta_path).map_err(|e| StoreError::io(&meta_path, e))?;
+        let corrupt = |detail: String| StoreError::corrupt(&meta_path, detail);
+        let sections = decode_sections(&bytes, META_MAGIC, VERSION).map_err(corrupt)?;
+        let facts_range = find_section(&sections, SECTION_FACTS).map_err(corrupt)?;
+        let facts: Facts = serde_json::from_slice(&bytes[facts_range])
+            .map_err(|e| corrupt(format!("facts section: {e}")))?;
+        let keys_range = find_section(&sections, SECTION_KEYS).map_err(corrupt)?;
+        let keys = KeyDirectory::from_bytes(bytes[keys_range].to_vec()).map_err(corrupt)?;
+        let bounds_range = find_section(&sections, SECTION_BOUNDS).map_err(corrupt)?;
+        let bounds = RecordBounds::from_bytes(bytes[bounds_range].to_vec()).map_err(corrupt)?;
+        if keys.len() != facts.records
+            || bounds.len() != facts.records
+            || index.text_len() != facts.text_len
+            || bounds.text_len() + 1 != facts.text_len
+        {
+            return Err(corrupt(format!(
+                "sizes disagree: {} records, {} keys, {} bounds; text {} bytes, index {} bytes",
+                facts.records,
+                keys.len(),
+                bounds.len(),
+                facts.text_len,
+                index.text_len()
+            )));
+        }
+        let segment = Segment {
+            id,
+            index,
+            keys,
+            bounds,
+            deletions: Arc::new(Deletions::default()),
+            max_seq: facts.max_seq,
+            dir: dir.to_path_buf(),
+        };
+        if let Some(name) = deletions {
+            for record in read_deletions(&dir.join(name), facts.records)? {
+                segment.deletions.mark(record, 0);
+            }
+        }
+        Ok(segment)
+    }
+
+    /// Writes the records deleted as of `checkpoint` to a new deletions file; returns its
+    /// name, or `None` when nothing is deleted.
+    pub fn write_deletions(&self, fs: &dyn Fs, checkpoint: u64) -> Result<Option<String>> {
+        let deleted = self.deletions.deleted_at(checkpoint);
+        if deleted.is_empty() {
+            return Ok(None);
+        }
+        let mut body = Vec::with_capacity(deleted.len() * 8);
+        for record in deleted {
+            body.extend_from_slice(&record.to_le_bytes());
+        }
+        let bytes = encode_sections(DELETIONS_MAGIC, VERSION, &[(SECTION_DELETED, &body)]);
+        let name = deletions_file_name(self.id, checkpoint);
+        let path = self.dir.join(&name);
+        write_file_atomic(fs, &path, &bytes).map_err(|e| StoreError::io(&path, e))?;
+        Ok(Some(name))
+    }
+
+    /// Number of records deleted as of `snapshot`.
+    pub fn deleted_count(&self, snapshot: u64) -> u64 {
+        self.deletions.deleted_at(snapshot).len() as u64
+    }
+
+    /// The compressed index (for layer management and footprints).
+    pub fn index(&self) -> &TextIndex {
+        &self.index
+    }
+
+    /// Bytes of the key directory.
+    pub fn key_directory_bytes(&self) -> u64 {
+        self.keys.byte_len() as u64
+    }
+
+    /// Bytes resident for serving: index footprint, key directory, boundaries, marks.
+    pub fn memory_bytes(&self) -> u64 {
+        self.index.footprint().total_bytes()
+            + self.keys.byte_len() as u64
+            + self.bounds.byte_len() as u64
+            + self.deletions.memory_bytes()
+    }
+
+    /// (key, text) of every record live at `snapshot`, in key order.
+    pub fn live_records(&self, snapshot: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let text = self.index.extract(0, self.index.text_len())?;
+        let mut out = Vec::new();
+        for (record, key) in self.keys.iter().enumerate() {
+            let key = key.map_err(|e| self.corrupt_meta(e))?;
+            let record = record as u64;
+            if !self.deletions.live_at(record, snapshot) {
+                continue;
+            }
+            let range = self
+                .bounds
+                .range(record)
+                .map_err(|e| self.corrupt_meta(e))?;
+            let slice = text
+                .get(range.start as usize..range.end as usize)
+                .ok_or_else(|| self.corrupt_meta("record range past the text".into()))?;
+            out.push((key, slice.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn corrupt_meta(&self, detail: String) -> StoreError {
+        StoreError::corrupt(self.dir.join(meta_file_name(self.id)), detail)
+    }
+}
+
+fn read_deletions(path: &Path, records: u64) -> Result<Vec<u64>> {
+    let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    let corrupt = |detail: String| StoreError::corrupt(path, detail);
+    let sections = decode_sections(&bytes, DELETIONS_MAGIC, VERSION).map_err(corrupt)?;
+    let range = find_section(&sections, SECTION_DELETED).map_err(corrupt)?;
+    let body = &bytes[range];
+    if body.len() % 8 != 0 {
+        return Err(corrupt("deleted list is not a whole number of u64".into()));
+    }
+    let list: Vec<u64> = body
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    if list.iter().any(|&r| r >= records) {
+        return Err(corrupt(format!(
+            "deleted record number past the segment's {records} records"
+        )));
+    }
+    Ok(list)
+}
+
+impl TextStage for Segment {
+    fn record_count(&self) -> u64 {
+        self.keys.len()
+    }
+    fn entries_matching(&self, pattern: &[u8]) -> Result<(u64, u64)> {
+        Ok(self.index.suffix_range(pattern)?)
+    }
+    fn first_entry_at_least(&self, bound: &[u8]) -> Result<u64> {
+        Ok(self.index.first_entry_at_least(bound)?)
+    }
+    fn first_entry_past(&self, bound: &[u8]) -> Result<u64> {
+        Ok(self.index.first_entry_past(bound)?)
+    }
+    fn locate(&self, start: u64, end: u64) -> Result<Vec<u64>> {
+        Ok(self.index.locate(start, end)?)
+    }
+    fn record_at(&self, offset: u64) -> Result<u64> {
+        self.bounds
+            .record_at(offset)
+            .map_err(|e| self.corrupt_meta(e))?
+            .ok_or_else(|| self.corrupt_meta(format!("offset {offset} is in no record")))
+    }
+    fn record_text(&self, record: u64) -> Result<Vec<u8>> {
+        let range = self
+            .bounds
+            .range(record)
+            .map_err(|e| self.corrupt_meta(e))?;
+        Ok(self.index.extract(range.start, range.end - range.start)?)
+    }
+    fn key(&self, record: u64) -> Result<Vec<u8>> {
+        self.keys.key(record).map_err(|e| self.corrupt_meta(e))
+    }
+    fn find_key(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.keys.rank(key).map_err(|e| self.corrupt_meta(e))
+    }
+    fn deletions(&self) -> &Deletions {
+        &self.deletions
+    }
+    fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
+        let key = self.key(record)?;
+        let text = self.record_text(record)?;
+        codec::decode_record(key, &text, types).map_err(|e| {
+            StoreError::corrupt(
+                self.dir.join(index_file_name(self.id)),
+                format!("record {record}: {e}"),
+            )
+        })
+    }
+}

@@ -1,0 +1,1212 @@
+//! One shard: a directory with a manifest, a write-ahead log and segments, plus the
+//! in-memory stages. Writes go through one committer thread (group commit); a
+//! background thread seals log tables into sorted batches and compacts them into
+//! segments. Queries read one snapshot across the stages their freshness bound needs.
+//!
+//! Directory layout: `MANIFEST`, `wal/<first seq>.wal`, `seg-NNNNNN.{idx,meta,del-C}`.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use puffer_index::BuildOptions;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Result, StoreError};
+use crate::fs::{Fs, RealFs};
+use crate::manifest::{Manifest, SegmentEntry};
+use crate::memtable::MemTable;
+use crate::query::{count_text, search_mem, search_text, Compiled, Predicate};
+use crate::schema::{display_key, AttrType, Attribute, Record, Schema, StoredRecord};
+use crate::segment::{self, Segment};
+use crate::sorted::SortedBatch;
+use crate::stage::TextStage;
+use crate::wal::{self, LogWriter, Op, Scu};
+
+/// Tunables of a shard; the defaults suit a single node.
+#[derive(Clone, Debug)]
+pub struct ShardOptions {
+    /// A log table is frozen (sealed) at this many records.
+    pub log_table_max_records: usize,
+    /// ... or at this many bytes of flattened text.
+    pub log_table_max_bytes: usize,
+    /// A non-empty log table older than this is sealed (background only).
+    pub seal_interval: Duration,
+    /// Frozen plus sorted batches allowed before writers get a back-pressure error.
+    pub max_pending_batches: usize,
+    /// Write requests that may wait for the committer.
+    pub write_queue_len: usize,
+    /// Most operations in one SCU.
+    pub max_ops_per_scu: usize,
+    /// Whether background threads seal and compact (tests drive them by hand).
+    pub background: bool,
+    /// Build options of segment indexes.
+    pub index: BuildOptions,
+}
+
+impl Default for ShardOptions {
+    fn default() -> Self {
+        ShardOptions {
+            log_table_max_records: 50_000,
+            log_table_max_bytes: 16 << 20,
+            seal_interval: Duration::from_secs(1),
+            max_pending_batches: 8,
+            write_queue_len: 1024,
+            max_ops_per_scu: 100_000,
+            background: true,
+            index: BuildOptions {
+                threads: 1,
+                ..BuildOptions::default()
+            },
+        }
+    }
+}
+
+/// One write of an SCU, as callers give it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteOp {
+    /// Insert or replace.
+    Put(Record),
+    /// Delete by key (a missing key is not an error).
+    Delete(Vec<u8>),
+    /// Add an attribute to the schema.
+    AddAttribute(Attribute),
+}
+
+/// How fresh a read must be.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReadOptions {
+    /// Every SCU acknowledged more than this long ago must be visible; `None` = every
+    /// acknowledged SCU (freshness 0).
+    pub freshness: Option<Duration>,
+    /// Read at least this snapshot (pass the last snapshot seen for monotonic reads).
+    pub min_snapshot: u64,
+}
+
+/// Which snapshot a read saw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SnapshotInfo {
+    /// The snapshot: every SCU up to it is visible, none after it.
+    pub snapshot: u64,
+    /// Time since the oldest SCU not in the snapshot was acknowledged (zero if none).
+    pub age: Duration,
+    /// Whether the log stage was read.
+    pub read_log: bool,
+}
+
+/// A search request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Query {
+    /// Which records.
+    pub predicate: Predicate,
+    /// Attributes to return (`None`: all; empty: keys only).
+    pub projection: Option<Vec<String>>,
+    /// At most this many records (any that match; not ordered before the cut).
+    pub limit: Option<usize>,
+    /// Freshness.
+    pub read: ReadOptions,
+}
+
+/// Most records one search returns.
+pub const MAX_RESULT_ROWS: usize = 1_000_000;
+
+/// Records found, sorted by key, and the snapshot read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchResult {
+    /// Matching records (projected), ascending by key.
+    pub rows: Vec<Record>,
+    /// Whether the limit cut the answer.
+    pub truncated: bool,
+    /// The snapshot read.
+    pub snapshot: SnapshotInfo,
+}
+
+/// Sequence numbers up to which each stage holds every SCU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermarks {
+    /// Acknowledged and visible in the log stage.
+    pub published: u64,
+    /// In the sorted and compressed stages.
+    pub sorted: u64,
+    /// In the compressed stage (the manifest's checkpoint).
+    pub compressed: u64,
+}
+
+/// Sizes of a shard, for benchmarks and the adaptivity layer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardStats {
+    /// Bytes of all files in the shard directory.
+    pub disk_bytes: u64,
+    /// Bytes resident for serving (indexes, directories, in-memory stages).
+    pub memory_bytes: u64,
+    /// Bytes of the segments' key directories.
+    pub key_directory_bytes: u64,
+    /// Records in segments (deleted ones included).
+    pub segment_records: u64,
+    /// Segments, sorted batches, log tables.
+    pub segments: usize,
+    /// Sorted batches.
+    pub sorted_batches: usize,
+    /// Log tables (active and frozen).
+    pub log_tables: usize,
+}
+
+struct StageSet {
+    active: Arc<MemTable>,
+    frozen: Vec<Arc<MemTable>>,
+    sorted: Vec<Arc<SortedBatch>>,
+    segments: Vec<Arc<Segment>>,
+    /// Every SCU up to this is in `sorted` and `segments`.
+    sealed_seq: u64,
+    /// Every SCU up to this is in the set (applied and acknowledged).
+    published_seq: u64,
+}
+
+impl StageSet {
+    fn with(&self) -> StageSet {
+        StageSet {
+            active: self.active.clone(),
+            frozen: self.frozen.clone(),
+            sorted: self.sorted.clone(),
+            segments: self.segments.clone(),
+            sealed_seq: self.sealed_seq,
+            published_seq: self.published_seq,
+        }
+    }
+
+    fn text_stages(&self) -> impl Iterator<Item = &dyn TextStage> {
+        let sorted = self
+            .sorted
+            .iter()
+            .rev()
+            .map(|b| b.as_ref() as &dyn TextStage);
+        let segments = self
+            .segments
+            .iter()
+            .rev()
+            .map(|s| s.as_ref() as &dyn TextStage);
+        sorted.chain(segments)
+    }
+
+    fn log_tables(&self) -> impl Iterator<Item = &Arc<MemTable>> {
+        std::iter::once(&self.active).chain(self.frozen.iter().rev())
+    }
+}
+
+struct ManifestState {
+    manifest: Manifest,
+}
+
+struct Shared {
+    dir: PathBuf,
+    fs: Arc<dyn Fs>,
+    clock: Arc<dyn Clock>,
+    options: ShardOptions,
+    schema: RwLock<Arc<Schema>>,
+    stages: ArcSwap<StageSet>,
+    /// Held while applying SCUs and while swapping stage sets.
+    apply_lock: Mutex<()>,
+    /// (seq, commit time) of SCUs not yet sealed, ascending. The commit time precedes
+    /// the acknowledgement, so freshness decisions made with it are conservative.
+    acks: Mutex<VecDeque<(u64, u64)>>,
+    stopped: Mutex<Option<String>>,
+    manifest: Mutex<ManifestState>,
+    compaction_lock: Mutex<()>,
+    shutdown: AtomicBool,
+    wake: (Mutex<bool>, Condvar),
+}
+
+enum Message {
+    Write(Vec<WriteOp>, mpsc::Sender<Result<u64>>),
+    Seal(mpsc::Sender<Result<()>>),
+}
+
+/// An open shard. Dropping it stops its threads (acknowledged writes are already durable).
+pub struct Shard {
+    shared: Arc<Shared>,
+    queue: Option<SyncSender<Message>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Shard {
+    /// Opens (or creates, with `schema`) the shard in `dir` on the real file system.
+    pub fn open(dir: impl AsRef<Path>, schema: Schema, options: ShardOptions) -> Result<Shard> {
+        Self::open_with(
+            dir.as_ref(),
+            schema,
+            options,
+            Arc::new(RealFs),
+            Arc::new(SystemClock),
+        )
+    }
+
+    /// Opens with an explicit file system and clock (tests inject faults and time).
+    /// An existing shard keeps its own schema; `schema` is used only to create one.
+    pub fn open_with(
+        dir: &Path,
+        schema: Schema,
+        options: ShardOptions,
+        fs: Arc<dyn Fs>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Shard> {
+        options.index.validate()?;
+        if options.log_table_max_records == 0 || options.max_pending_batches == 0 {
+            return Err(StoreError::InvalidBatch(
+                "log_table_max_records and max_pending_batches must be at least 1".into(),
+            ));
+        }
+        let wal_dir = dir.join("wal");
+        fs.create_dir_all(&wal_dir)
+            .map_err(|e| StoreError::io(&wal_dir, e))?;
+        let manifest = match Manifest::load(dir)? {
+            Some(m) => m,
+            None => {
+                let m = Manifest {
+                    schema,
+                    checkpoint: 0,
+                    segments: Vec::new(),
+                    next_segment_id: 1,
+                };
+                m.store(fs.as_ref(), dir)?;
+                m
+            }
+        };
+        let mut segments = Vec::new();
+        for entry in &manifest.segments {
+            segments.push(Arc::new(Segment::open(
+                dir,
+                entry.id,
+                entry.deletions.as_deref(),
+            )?));
+        }
+        let scus = wal::replay(&wal_dir, manifest.checkpoint)?;
+        if let Some(first) = scus.first() {
+            if first.seq != manifest.checkpoint + 1 {
+                return Err(StoreError::corrupt(
+                    &wal_dir,
+                    format!(
+                        "the log starts at SCU {} but the manifest's checkpoint is {}",
+                        first.seq, manifest.checkpoint
+                    ),
+                ));
+            }
+        }
+        let checkpoint = manifest.checkpoint;
+        let stages = StageSet {
+            active: Arc::new(MemTable::new(checkpoint + 1)),
+            frozen: Vec::new(),
+            sorted: Vec::new(),
+            segments,
+            sealed_seq: checkpoint,
+            published_seq: checkpoint,
+        };
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            fs,
+            clock,
+            schema: RwLock::new(Arc::new(manifest.schema.clone())),
+            stages: ArcSwap::from_pointee(stages),
+            apply_lock: Mutex::new(()),
+            acks: Mutex::new(VecDeque::new()),
+            stopped: Mutex::new(None),
+            manifest: Mutex::new(ManifestState { manifest }),
+            compaction_lock: Mutex::new(()),
+            shutdown: AtomicBool::new(false),
+            wake: (Mutex::new(false), Condvar::new()),
+            options,
+        });
+        let mut next_seq = checkpoint + 1;
+        for scu in &scus {
+            shared.apply(scu, true)?;
+            next_seq = scu.seq + 1;
+            if shared.active_full() {
+                shared.freeze(next_seq);
+            }
+        }
+        shared.collect_garbage()?;
+        let log = LogWriter::create(shared.fs.as_ref(), &wal_dir, next_seq)?;
+        let (sender, receiver) = mpsc::sync_channel(shared.options.write_queue_len);
+        let mut threads = Vec::new();
+        let committer_shared = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("puffer-commit".into())
+                .spawn(move || committer_shared.run_committer(receiver, log, next_seq))
+                .map_err(|e| StoreError::io(dir, e))?,
+        );
+        let shard = Shard {
+            shared: shared.clone(),
+            queue: Some(sender),
+            threads,
+        };
+        if shared.options.background {
+            let background_shared = shared.clone();
+            let queue = shard.queue.clone().expect("queue exists while open");
+            let handle = std::thread::Builder::new()
+                .name("puffer-stages".into())
+                .spawn(move || background_shared.run_background(queue))
+                .map_err(|e| StoreError::io(dir, e))?;
+            let mut shard = shard;
+            shard.threads.push(handle);
+            return Ok(shard);
+        }
+        Ok(shard)
+    }
+
+    /// The current schema.
+    pub fn schema(&self) -> Arc<Schema> {
+        self.shared.schema()
+    }
+
+    /// Applies `ops` atomically as one SCU; returns its sequence number once it is
+    /// durable in the log and visible to queries.
+    pub fn write(&self, ops: Vec<WriteOp>) -> Result<u64> {
+        if ops.is_empty() {
+            return Err(StoreError::InvalidBatch(
+                "an SCU needs at least one operation".into(),
+            ));
+        }
+        if ops.len() > self.shared.options.max_ops_per_scu {
+            return Err(StoreError::InvalidBatch(format!(
+                "an SCU has at most {} operations; got {}",
+                self.shared.options.max_ops_per_scu,
+                ops.len()
+            )));
+        }
+        self.shared.check_running()?;
+        let (reply, answer) = mpsc::channel();
+        let queue = self.queue.as_ref().expect("queue exists while open");
+        match queue.try_send(Message::Write(ops, reply)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return Err(StoreError::Overloaded(format!(
+                    "the write queue is full ({} SCUs waiting)",
+                    self.shared.options.write_queue_len
+                )))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                return Err(StoreError::Stopped("the committer has stopped".into()))
+            }
+        }
+        answer
+            .recv()
+            .map_err(|_| StoreError::Stopped("the committer has stopped".into()))?
+    }
+
+    /// Puts one record (an SCU of one operation).
+    pub fn put(&self, record: Record) -> Result<u64> {
+        self.write(vec![WriteOp::Put(record)])
+    }
+
+    /// Deletes one key (an SCU of one operation).
+    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<u64> {
+        self.write(vec![WriteOp::Delete(key.into())])
+    }
+
+    /// Freezes the current log table (if non-empty) and waits until every frozen table
+    /// is a sorted batch.
+    pub fn seal(&self) -> Result<()> {
+        let (reply, answer) = mpsc::channel();
+        let queue = self.queue.as_ref().expect("queue exists while open");
+        queue
+            .send(Message::Seal(reply))
+            .map_err(|_| StoreError::Stopped("the committer has stopped".into()))?;
+        answer
+            .recv()
+            .map_err(|_| StoreError::Stopped("the committer has stopped".into()))??;
+        while self.shared.seal_one()? {}
+        Ok(())
+    }
+
+    /// Merges sorted batches (and, with `all`, every segment) into a new segment.
+    pub fn compact(&self, all: bool) -> Result<bool> {
+        self.shared.compact(all)
+    }
+
+    /// Seals and compacts everything into one segment.
+    pub fn compact_all(&self) -> Result<()> {
+        self.seal()?;
+        self.shared.compact(true)?;
+        Ok(())
+    }
+
+    /// The record with `key`, if any, and the snapshot read.
+    pub fn get(&self, key: &[u8], read: ReadOptions) -> Result<(Option<Record>, SnapshotInfo)> {
+        let (mut records, info) = self.multi_get(&[key.to_vec()], read)?;
+        Ok((records.pop().flatten(), info))
+    }
+
+    /// The records with these keys (in the same order), all from one snapshot.
+    pub fn multi_get(
+        &self,
+        keys: &[Vec<u8>],
+        read: ReadOptions,
+    ) -> Result<(Vec<Option<Record>>, SnapshotInfo)> {
+        if keys.len() > MAX_RESULT_ROWS {
+            return Err(StoreError::InvalidQuery(format!(
+                "multi_get takes at most {MAX_RESULT_ROWS} keys"
+            )));
+        }
+        let (set, info) = self.shared.read_view(read)?;
+        let schema = self.schema();
+        let types = types_of(&schema);
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let found = self.shared.find_visible(&set, key, &info, &types)?;
+            out.push(found.map(|r| schema.to_record(&r)));
+        }
+        Ok((out, info))
+    }
+
+    /// Records matching a query, sorted by key, from one snapshot.
+    pub fn search(&self, query: &Query) -> Result<SearchResult> {
+        let schema = self.schema();
+        let compiled = Compiled::new(&query.predicate, &schema)?;
+        let projection = match &query.projection {
+            None => None,
+            Some(names) => Some(
+                names
+                    .iter()
+                    .map(|n| schema.require(n))
+                    .collect::<Result<Vec<u16>>>()?,
+            ),
+        };
+        let want_values = projection.as_ref().is_none_or(|p| !p.is_empty());
+        let limit = query.limit.unwrap_or(MAX_RESULT_ROWS).min(MAX_RESULT_ROWS);
+        let (set, info) = self.shared.read_view(query.read)?;
+        let types = types_of(&schema);
+        // One more than the limit tells whether the answer was cut.
+        let wanted = limit.saturating_add(1);
+        let mut found: Vec<StoredRecord> = Vec::new();
+        if info.read_log {
+            for table in set.log_tables() {
+                let inner = table.read();
+                let left = wanted - found.len();
+                found.extend(search_mem(
+                    &inner,
+                    &table.deletions,
+                    &compiled,
+                    info.snapshot,
+                    left,
+                ));
+            }
+        }
+        for stage in set.text_stages() {
+            if found.len() >= wanted {
+                break;
+            }
+            let left = wanted - found.len();
+            for (record, decoded) in
+                search_text(stage, &compiled, &types, info.snapshot, left, want_values)?
+            {
+                found.push(match decoded {
+                    Some(r) => r,
+                    None => StoredRecord {
+                        key: stage.key(record)?,
+                        fields: Vec::new(),
+                    },
+                });
+            }
+        }
+        let truncated = found.len() > limit;
+        found.truncate(limit);
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        let rows = found
+            .into_iter()
+            .map(|mut r| {
+                if let Some(ids) = &projection {
+                    r.fields.retain(|(id, _)| ids.contains(id));
+                }
+                schema.to_record(&r)
+            })
+            .collect();
+        Ok(SearchResult {
+            rows,
+            truncated,
+            snapshot: info,
+        })
+    }
+
+    /// Number of records matching `predicate` in one snapshot.
+    pub fn count(&self, predicate: &Predicate, read: ReadOptions) -> Result<(u64, SnapshotInfo)> {
+        let schema = self.schema();
+        let compiled = Compiled::new(predicate, &schema)?;
+        let (set, info) = self.shared.read_view(read)?;
+        let types = types_of(&schema);
+        let mut total = 0;
+        if info.read_log {
+            for table in set.log_tables() {
+                let inner = table.read();
+                total += search_mem(
+                    &inner,
+                    &table.deletions,
+                    &compiled,
+                    info.snapshot,
+                    usize::MAX,
+                )
+                .len() as u64;
+            }
+        }
+        for stage in set.text_stages() {
+            total += count_text(stage, &compiled, &types, info.snapshot)?;
+        }
+        Ok((total, info))
+    }
+
+    /// Up to which SCU each stage holds everything.
+    pub fn watermarks(&self) -> Watermarks {
+        let set = self.shared.stages.load();
+        let compressed = self
+            .shared
+            .manifest
+            .lock()
+            .expect("manifest lock")
+            .manifest
+            .checkpoint;
+        Watermarks {
+            published: set.published_seq,
+            sorted: set.sealed_seq,
+            compressed,
+        }
+    }
+
+    /// Sizes on disk and in memory.
+    pub fn stats(&self) -> Result<ShardStats> {
+        let set = self.shared.stages.load();
+        let mut stats = ShardStats {
+            disk_bytes: directory_bytes(&self.shared.dir)?,
+            segments: set.segments.len(),
+            sorted_batches: set.sorted.len(),
+            log_tables: 1 + set.frozen.len(),
+            ..ShardStats::default()
+        };
+        for segment in &set.segments {
+            stats.memory_bytes += segment.memory_bytes();
+            stats.key_directory_bytes += segment.key_directory_bytes();
+            stats.segment_records += segment.record_count();
+        }
+        for batch in &set.sorted {
+            stats.memory_bytes += batch.memory_bytes();
+        }
+        for table in set.log_tables() {
+            stats.memory_bytes += table.memory_bytes();
+        }
+        Ok(stats)
+    }
+
+    /// The segments (for layer management).
+    pub fn segments(&self) -> Vec<Arc<Segment>> {
+        self.shared.stages.load().segments.clone()
+    }
+
+    /// Stops the threads; waits for the committer to finish queued writes.
+    pub fn close(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        self.queue = None;
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.notify_background();
+        for handle in self.threads.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn types_of(schema: &Schema) -> Vec<AttrType> {
+    schema.attributes.iter().map(|a| a.attr_type).collect()
+}
+
+fn directory_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    let entries = std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        let meta = entry
+            .metadata()
+            .map_err(|e| StoreError::io(entry.path(), e))?;
+        total += if meta.is_dir() {
+            directory_bytes(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+/// Most SCUs committed with one fsync.
+const MAX_GROUP_SCUS: usize = 256;
+
+impl Shared {
+    fn schema(&self) -> Arc<Schema> {
+        self.schema.read().expect("schema lock").clone()
+    }
+
+    fn check_running(&self) -> Result<()> {
+        match &*self.stopped.lock().expect("stopped lock") {
+            Some(reason) => Err(StoreError::Stopped(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn stop(&self, reason: String) {
+        let mut stopped = self.stopped.lock().expect("stopped lock");
+        if stopped.is_none() {
+            *stopped = Some(reason);
+        }
+    }
+
+    fn notify_background(&self) {
+        let (flag, condvar) = &self.wake;
+        *flag.lock().expect("wake lock") = true;
+        condvar.notify_all();
+    }
+
+    fn active_full(&self) -> bool {
+        let active = &self.stages.load().active;
+        active.len() as usize >= self.options.log_table_max_records
+            || active.text_bytes() as usize >= self.options.log_table_max_bytes
+    }
+
+    fn pending_batches(&self) -> usize {
+        let set = self.stages.load();
+        set.frozen.len() + set.sorted.len()
+    }
+
+    /// Validates a caller's SCU against `schema` (updated in place by schema ops).
+    fn validate(&self, ops: Vec<WriteOp>, schema: &mut Schema) -> Result<Vec<Op>> {
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            out.push(match op {
+                WriteOp::Put(record) => Op::Put(schema.validate(&record)?),
+                WriteOp::Delete(key) => {
+                    if key.is_empty() || key.len() > crate::schema::MAX_KEY_BYTES {
+                        return Err(StoreError::InvalidRecord {
+                            key: display_key(&key),
+                            field: schema.key.clone(),
+                            reason: "a delete needs a key of 1 to 1024 bytes".into(),
+                        });
+                    }
+                    Op::Delete(key)
+                }
+                WriteOp::AddAttribute(attribute) => {
+                    schema.add_attribute(attribute.clone())?;
+                    Op::AddAttribute(attribute)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    fn run_committer(self: Arc<Self>, receiver: Receiver<Message>, log: LogWriter, next_seq: u64) {
+        let mut log = log;
+        let mut next_seq = next_seq;
+        while let Ok(first) = receiver.recv() {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP_SCUS {
+                match receiver.try_recv() {
+                    Ok(m) => group.push(m),
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(group, &mut log, &mut next_seq);
+        }
+    }
+
+    fn commit_group(&self, group: Vec<Message>, log: &mut LogWriter, next_seq: &mut u64) {
+        let mut seal_replies = Vec::new();
+        let mut writes = Vec::new();
+        for message in group {
+            match message {
+                Message::Write(ops, reply) => writes.push((ops, reply)),
+                Message::Seal(reply) => seal_replies.push(reply),
+            }
+        }
+        if let Err(e) = self.check_running() {
+            for (_, reply) in writes {
+                let _ = reply.send(Err(StoreError::Stopped(e.to_string())));
+            }
+            for reply in seal_replies {
+                let _ = reply.send(Err(StoreError::Stopped(e.to_string())));
+            }
+            return;
+        }
+        if !writes.is_empty() && self.active_full() {
+            if self.pending_batches() >= self.options.max_pending_batches {
+                for (_, reply) in writes.drain(..) {
+                    let _ = reply.send(Err(StoreError::Overloaded(format!(
+                        "{} batches wait to be sorted or compacted (the limit); retry later",
+                        self.options.max_pending_batches
+                    ))));
+                }
+            } else if let Err(e) = self.rotate(log, *next_seq) {
+                self.fail_all(writes, seal_replies, e);
+                return;
+            }
+        }
+        let mut schema = (*self.schema()).clone();
+        let mut accepted = Vec::new();
+        let mut encoded = Vec::new();
+        let now = self.clock.now_micros();
+        for (ops, reply) in writes {
+            let mut trial = schema.clone();
+            match self.validate(ops, &mut trial) {
+                Ok(ops) => {
+                    schema = trial;
+                    let scu = Scu {
+                        seq: *next_seq,
+                        commit_micros: now,
+                        ops,
+                    };
+                    *next_seq += 1;
+                    scu.encode_record(&mut encoded);
+                    accepted.push((scu, reply));
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            }
+        }
+        if !accepted.is_empty() {
+            if let Err(e) = log.append_durably(&encoded) {
+                let reason = format!("the log write failed: {e}");
+                self.stop(reason.clone());
+                for (_, reply) in accepted {
+                    let _ = reply.send(Err(StoreError::Stopped(reason.clone())));
+                }
+                for reply in seal_replies {
+                    let _ = reply.send(Err(StoreError::Stopped(reason.clone())));
+                }
+                return;
+            }
+            for (scu, reply) in accepted {
+                let result = self.apply(&scu, false).map(|()| scu.seq);
+                if let Err(e) = &result {
+                    self.stop(format!("applying SCU {} failed: {e}", scu.seq));
+                }
+                let _ = reply.send(result);
+            }
+        }
+        for reply in seal_replies {
+            let result = if self.stages.load().active.is_empty() {
+                Ok(())
+            } else {
+                self.rotate(log, *next_seq)
+            };
+            let _ = reply.send(result);
+        }
+    }
+
+    fn fail_all(
+        &self,
+        writes: Vec<(Vec<WriteOp>, mpsc::Sender<Result<u64>>)>,
+        seals: Vec<mpsc::Sender<Result<()>>>,
+        error: StoreError,
+    ) {
+        let reason = error.to_string();
+        self.stop(reason.clone());
+        for (_, reply) in writes {
+            let _ = reply.send(Err(StoreError::Stopped(reason.clone())));
+        }
+        for reply in seals {
+            let _ = reply.send(Err(StoreError::Stopped(reason.clone())));
+        }
+    }
+
+    /// Starts a new log file at `next_seq` and freezes the active table.
+    fn rotate(&self, log: &mut LogWriter, next_seq: u64) -> Result<()> {
+        let wal_dir = self.dir.join("wal");
+        *log = LogWriter::create(self.fs.as_ref(), &wal_dir, next_seq).inspect_err(|e| {
+            self.stop(format!("creating a log file failed: {e}"));
+        })?;
+        self.freeze(next_seq);
+        Ok(())
+    }
+
+    fn freeze(&self, next_seq: u64) {
+        let _guard = self.apply_lock.lock().expect("apply lock");
+        let current = self.stages.load();
+        let mut set = current.with();
+        set.frozen.push(set.active.clone());
+        set.active = Arc::new(MemTable::new(next_seq));
+        self.stages.store(Arc::new(set));
+        self.notify_background();
+    }
+
+    /// Applies one SCU to the stages and publishes it.
+    fn apply(&self, scu: &Scu, replaying: bool) -> Result<()> {
+        let _guard = self.apply_lock.lock().expect("apply lock");
+        let set = self.stages.load_full();
+        for op in &scu.ops {
+            match op {
+                Op::AddAttribute(attribute) => {
+                    let mut schema = self.schema.write().expect("schema lock");
+                    let known = schema
+                        .id_of(&attribute.name)
+                        .map(|id| schema.attributes[id as usize].attr_type == attribute.attr_type);
+                    match known {
+                        Some(true) if replaying => {}
+                        _ => {
+                            let mut updated = (**schema).clone();
+                            updated.add_attribute(attribute.clone())?;
+                            *schema = Arc::new(updated);
+                        }
+                    }
+                }
+                Op::Put(record) => {
+                    self.mark_live_version(&set, &record.key, scu.seq)?;
+                    set.active.append(scu.seq, record.clone());
+                }
+                Op::Delete(key) => self.mark_live_version(&set, key, scu.seq)?,
+            }
+        }
+        set.active.note_applied(scu.seq);
+        let mut next = set.with();
+        next.published_seq = scu.seq;
+        self.stages.store(Arc::new(next));
+        self.acks
+            .lock()
+            .expect("acks lock")
+            .push_back((scu.seq, scu.commit_micros));
+        Ok(())
+    }
+
+    /// Marks the live version of `key` (in whichever stage holds it) deleted by `seq`.
+    fn mark_live_version(&self, set: &StageSet, key: &[u8], seq: u64) -> Result<()> {
+        for table in set.log_tables() {
+            let found = table.read().keys.get(key).copied();
+            if let Some(record) = found {
+                if table.deletions.unmarked(record) {
+                    table.deletions.mark(record, seq);
+                    return Ok(());
+                }
+            }
+        }
+        for stage in set.text_stages() {
+            if let Some(record) = stage.find_key(key)? {
+                if stage.deletions().unmarked(record) {
+                    stage.deletions().mark(record, seq);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Picks the snapshot for a read and the stage set to read it from.
+    fn read_view(&self, read: ReadOptions) -> Result<(Arc<StageSet>, SnapshotInfo)> {
+        let set = self.stages.load_full();
+        let now = self.clock.now_micros();
+        let acks = self.acks.lock().expect("acks lock");
+        let first_unsealed = acks.iter().find(|(seq, _)| *seq > set.sealed_seq).copied();
+        drop(acks);
+        if read.min_snapshot > set.published_seq {
+            return Err(StoreError::InvalidQuery(format!(
+                "snapshot {} was asked for; the newest is {}",
+                read.min_snapshot, set.published_seq
+            )));
+        }
+        let skip_log = match (read.freshness, first_unsealed) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(bound), Some((_, acked))) => {
+                // The oldest unsealed SCU was acknowledged less than `bound` ago.
+                now.saturating_sub(acked) < bound.as_micros() as u64
+            }
+        } && read.min_snapshot <= set.sealed_seq;
+        let info = if skip_log {
+            SnapshotInfo {
+                snapshot: set.sealed_seq,
+                age: first_unsealed.map_or(Duration::ZERO, |(_, acked)| {
+                    Duration::from_micros(now.saturating_sub(acked))
+                }),
+                read_log: false,
+            }
+        } else {
+            SnapshotInfo {
+                snapshot: set.published_seq,
+                age: Duration::ZERO,
+                read_log: true,
+            }
+        };
+        Ok((set, info))
+    }
+
+    fn find_visible(
+        &self,
+        set: &StageSet,
+        key: &[u8],
+        info: &SnapshotInfo,
+        types: &[AttrType],
+    ) -> Result<Option<StoredRecord>> {
+        if info.read_log {
+            for table in set.log_tables() {
+                let inner = table.read();
+                let Some(&newest) = inner.keys.get(key) else {
+                    continue;
+                };
+                // Versions newer than the snapshot may have been appended meanwhile.
+                for i in (0..=newest as usize).rev() {
+                    if inner.records[i].key == key
+                        && inner.seqs[i] <= info.snapshot
+                        && table.deletions.live_at(i as u64, info.snapshot)
+                    {
+                        return Ok(Some(inner.records[i].clone()));
+                    }
+                    if inner.seqs[i] <= info.snapshot {
+                        break;
+                    }
+                }
+            }
+        }
+        for stage in set.text_stages() {
+            if let Some(record) = stage.find_key(key)? {
+                if stage.deletions().live_at(record, info.snapshot) {
+                    return Ok(Some(stage.record(record, types)?));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Turns the oldest frozen log table into a sorted batch; false if there was none.
+    fn seal_one(&self) -> Result<bool> {
+        let Some(table) = self.stages.load().frozen.first().cloned() else {
+            return Ok(false);
+        };
+        let batch = Arc::new(SortedBatch::from_memtable(&table)?);
+        let _guard = self.apply_lock.lock().expect("apply lock");
+        let current = self.stages.load();
+        if !current.frozen.iter().any(|t| Arc::ptr_eq(t, &table)) {
+            return Ok(true); // another thread sealed it meanwhile
+        }
+        let mut set = current.with();
+        set.frozen.retain(|t| !Arc::ptr_eq(t, &table));
+        set.sealed_seq = set.sealed_seq.max(batch.last_seq).max(table.first_seq - 1);
+        set.sorted.push(batch);
+        let sealed = set.sealed_seq;
+        self.stages.store(Arc::new(set));
+        self.acks
+            .lock()
+            .expect("acks lock")
+            .retain(|(seq, _)| *seq > sealed);
+        Ok(true)
+    }
+
+    fn compact(&self, all: bool) -> Result<bool> {
+        let _one_at_a_time = self.compaction_lock.lock().expect("compaction lock");
+        self.check_running()?;
+        let set = self.stages.load_full();
+        let batches = set.sorted.clone();
+        let checkpoint = set.sealed_seq;
+        let new_bytes: u64 = batches.iter().map(|b| b.memory_bytes()).sum();
+        let mut merged_segments = Vec::new();
+        if all {
+            merged_segments = set.segments.clone();
+        } else {
+            // Size-tiered: fold in recent segments while they are small next to the new data.
+            let mut accumulated = new_bytes;
+            for segment in set.segments.iter().rev() {
+                let size = segment.index().text_len();
+                let mostly_deleted = segment.deleted_count(checkpoint) * 4 > segment.record_count();
+                if size <= accumulated.saturating_mul(2) || mostly_deleted {
+                    accumulated += size;
+                    merged_segments.push(segment.clone());
+                } else {
+                    break;
+                }
+            }
+        }
+        if batches.is_empty() && (merged_segments.len() < 2 && !all) {
+            return Ok(false);
+        }
+        let types = types_of(&self.schema());
+        let mut records: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for batch in &batches {
+            for record in 0..batch.record_count() {
+                if batch.deletions().live_at(record, checkpoint) {
+                    records.push((batch.key(record)?, batch.record_text(record)?));
+                }
+            }
+        }
+        for segment in &merged_segments {
+            records.extend(segment.live_records(checkpoint)?);
+        }
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(pair) = records.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(StoreError::corrupt(
+                &self.dir,
+                format!(
+                    "two live versions of key {} at snapshot {checkpoint}",
+                    display_key(&pair[0].0)
+                ),
+            ));
+        }
+        drop(types);
+        let mut state = self.manifest.lock().expect("manifest lock");
+        let id = state.manifest.next_segment_id;
+        let built = if records.is_empty() {
+            None
+        } else {
+            let segment = Segment::build(
+                self.fs.as_ref(),
+                &self.dir,
+                id,
+                &records,
+                checkpoint,
+                &self.options.index,
+            )
+            .inspect_err(|e| self.stop(format!("writing segment {id} failed: {e}")))?;
+            Some(Arc::new(segment))
+        };
+        drop(records);
+        let merged_ids: Vec<u64> = merged_segments.iter().map(|s| s.id).collect();
+        let mut entries = Vec::new();
+        for segment in set.segments.iter().filter(|s| !merged_ids.contains(&s.id)) {
+            let deletions = segment
+                .write_deletions(self.fs.as_ref(), checkpoint)
+                .inspect_err(|e| self.stop(format!("writing deletions failed: {e}")))?;
+            entries.push(SegmentEntry {
+                id: segment.id,
+                deletions,
+            });
+        }
+        if let Some(segment) = &built {
+            entries.push(SegmentEntry {
+                id: segment.id,
+                deletions: None,
+            });
+        }
+        let manifest = Manifest {
+            schema: (*self.schema()).clone(),
+            checkpoint,
+            segments: entries,
+            next_segment_id: id + 1,
+        };
+        manifest
+            .store(self.fs.as_ref(), &self.dir)
+            .inspect_err(|e| self.stop(format!("writing the manifest failed: {e}")))?;
+        state.manifest = manifest;
+        drop(state);
+
+        // Swap: replace the inputs by the new segment, carrying over newer marks.
+        {
+            let _guard = self.apply_lock.lock().expect("apply lock");
+            let current = self.stages.load();
+            let mut next = current.with();
+            next.sorted
+                .retain(|b| !batches.iter().any(|m| Arc::ptr_eq(m, b)));
+            next.segments.retain(|s| !merged_ids.contains(&s.id));
+            let inputs = batches
+                .iter()
+                .map(|b| b.as_ref() as &dyn TextStage)
+                .chain(merged_segments.iter().map(|s| s.as_ref() as &dyn TextStage));
+            for input in inputs {
+                for (record, seq) in input.deletions().marks_after(checkpoint) {
+                    let key = input.key(record)?;
+                    if let Some(segment) = &built {
+                        if let Some(rank) = segment.find_key(&key)? {
+                            segment.deletions().mark(rank, seq);
+                        }
+                    }
+                }
+            }
+            if let Some(segment) = built {
+                next.segments.push(segment);
+            }
+            self.stages.store(Arc::new(next));
+        }
+        self.collect_garbage()?;
+        Ok(true)
+    }
+
+    /// Removes files the manifest no longer needs: old segments, superseded deletions
+    /// files, temporary files, and log files wholly before the checkpoint.
+    fn collect_garbage(&self) -> Result<()> {
+        let state = self.manifest.lock().expect("manifest lock");
+        let manifest = &state.manifest;
+        let mut live: Vec<String> = vec![crate::manifest::MANIFEST_FILE.to_string()];
+        for entry in &manifest.segments {
+            live.push(segment::index_file_name(entry.id));
+            live.push(segment::meta_file_name(entry.id));
+            live.extend(entry.deletions.clone());
+        }
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| StoreError::io(&self.dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io(&self.dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = name.starts_with("seg-") || name.starts_with('.');
+            if ours && !live.contains(&name) && entry.path().is_file() {
+                self.fs
+                    .remove(&entry.path())
+                    .map_err(|e| StoreError::io(entry.path(), e))?;
+            }
+        }
+        let wal_dir = self.dir.join("wal");
+        let files = wal::list_files(&wal_dir)?;
+        for pair in files.windows(2) {
+            // The file holds SCUs first..next_first-1; all at or before the checkpoint.
+            if pair[1].0 <= manifest.checkpoint + 1 {
+                self.fs
+                    .remove(&pair[0].1)
+                    .map_err(|e| StoreError::io(&pair[0].1, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_background(self: Arc<Self>, queue: SyncSender<Message>) {
+        let mut active_since: Option<(usize, u64)> = None;
+        while !self.shutdown.load(Ordering::SeqCst) {
+            {
+                let (flag, condvar) = &self.wake;
+                let guard = flag.lock().expect("wake lock");
+                let (mut guard, _) = condvar
+                    .wait_timeout_while(guard, Duration::from_millis(100), |woken| !*woken)
+                    .expect("wake lock");
+                *guard = false;
+            }
+            if self.shutdown.load(Ordering::SeqCst) || self.check_running().is_err() {
+                break;
+            }
+            let work = || -> Result<()> {
+                while self.seal_one()? {}
+                if !self.stages.load().sorted.is_empty() {
+                    self.compact(false)?;
+                }
+                Ok(())
+            };
+            if let Err(e) = work() {
+                self.stop(format!("background work failed: {e}"));
+                break;
+            }
+            // Seal a log table that has waited long enough.
+            let set = self.stages.load();
+            let identity = Arc::as_ptr(&set.active) as usize;
+            let now = self.clock.now_micros();
+            match active_since {
+                Some((id, since)) if id == identity => {
+                    let waited = Duration::from_micros(now.saturating_sub(since));
+                    if waited >= self.options.seal_interval && !set.active.is_empty() {
+                        let (reply, _answer) = mpsc::channel();
+                        let _ = queue.try_send(Message::Seal(reply));
+                        active_since = None;
+                    }
+                }
+                _ => active_since = Some((identity, now)),
+            }
+        }
+    }
+}

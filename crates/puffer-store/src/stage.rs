@@ -1,0 +1,109 @@
+//! What the stages of a shard have in common: versioned deletion marks, and the
+//! text-search interface that sorted batches and compressed segments both offer.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use crate::error::Result;
+use crate::schema::{AttrType, StoredRecord};
+
+/// Deletion marks of one stage: record number -> sequence number of the SCU that
+/// deleted or replaced it. A reader at snapshot `s` treats a record as deleted only if
+/// it was marked at or before `s`, so marks made by newer SCUs do not disturb it.
+#[derive(Debug, Default)]
+pub struct Deletions {
+    marks: RwLock<HashMap<u64, u64>>,
+}
+
+impl Deletions {
+    /// Marks `record` deleted by SCU `seq` (the first mark wins).
+    pub fn mark(&self, record: u64, seq: u64) {
+        self.marks
+            .write()
+            .expect("deletion marks lock")
+            .entry(record)
+            .or_insert(seq);
+    }
+
+    /// Whether `record` is live at `snapshot`.
+    pub fn live_at(&self, record: u64, snapshot: u64) -> bool {
+        match self.marks.read().expect("deletion marks lock").get(&record) {
+            Some(&seq) => seq > snapshot,
+            None => true,
+        }
+    }
+
+    /// Whether `record` is live now (no mark at all).
+    pub fn unmarked(&self, record: u64) -> bool {
+        !self
+            .marks
+            .read()
+            .expect("deletion marks lock")
+            .contains_key(&record)
+    }
+
+    /// Records marked at or before `snapshot`, ascending.
+    pub fn deleted_at(&self, snapshot: u64) -> Vec<u64> {
+        let marks = self.marks.read().expect("deletion marks lock");
+        let mut out: Vec<u64> = marks
+            .iter()
+            .filter(|(_, &seq)| seq <= snapshot)
+            .map(|(&r, _)| r)
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Marks made after `snapshot`, as (record, seq).
+    pub fn marks_after(&self, snapshot: u64) -> Vec<(u64, u64)> {
+        let marks = self.marks.read().expect("deletion marks lock");
+        marks
+            .iter()
+            .filter(|(_, &seq)| seq > snapshot)
+            .map(|(&r, &s)| (r, s))
+            .collect()
+    }
+
+    /// Number of marks.
+    pub fn len(&self) -> usize {
+        self.marks.read().expect("deletion marks lock").len()
+    }
+
+    /// Whether there are no marks.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Approximate bytes held.
+    pub fn memory_bytes(&self) -> u64 {
+        (self.len() as u64) * 24
+    }
+}
+
+/// A stage whose records are searchable as text: suffix-array ranges of patterns,
+/// positions of entries, records at positions. Implemented by sorted batches
+/// (plain suffix array) and segments (compressed index).
+pub trait TextStage: Send + Sync {
+    /// Number of records (deleted ones included).
+    fn record_count(&self) -> u64;
+    /// Suffix-array entries whose suffixes start with `pattern` (non-empty).
+    fn entries_matching(&self, pattern: &[u8]) -> Result<(u64, u64)>;
+    /// First entry whose suffix is `>= bound`.
+    fn first_entry_at_least(&self, bound: &[u8]) -> Result<u64>;
+    /// First entry whose suffix is `> bound` and does not start with it.
+    fn first_entry_past(&self, bound: &[u8]) -> Result<u64>;
+    /// Text offsets of entries `start..end`.
+    fn locate(&self, start: u64, end: u64) -> Result<Vec<u64>>;
+    /// The record whose text contains `offset`.
+    fn record_at(&self, offset: u64) -> Result<u64>;
+    /// The text of a record.
+    fn record_text(&self, record: u64) -> Result<Vec<u8>>;
+    /// The key of a record.
+    fn key(&self, record: u64) -> Result<Vec<u8>>;
+    /// The record with `key`, if the stage has one (live or not).
+    fn find_key(&self, key: &[u8]) -> Result<Option<u64>>;
+    /// The deletion marks.
+    fn deletions(&self) -> &Deletions;
+    /// Decodes a record.
+    fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord>;
+}

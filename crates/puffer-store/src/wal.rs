@@ -1,0 +1,305 @@
+//! The write-ahead log: self-consistent updates (SCUs), their binary encoding, and the
+//! log files they are appended to.
+//!
+//! Log files live in `wal/` and are named by the first sequence number they may hold
+//! (`00000000000000000001.wal`). A file is an 8-byte magic `PUFFWAL1` followed by records:
+//! `payload_len u32 LE | crc32(payload) u32 LE | payload`. A payload is one SCU:
+//! `seq u64 | commit_micros u64 | op_count u32 | ops`, each op a tag byte then its fields
+//! (`1` put: key, field count u16, fields as `id u16 | value`; `2` delete: key;
+//! `3` add attribute: name, type byte). Byte strings are `len u32 | bytes`; values are a
+//! type byte then `len u32 | bytes`, `i64 LE`, `f64 bits LE` or one byte.
+//!
+//! Recovery reads the files in order. In each file, a last record that is cut short or fails
+//! its checksum is a write torn by a crash, never acknowledged (acknowledgement waits for the
+//! fsync), and is skipped; the next file then starts at that record's sequence number. A bad
+//! record with more bytes after it, or a gap in sequence numbers across files, is reported as
+//! corruption. (A flipped byte in the very last record of the newest file cannot be told from
+//! a torn write; it is dropped like one.)
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StoreError};
+use crate::fs::{Fs, FsFile};
+use crate::schema::{AttrType, Attribute, StoredRecord, Value};
+
+const MAGIC: &[u8; 8] = b"PUFFWAL1";
+/// Largest SCU payload accepted, in bytes.
+pub const MAX_SCU_BYTES: usize = 64 << 20;
+
+/// One operation of an SCU, validated against the schema.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Insert or replace the record with this key.
+    Put(StoredRecord),
+    /// Remove the record with this key (no error if absent).
+    Delete(Vec<u8>),
+    /// Append an attribute to the schema.
+    AddAttribute(Attribute),
+}
+
+/// A self-consistent update with its sequence number.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scu {
+    /// Sequence number: SCUs are numbered 1, 2, 3, ... without gaps.
+    pub seq: u64,
+    /// When it was written to the log (microseconds since the epoch).
+    pub commit_micros: u64,
+    /// Operations, applied in order.
+    pub ops: Vec<Op>,
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn type_byte(t: AttrType) -> u8 {
+    match t {
+        AttrType::String => 1,
+        AttrType::Int => 2,
+        AttrType::Float => 3,
+        AttrType::Bool => 4,
+        AttrType::Timestamp => 5,
+    }
+}
+
+fn type_of_byte(b: u8) -> Option<AttrType> {
+    Some(match b {
+        1 => AttrType::String,
+        2 => AttrType::Int,
+        3 => AttrType::Float,
+        4 => AttrType::Bool,
+        5 => AttrType::Timestamp,
+        _ => return None,
+    })
+}
+
+impl Scu {
+    /// Appends this SCU as one log record (length, checksum, payload).
+    pub fn encode_record(&self, out: &mut Vec<u8>) {
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&self.seq.to_le_bytes());
+        payload.extend_from_slice(&self.commit_micros.to_le_bytes());
+        payload.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
+        for op in &self.ops {
+            match op {
+                Op::Put(record) => {
+                    payload.push(1);
+                    put_bytes(&mut payload, &record.key);
+                    payload.extend_from_slice(&(record.fields.len() as u16).to_le_bytes());
+                    for (id, value) in &record.fields {
+                        payload.extend_from_slice(&id.to_le_bytes());
+                        payload.push(type_byte(value.attr_type()));
+                        match value {
+                            Value::String(b) => put_bytes(&mut payload, b),
+                            Value::Int(x) | Value::Timestamp(x) => {
+                                payload.extend_from_slice(&x.to_le_bytes())
+                            }
+                            Value::Float(x) => {
+                                payload.extend_from_slice(&x.to_bits().to_le_bytes())
+                            }
+                            Value::Bool(b) => payload.push(*b as u8),
+                        }
+                    }
+                }
+                Op::Delete(key) => {
+                    payload.push(2);
+                    put_bytes(&mut payload, key);
+                }
+                Op::AddAttribute(attribute) => {
+                    payload.push(3);
+                    put_bytes(&mut payload, attribute.name.as_bytes());
+                    payload.push(type_byte(attribute.attr_type));
+                }
+            }
+        }
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        out.extend_from_slice(&payload);
+    }
+
+    /// Decodes a payload whose checksum has been verified.
+    fn decode_payload(payload: &[u8]) -> std::result::Result<Scu, String> {
+        let mut r = Reader {
+            bytes: payload,
+            at: 0,
+        };
+        let seq = r.u64()?;
+        let commit_micros = r.u64()?;
+        let op_count = r.u32()?;
+        let mut ops = Vec::with_capacity(op_count.min(1 << 16) as usize);
+        for _ in 0..op_count {
+            ops.push(match r.u8()? {
+                1 => {
+                    let key = r.bytes()?.to_vec();
+                    let field_count = r.u16()?;
+                    let mut fields = Vec::with_capacity(field_count as usize);
+                    for _ in 0..field_count {
+                        let id = r.u16()?;
+                        let t = type_of_byte(r.u8()?).ok_or("unknown value type")?;
+                        let value = match t {
+                            AttrType::String => Value::String(r.bytes()?.to_vec()),
+                            AttrType::Int => Value::Int(r.u64()? as i64),
+                            AttrType::Timestamp => Value::Timestamp(r.u64()? as i64),
+                            AttrType::Float => Value::Float(f64::from_bits(r.u64()?)),
+                            AttrType::Bool => Value::Bool(r.u8()? != 0),
+                        };
+                        fields.push((id, value));
+                    }
+                    Op::Put(StoredRecord { key, fields })
+                }
+                2 => Op::Delete(r.bytes()?.to_vec()),
+                3 => {
+                    let name = String::from_utf8(r.bytes()?.to_vec())
+                        .map_err(|_| "attribute name is not UTF-8")?;
+                    let attr_type = type_of_byte(r.u8()?).ok_or("unknown attribute type")?;
+                    Op::AddAttribute(Attribute { name, attr_type })
+                }
+                tag => return Err(format!("unknown operation tag {tag}")),
+            });
+        }
+        if r.at != payload.len() {
+            return Err("trailing bytes after the last operation".into());
+        }
+        Ok(Scu {
+            seq,
+            commit_micros,
+            ops,
+        })
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| format!("record cut short at byte {}", self.at))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+    fn u8(&mut self) -> std::result::Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> std::result::Result<u16, String> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> std::result::Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> std::result::Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn bytes(&mut self) -> std::result::Result<&'a [u8], String> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+/// The name of the log file whose first SCU is `first_seq`.
+pub fn file_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.wal")
+}
+
+/// Log files in `dir`, as (first sequence number, path), ascending.
+pub fn list_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut files = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".wal") {
+            if let Ok(first) = stem.parse::<u64>() {
+                files.push((first, entry.path()));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Reads every SCU with `seq > after` from the log files in `dir`, in order.
+pub fn replay(dir: &Path, after: u64) -> Result<Vec<Scu>> {
+    let files = list_files(dir)?;
+    let mut scus = Vec::new();
+    let mut expected_next: Option<u64> = None;
+    for (_, path) in &files {
+        let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+        let corrupt = |detail: String| StoreError::corrupt(path, detail);
+        if bytes.len() < MAGIC.len() {
+            continue; // created, then a crash before the magic was synced
+        }
+        if &bytes[..8] != MAGIC {
+            return Err(corrupt("not a log file (bad magic)".into()));
+        }
+        let mut at = 8;
+        while at < bytes.len() {
+            let header = bytes.get(at..at + 8);
+            let len = header.map(|h| u32::from_le_bytes(h[..4].try_into().unwrap()) as usize);
+            let body = len.and_then(|len| bytes.get(at + 8..at + 8 + len));
+            let (Some(header), Some(payload)) = (header, body) else {
+                break; // torn tail
+            };
+            let crc = u32::from_le_bytes(header[4..8].try_into().unwrap());
+            let record_end = at + 8 + payload.len();
+            if crc32fast::hash(payload) != crc {
+                if record_end == bytes.len() {
+                    break; // torn tail: the last record, partly written
+                }
+                return Err(corrupt(format!("record at byte {at} fails its checksum")));
+            }
+            let scu = Scu::decode_payload(payload)
+                .map_err(|e| corrupt(format!("record at byte {at}: {e}")))?;
+            if let Some(next) = expected_next {
+                if scu.seq != next {
+                    return Err(corrupt(format!(
+                        "record at byte {at} has sequence number {}, expected {next}",
+                        scu.seq
+                    )));
+                }
+            }
+            expected_next = Some(scu.seq + 1);
+            if scu.seq > after {
+                scus.push(scu);
+            }
+            at = record_end;
+        }
+    }
+    Ok(scus)
+}
+
+/// The log file currently appended to.
+pub struct LogWriter {
+    file: Box<dyn FsFile>,
+    path: PathBuf,
+    /// First sequence number this file may hold.
+    pub first_seq: u64,
+}
+
+impl LogWriter {
+    /// Creates a new log file for SCUs from `first_seq` on, durably (file and directory).
+    pub fn create(fs: &dyn Fs, dir: &Path, first_seq: u64) -> Result<LogWriter> {
+        let path = dir.join(file_name(first_seq));
+        let io = |e| StoreError::io(&path, e);
+        let mut file = fs.create(&path).map_err(io)?;
+        file.write_all(MAGIC).map_err(io)?;
+        file.sync().map_err(io)?;
+        fs.sync_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+        Ok(LogWriter {
+            file,
+            path,
+            first_seq,
+        })
+    }
+
+    /// Appends encoded records and fsyncs them (one fsync for the whole group).
+    pub fn append_durably(&mut self, records: &[u8]) -> Result<()> {
+        let io = |e| StoreError::io(&self.path, e);
+        self.file.write_all(records).map_err(io)?;
+        self.file.sync().map_err(io)
+    }
+}

@@ -1,0 +1,276 @@
+//! Model-based test: random SCUs (puts, deletes, replacements) interleaved with seals,
+//! compactions, reopenings and queries with random predicates and freshness bounds.
+//! Every answer is compared with a `BTreeMap` model at the snapshot the answer reports.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{holds, key, random_predicate, random_record, schema, Model, Rng};
+use puffer_store::clock::ManualClock;
+use puffer_store::fs::RealFs;
+use puffer_store::{Query, ReadOptions, Record, Shard, ShardOptions, StoreError, WriteOp};
+
+const KEYS: u64 = 12;
+
+fn options() -> ShardOptions {
+    ShardOptions {
+        log_table_max_records: 6,
+        max_pending_batches: 1000,
+        background: false,
+        index: puffer_index::BuildOptions {
+            sa_rate: 2,
+            isa_rate: 2,
+            levels: 2,
+            psi_block_len: 4,
+            threads: 1,
+        },
+        ..ShardOptions::default()
+    }
+}
+
+fn open(dir: &std::path::Path, clock: &ManualClock) -> Shard {
+    Shard::open_with(
+        dir,
+        schema(),
+        options(),
+        Arc::new(RealFs),
+        Arc::new(clock.clone()),
+    )
+    .expect("open shard")
+}
+
+struct Run {
+    rng: Rng,
+    model: Model,
+    /// Acknowledgement time of each SCU (index = seq).
+    acked_micros: Vec<u64>,
+    clock: ManualClock,
+    last_snapshot: u64,
+}
+
+impl Run {
+    fn write(&mut self, shard: &Shard) {
+        let mut ops = Vec::new();
+        let mut state = self.model.at(self.model.last_seq()).clone();
+        for _ in 0..1 + self.rng.below(4) {
+            if self.rng.chance(25) {
+                let k = key(self.rng.below(KEYS));
+                state.remove(&k);
+                ops.push(WriteOp::Delete(k));
+            } else {
+                let record = random_record(&mut self.rng, KEYS);
+                state.insert(record.key.clone(), record.clone());
+                ops.push(WriteOp::Put(record));
+            }
+        }
+        let seq = shard.write(ops).expect("write");
+        assert_eq!(
+            seq,
+            self.model.last_seq() + 1,
+            "SCUs are numbered without gaps"
+        );
+        self.model.states.push(state);
+        self.acked_micros.push(self.clock.now_micros_for_test());
+    }
+
+    fn read_options(&mut self) -> ReadOptions {
+        let freshness = match self.rng.below(4) {
+            0 => None,
+            1 => Some(Duration::ZERO),
+            2 => Some(Duration::from_millis(self.rng.below(3000))),
+            _ => Some(Duration::from_secs(3600)),
+        };
+        let min_snapshot = if self.rng.chance(50) {
+            self.last_snapshot
+        } else {
+            0
+        };
+        ReadOptions {
+            freshness,
+            min_snapshot,
+        }
+    }
+
+    /// Checks the snapshot an answer reports against the freshness asked for.
+    fn check_snapshot(&mut self, read: &ReadOptions, snapshot: u64, context: &str) {
+        assert!(
+            snapshot <= self.model.last_seq(),
+            "{context}: future snapshot"
+        );
+        assert!(
+            snapshot >= read.min_snapshot,
+            "{context}: snapshot {snapshot} below the asked minimum {}",
+            read.min_snapshot
+        );
+        let now = self.clock.now_micros_for_test();
+        let bound = read.freshness.map_or(0, |f| f.as_micros() as u64);
+        for seq in 1..=self.model.last_seq() {
+            if self.acked_micros[seq as usize] + bound <= now && read.freshness.is_some()
+                || read.freshness.is_none()
+            {
+                assert!(
+                    seq <= snapshot,
+                    "{context}: SCU {seq} acknowledged long enough ago is not in snapshot {snapshot}"
+                );
+            }
+        }
+        self.last_snapshot = self.last_snapshot.max(snapshot);
+    }
+
+    fn query(&mut self, shard: &Shard) {
+        let predicate = random_predicate(&mut self.rng, 2);
+        let read = self.read_options();
+        let context = format!("{predicate:?} {read:?}");
+        match self.rng.below(4) {
+            0 => {
+                let (count, info) = shard.count(&predicate, read).expect("count");
+                self.check_snapshot(&read, info.snapshot, &context);
+                let expected = self
+                    .model
+                    .at(info.snapshot)
+                    .values()
+                    .filter(|r| holds(&predicate, r))
+                    .count() as u64;
+                assert_eq!(count, expected, "count {context} at {}", info.snapshot);
+            }
+            1 => {
+                let k = key(self.rng.below(KEYS));
+                let (found, info) = shard.get(&k, read).expect("get");
+                self.check_snapshot(&read, info.snapshot, &context);
+                assert_eq!(found.as_ref(), self.model.at(info.snapshot).get(&k), "get");
+            }
+            _ => {
+                let limit = if self.rng.chance(30) {
+                    Some(self.rng.below(4) as usize)
+                } else {
+                    None
+                };
+                let keys_only = self.rng.chance(30);
+                let query = Query {
+                    predicate: predicate.clone(),
+                    projection: keys_only.then(Vec::new),
+                    limit,
+                    read,
+                };
+                let result = shard.search(&query).expect("search");
+                self.check_snapshot(&read, result.snapshot.snapshot, &context);
+                let expected: Vec<Record> = self
+                    .model
+                    .at(result.snapshot.snapshot)
+                    .values()
+                    .filter(|r| holds(&predicate, r))
+                    .map(|r| {
+                        if keys_only {
+                            Record::new(r.key.clone())
+                        } else {
+                            r.clone()
+                        }
+                    })
+                    .collect();
+                match limit {
+                    None => assert_eq!(result.rows, expected, "search {context}"),
+                    Some(k) => {
+                        assert_eq!(result.rows.len(), k.min(expected.len()), "{context}");
+                        assert_eq!(result.truncated, expected.len() > k, "{context}");
+                        for row in &result.rows {
+                            assert!(expected.contains(row), "{context}: {row:?} not expected");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+trait NowForTest {
+    fn now_micros_for_test(&self) -> u64;
+}
+
+impl NowForTest for ManualClock {
+    fn now_micros_for_test(&self) -> u64 {
+        use puffer_store::clock::Clock;
+        self.now_micros()
+    }
+}
+
+fn run_seed(seed: u64, steps: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000_000);
+    let mut run = Run {
+        rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
+        model: Model::new(),
+        acked_micros: vec![0],
+        clock: clock.clone(),
+        last_snapshot: 0,
+    };
+    let mut shard = open(dir.path(), &clock);
+    for _ in 0..steps {
+        match run.rng.below(20) {
+            0..=6 => run.write(&shard),
+            7 => shard.seal().expect("seal"),
+            8 => {
+                let all = run.rng.chance(50);
+                shard.compact(all).expect("compact");
+            }
+            9 => {
+                drop(shard);
+                shard = open(dir.path(), &clock);
+            }
+            10 => clock.advance_micros(run.rng.below(2_000_000)),
+            _ => run.query(&shard),
+        }
+    }
+    // Everything survives a final reopen.
+    drop(shard);
+    let shard = open(dir.path(), &clock);
+    let result = shard
+        .search(&Query {
+            predicate: puffer_store::Predicate::All,
+            projection: None,
+            limit: None,
+            read: ReadOptions::default(),
+        })
+        .unwrap();
+    let expected: Vec<Record> = run
+        .model
+        .at(run.model.last_seq())
+        .values()
+        .cloned()
+        .collect();
+    assert_eq!(result.rows, expected, "seed {seed}: final contents");
+}
+
+#[test]
+fn random_histories_match_the_model() {
+    let seeds: u64 = std::env::var("PUFFER_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    for seed in 0..seeds {
+        run_seed(seed, 150);
+    }
+}
+
+#[test]
+fn invalid_batches_apply_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1);
+    let shard = open(dir.path(), &clock);
+    let good = Record::new("a").with("n", puffer_store::Value::Int(1));
+    let bad_type = Record::new("b").with("n", puffer_store::Value::str("x"));
+    let unknown = Record::new("c").with("nope", puffer_store::Value::Int(1));
+    let no_key = Record::new("").with("n", puffer_store::Value::Int(1));
+    for bad in [bad_type, unknown, no_key] {
+        let error = shard
+            .write(vec![WriteOp::Put(good.clone()), WriteOp::Put(bad.clone())])
+            .unwrap_err();
+        assert!(matches!(error, StoreError::InvalidRecord { .. }), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("field"), "{message}");
+    }
+    let (found, _) = shard.get(b"a", ReadOptions::default()).unwrap();
+    assert_eq!(found, None, "nothing of a refused batch is applied");
+    assert_eq!(shard.write(vec![WriteOp::Put(good)]).unwrap(), 1);
+}
