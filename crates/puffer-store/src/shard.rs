@@ -1011,7 +1011,7 @@ impl Shared {
         let set = self.stages.load_full();
         let batches = set.sorted.clone();
         let checkpoint = set.sealed_seq;
-        let new_bytes: u64 = batches.iter().map(|b| b.memory_bytes()).sum();
+        let new_bytes: u64 = batches.iter().map(|b| b.text_bytes()).sum();
         let mut merged_segments = Vec::new();
         if all {
             merged_segments = set.segments.clone();

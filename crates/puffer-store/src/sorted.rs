@@ -61,6 +61,11 @@ impl SortedBatch {
         })
     }
 
+    /// Bytes of record text.
+    pub fn text_bytes(&self) -> u64 {
+        self.text.len() as u64
+    }
+
     /// Approximate bytes held in memory.
     pub fn memory_bytes(&self) -> u64 {
         let key_bytes: usize = self.keys.iter().map(|k| k.len() * 2 + 64).sum();

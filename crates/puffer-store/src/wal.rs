@@ -3,18 +3,18 @@
 //!
 //! Log files live in `wal/` and are named by the first sequence number they may hold
 //! (`00000000000000000001.wal`). A file is an 8-byte magic `PUFFWAL1` followed by records:
-//! `payload_len u32 LE | crc32(payload) u32 LE | payload`. A payload is one SCU:
+//! `payload_len u32 LE | !payload_len u32 LE | crc32(payload) u32 LE | payload`. A payload is one SCU:
 //! `seq u64 | commit_micros u64 | op_count u32 | ops`, each op a tag byte then its fields
 //! (`1` put: key, field count u16, fields as `id u16 | value`; `2` delete: key;
 //! `3` add attribute: name, type byte). Byte strings are `len u32 | bytes`; values are a
 //! type byte then `len u32 | bytes`, `i64 LE`, `f64 bits LE` or one byte.
 //!
-//! Recovery reads the files in order. In each file, a last record that is cut short or fails
-//! its checksum is a write torn by a crash, never acknowledged (acknowledgement waits for the
-//! fsync), and is skipped; the next file then starts at that record's sequence number. A bad
-//! record with more bytes after it, or a gap in sequence numbers across files, is reported as
-//! corruption. (A flipped byte in the very last record of the newest file cannot be told from
-//! a torn write; it is dropped like one.)
+//! Recovery reads the files in order. In each file, a last record that is cut short (the
+//! file ends inside its header or payload) is a write torn by a crash, never acknowledged
+//! (acknowledgement waits for the fsync), and is skipped; the next file then starts at that
+//! record's sequence number. A complete record that fails its checksum, a length that
+//! disagrees with its inverted copy, or a gap in sequence numbers is reported as corruption
+//! naming the file: damage is never mistaken for a torn write.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +23,8 @@ use crate::fs::{Fs, FsFile};
 use crate::schema::{AttrType, Attribute, StoredRecord, Value};
 
 const MAGIC: &[u8; 8] = b"PUFFWAL1";
+/// Length, inverted length, payload checksum.
+const RECORD_HEADER_BYTES: usize = 12;
 /// Largest SCU payload accepted, in bytes.
 pub const MAX_SCU_BYTES: usize = 64 << 20;
 
@@ -114,6 +116,7 @@ impl Scu {
             }
         }
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(!(payload.len() as u32)).to_le_bytes());
         out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         out.extend_from_slice(&payload);
     }
@@ -238,18 +241,20 @@ pub fn replay(dir: &Path, after: u64) -> Result<Vec<Scu>> {
         }
         let mut at = 8;
         while at < bytes.len() {
-            let header = bytes.get(at..at + 8);
-            let len = header.map(|h| u32::from_le_bytes(h[..4].try_into().unwrap()) as usize);
-            let body = len.and_then(|len| bytes.get(at + 8..at + 8 + len));
-            let (Some(header), Some(payload)) = (header, body) else {
-                break; // torn tail
+            let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
+                break; // torn tail: the header itself is cut short
             };
-            let crc = u32::from_le_bytes(header[4..8].try_into().unwrap());
-            let record_end = at + 8 + payload.len();
+            let word = |i: usize| u32::from_le_bytes(header[4 * i..4 * i + 4].try_into().unwrap());
+            let (len, len_check, crc) = (word(0), word(1), word(2));
+            if len != !len_check {
+                return Err(corrupt(format!("record at byte {at} has a damaged length")));
+            }
+            let body_start = at + RECORD_HEADER_BYTES;
+            let Some(payload) = bytes.get(body_start..body_start + len as usize) else {
+                break; // torn tail: the payload is cut short
+            };
+            let record_end = body_start + payload.len();
             if crc32fast::hash(payload) != crc {
-                if record_end == bytes.len() {
-                    break; // torn tail: the last record, partly written
-                }
                 return Err(corrupt(format!("record at byte {at} fails its checksum")));
             }
             let scu = Scu::decode_payload(payload)
