@@ -455,7 +455,7 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
     }
 }
 
-/// Entries located per step when a limit may stop early.
+/// Most entries located in the first step when a limit may stop early.
 const LOCATE_CHUNK: u64 = 64;
 
 /// Records of a text stage that match at `snapshot`, at most `limit`, with the decoded
@@ -507,14 +507,18 @@ pub fn search_text(
                     break 'records;
                 }
             }
+            // With a limit, locate just enough entries (most are live matches), then
+            // twice as many each time the verified matches fall short.
+            let mut chunk = (limit as u64).clamp(1, LOCATE_CHUNK);
             'ranges: for (start, end) in ranges {
                 let mut at = start;
                 while at < end {
                     let chunk_end = if limit == usize::MAX {
                         end
                     } else {
-                        end.min(at + LOCATE_CHUNK.max(2 * limit as u64))
+                        end.min(at.saturating_add(chunk))
                     };
+                    chunk = chunk.saturating_mul(2);
                     for offset in stage.locate(at, chunk_end)? {
                         if !consider(stage.record_at(offset)?, &mut out)? {
                             break 'ranges;
