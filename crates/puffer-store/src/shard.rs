@@ -339,23 +339,21 @@ impl Shard {
                 .spawn(move || committer_shared.run_committer(receiver, log, next_seq))
                 .map_err(|e| StoreError::io(dir, e))?,
         );
-        let shard = Shard {
-            shared: shared.clone(),
-            queue: Some(sender),
-            threads,
-        };
         if shared.options.background {
             let background_shared = shared.clone();
-            let queue = shard.queue.clone().expect("queue exists while open");
-            let handle = std::thread::Builder::new()
-                .name("puffer-stages".into())
-                .spawn(move || background_shared.run_background(queue))
-                .map_err(|e| StoreError::io(dir, e))?;
-            let mut shard = shard;
-            shard.threads.push(handle);
-            return Ok(shard);
+            let queue = sender.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("puffer-stages".into())
+                    .spawn(move || background_shared.run_background(queue))
+                    .map_err(|e| StoreError::io(dir, e))?,
+            );
         }
-        Ok(shard)
+        Ok(Shard {
+            shared,
+            queue: Some(sender),
+            threads,
+        })
     }
 
     /// The current schema.
@@ -1032,7 +1030,6 @@ impl Shared {
         if batches.is_empty() && (merged_segments.len() < 2 && !all) {
             return Ok(false);
         }
-        let types = types_of(&self.schema());
         let mut records: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for batch in &batches {
             for record in 0..batch.record_count() {
@@ -1054,7 +1051,6 @@ impl Shared {
                 ),
             ));
         }
-        drop(types);
         let mut state = self.manifest.lock().expect("manifest lock");
         let id = state.manifest.next_segment_id;
         let built = if records.is_empty() {
