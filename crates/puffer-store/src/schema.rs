@@ -1,6 +1,6 @@
 //! Tables: a key plus typed attributes. Records, values, and their validation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -102,11 +102,47 @@ pub struct Attribute {
 /// A table's schema: the key's name and the attributes, in the order they were added.
 /// An attribute's position is its id in the flattened text; attributes are only appended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SchemaFields", into = "SchemaFields")]
 pub struct Schema {
     /// Name of the key column (for display and for predicates on the key).
     pub key: String,
-    /// Attributes; the index in this vector is the attribute id.
+    /// Attributes; the index in this vector is the attribute id. Extend it only through
+    /// [`Schema::add_attribute`], which keeps the name index in step.
     pub attributes: Vec<Attribute>,
+    /// Attribute id by name (validation looks up every field of every record).
+    ids_by_name: HashMap<String, u16>,
+}
+
+/// The stored form of a schema (the name index is rebuilt on load).
+#[derive(Clone, Serialize, Deserialize)]
+struct SchemaFields {
+    key: String,
+    attributes: Vec<Attribute>,
+}
+
+impl From<SchemaFields> for Schema {
+    fn from(fields: SchemaFields) -> Schema {
+        let ids_by_name = fields
+            .attributes
+            .iter()
+            .enumerate()
+            .map(|(id, a)| (a.name.clone(), id as u16))
+            .collect();
+        Schema {
+            key: fields.key,
+            attributes: fields.attributes,
+            ids_by_name,
+        }
+    }
+}
+
+impl From<Schema> for SchemaFields {
+    fn from(schema: Schema) -> SchemaFields {
+        SchemaFields {
+            key: schema.key,
+            attributes: schema.attributes,
+        }
+    }
 }
 
 /// A record as callers give it: a key and named values; omitted attributes are absent.
@@ -173,6 +209,7 @@ impl Schema {
         let mut schema = Schema {
             key: key.to_string(),
             attributes: Vec::new(),
+            ids_by_name: HashMap::new(),
         };
         check_name(key)?;
         for attribute in attributes {
@@ -196,16 +233,15 @@ impl Schema {
                 attribute.name
             )));
         }
+        let id = self.attributes.len() as u16;
+        self.ids_by_name.insert(attribute.name.clone(), id);
         self.attributes.push(attribute);
-        Ok((self.attributes.len() - 1) as u16)
+        Ok(id)
     }
 
     /// The id of a named attribute.
     pub fn id_of(&self, name: &str) -> Option<u16> {
-        self.attributes
-            .iter()
-            .position(|a| a.name == name)
-            .map(|i| i as u16)
+        self.ids_by_name.get(name).copied()
     }
 
     /// The id of a named attribute, or an error naming it.

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -218,7 +218,10 @@ struct Shared {
     manifest: Mutex<ManifestState>,
     compaction_lock: Mutex<()>,
     shutdown: AtomicBool,
-    wake: (Mutex<bool>, Condvar),
+    /// Wakes the background threads (indexed by [`BackgroundJob`]).
+    wake: [(Mutex<bool>, Condvar); 2],
+    /// The manifest's checkpoint (readable without waiting for a compaction).
+    checkpoint: AtomicU64,
 }
 
 enum Message {
@@ -317,13 +320,17 @@ impl Shard {
             manifest: Mutex::new(ManifestState { manifest }),
             compaction_lock: Mutex::new(()),
             shutdown: AtomicBool::new(false),
-            wake: (Mutex::new(false), Condvar::new()),
+            wake: [
+                (Mutex::new(false), Condvar::new()),
+                (Mutex::new(false), Condvar::new()),
+            ],
+            checkpoint: AtomicU64::new(checkpoint),
             options,
         });
         let mut next_seq = checkpoint + 1;
-        for scu in &scus {
-            shared.apply(scu, true)?;
+        for scu in scus {
             next_seq = scu.seq + 1;
+            shared.apply(scu, true)?;
             if shared.active_full() {
                 shared.freeze(next_seq);
             }
@@ -340,14 +347,16 @@ impl Shard {
                 .map_err(|e| StoreError::io(dir, e))?,
         );
         if shared.options.background {
-            let background_shared = shared.clone();
-            let queue = sender.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("puffer-stages".into())
-                    .spawn(move || background_shared.run_background(queue))
-                    .map_err(|e| StoreError::io(dir, e))?,
-            );
+            for job in [BackgroundJob::Seal, BackgroundJob::Compact] {
+                let background_shared = shared.clone();
+                let queue = sender.clone();
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("puffer-{job:?}").to_lowercase())
+                        .spawn(move || background_shared.run_background(job, queue))
+                        .map_err(|e| StoreError::io(dir, e))?,
+                );
+            }
         }
         Ok(Shard {
             shared,
@@ -559,13 +568,7 @@ impl Shard {
     /// Up to which SCU each stage holds everything.
     pub fn watermarks(&self) -> Watermarks {
         let set = self.shared.stages.load();
-        let compressed = self
-            .shared
-            .manifest
-            .lock()
-            .expect("manifest lock")
-            .manifest
-            .checkpoint;
+        let compressed = self.shared.checkpoint.load(Ordering::SeqCst);
         Watermarks {
             published: set.published_seq,
             sorted: set.sealed_seq,
@@ -667,9 +670,10 @@ impl Shared {
     }
 
     fn notify_background(&self) {
-        let (flag, condvar) = &self.wake;
-        *flag.lock().expect("wake lock") = true;
-        condvar.notify_all();
+        for (flag, condvar) in &self.wake {
+            *flag.lock().expect("wake lock") = true;
+            condvar.notify_all();
+        }
     }
 
     fn active_full(&self) -> bool {
@@ -790,9 +794,10 @@ impl Shared {
                 return;
             }
             for (scu, reply) in accepted {
-                let result = self.apply(&scu, false).map(|()| scu.seq);
+                let seq = scu.seq;
+                let result = self.apply(scu, false).map(|()| seq);
                 if let Err(e) = &result {
-                    self.stop(format!("applying SCU {} failed: {e}", scu.seq));
+                    self.stop(format!("applying SCU {seq} failed: {e}"));
                 }
                 let _ = reply.send(result);
             }
@@ -844,10 +849,10 @@ impl Shared {
     }
 
     /// Applies one SCU to the stages and publishes it.
-    fn apply(&self, scu: &Scu, replaying: bool) -> Result<()> {
+    fn apply(&self, scu: Scu, replaying: bool) -> Result<()> {
         let _guard = self.apply_lock.lock().expect("apply lock");
         let set = self.stages.load_full();
-        for op in &scu.ops {
+        for op in scu.ops {
             match op {
                 Op::AddAttribute(attribute) => {
                     let mut schema = self.schema.write().expect("schema lock");
@@ -858,16 +863,16 @@ impl Shared {
                         Some(true) if replaying => {}
                         _ => {
                             let mut updated = (**schema).clone();
-                            updated.add_attribute(attribute.clone())?;
+                            updated.add_attribute(attribute)?;
                             *schema = Arc::new(updated);
                         }
                     }
                 }
                 Op::Put(record) => {
                     self.mark_live_version(&set, &record.key, scu.seq)?;
-                    set.active.append(scu.seq, record.clone());
+                    set.active.append(scu.seq, record);
                 }
-                Op::Delete(key) => self.mark_live_version(&set, key, scu.seq)?,
+                Op::Delete(key) => self.mark_live_version(&set, &key, scu.seq)?,
             }
         }
         set.active.note_applied(scu.seq);
@@ -1124,6 +1129,7 @@ impl Shared {
             }
             self.stages.store(Arc::new(next));
         }
+        self.checkpoint.store(checkpoint, Ordering::SeqCst);
         self.collect_garbage()?;
         Ok(true)
     }
@@ -1163,46 +1169,74 @@ impl Shared {
         Ok(())
     }
 
-    fn run_background(self: Arc<Self>, queue: SyncSender<Message>) {
+    /// Waits until woken for `job`, or for a poll interval.
+    fn wait_for_work(&self, job: BackgroundJob) {
+        let (flag, condvar) = &self.wake[job as usize];
+        let guard = flag.lock().expect("wake lock");
+        let (mut guard, _) = condvar
+            .wait_timeout_while(guard, Duration::from_millis(100), |woken| !*woken)
+            .expect("wake lock");
+        *guard = false;
+    }
+
+    /// One background thread: sealing (frozen tables become sorted batches, and log
+    /// tables that waited `seal_interval` are frozen) or compaction. They are separate
+    /// threads so that a long compaction does not hold back the sorted stage.
+    fn run_background(self: Arc<Self>, job: BackgroundJob, queue: SyncSender<Message>) {
         let mut active_since: Option<(usize, u64)> = None;
         while !self.shutdown.load(Ordering::SeqCst) {
-            {
-                let (flag, condvar) = &self.wake;
-                let guard = flag.lock().expect("wake lock");
-                let (mut guard, _) = condvar
-                    .wait_timeout_while(guard, Duration::from_millis(100), |woken| !*woken)
-                    .expect("wake lock");
-                *guard = false;
-            }
+            self.wait_for_work(job);
             if self.shutdown.load(Ordering::SeqCst) || self.check_running().is_err() {
                 break;
             }
-            let work = || -> Result<()> {
-                while self.seal_one()? {}
-                if !self.stages.load().sorted.is_empty() {
-                    self.compact(false)?;
+            let work = match job {
+                BackgroundJob::Seal => (|| {
+                    while self.seal_one()? {}
+                    Ok(())
+                })(),
+                BackgroundJob::Compact if !self.stages.load().sorted.is_empty() => {
+                    self.compact(false).map(|_| ())
                 }
-                Ok(())
+                BackgroundJob::Compact => Ok(()),
             };
-            if let Err(e) = work() {
-                self.stop(format!("background work failed: {e}"));
+            if let Err(e) = work {
+                self.stop(format!("background {job:?} failed: {e}"));
                 break;
             }
-            // Seal a log table that has waited long enough.
-            let set = self.stages.load();
-            let identity = Arc::as_ptr(&set.active) as usize;
-            let now = self.clock.now_micros();
-            match active_since {
-                Some((id, since)) if id == identity => {
-                    let waited = Duration::from_micros(now.saturating_sub(since));
-                    if waited >= self.options.seal_interval && !set.active.is_empty() {
-                        let (reply, _answer) = mpsc::channel();
-                        let _ = queue.try_send(Message::Seal(reply));
-                        active_since = None;
-                    }
-                }
-                _ => active_since = Some((identity, now)),
+            if job == BackgroundJob::Seal {
+                active_since = self.request_seal_when_due(active_since, &queue);
             }
         }
     }
+
+    /// Asks the committer to freeze a non-empty log table that has waited long enough;
+    /// returns the (table, first seen) pair to remember.
+    fn request_seal_when_due(
+        &self,
+        active_since: Option<(usize, u64)>,
+        queue: &SyncSender<Message>,
+    ) -> Option<(usize, u64)> {
+        let set = self.stages.load();
+        let identity = Arc::as_ptr(&set.active) as usize;
+        let now = self.clock.now_micros();
+        match active_since {
+            Some((id, since)) if id == identity => {
+                let waited = Duration::from_micros(now.saturating_sub(since));
+                if waited >= self.options.seal_interval && !set.active.is_empty() {
+                    let (reply, _answer) = mpsc::channel();
+                    let _ = queue.try_send(Message::Seal(reply));
+                    return None;
+                }
+                active_since
+            }
+            _ => Some((identity, now)),
+        }
+    }
+}
+
+/// The two background threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BackgroundJob {
+    Seal = 0,
+    Compact = 1,
 }
