@@ -69,15 +69,31 @@ pub fn push_value(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
+/// Decimal digits of `x` into the end of `buf`; returns where they start.
+fn decimal_digits(mut x: u64, buf: &mut [u8; 20]) -> usize {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (x % 10) as u8;
+        x /= 10;
+        if x == 0 {
+            return at;
+        }
+    }
+}
+
 fn push_int(out: &mut Vec<u8>, x: i64) {
-    let digits = x.unsigned_abs().to_string();
+    let mut buf = [0u8; 20];
+    let start = decimal_digits(x.unsigned_abs(), &mut buf);
+    let digits = &buf[start..];
     let count = digits.len() as u8;
     if x >= 0 {
         out.push(b'A' + count);
-        out.extend_from_slice(digits.trim_end_matches('0').as_bytes());
+        let significant = digits.iter().rposition(|&d| d != b'0').map_or(0, |p| p + 1);
+        out.extend_from_slice(&digits[..significant]);
     } else {
         out.push(b'A' - count);
-        out.extend(digits.bytes().map(|d| b'9' - d + b'0'));
+        out.extend(digits.iter().map(|d| b'9' - d + b'0'));
     }
 }
 

@@ -2,12 +2,14 @@
 //! parsed (predicates are evaluated on values) and flattened (the text later becomes a
 //! sorted batch); a small n-gram index narrows scans for patterns of 3 bytes or more.
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use crate::codec;
 use crate::schema::StoredRecord;
 use crate::stage::Deletions;
+
+/// Key -> record number (ahash: fast, and randomized against crafted keys).
+pub type KeyMap = ahash::AHashMap<Vec<u8>, u64>;
 
 /// Buckets of the trigram index (trigrams are hashed into them; collisions only add
 /// candidates, which verification removes).
@@ -24,7 +26,7 @@ pub struct MemInner {
     /// Start of each record in `text`.
     pub starts: Vec<u64>,
     /// Key -> newest record with that key in this table.
-    pub keys: HashMap<Vec<u8>, u64>,
+    pub keys: KeyMap,
     grams: Vec<Vec<u32>>,
     /// Last SCU applied to this table (0 if none).
     pub last_seq: u64,
@@ -54,7 +56,7 @@ impl MemTable {
                 records: Vec::new(),
                 text: Vec::new(),
                 starts: Vec::new(),
-                keys: HashMap::new(),
+                keys: KeyMap::default(),
                 grams: Vec::new(),
                 last_seq: 0,
                 key_bytes: 0,

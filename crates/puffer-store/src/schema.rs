@@ -1,6 +1,8 @@
 //! Tables: a key plus typed attributes. Records, values, and their validation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use ahash::AHashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -110,7 +112,7 @@ pub struct Schema {
     /// [`Schema::add_attribute`], which keeps the name index in step.
     pub attributes: Vec<Attribute>,
     /// Attribute id by name (validation looks up every field of every record).
-    ids_by_name: HashMap<String, u16>,
+    ids_by_name: AHashMap<String, u16>,
 }
 
 /// The stored form of a schema (the name index is rebuilt on load).
@@ -209,7 +211,7 @@ impl Schema {
         let mut schema = Schema {
             key: key.to_string(),
             attributes: Vec::new(),
-            ids_by_name: HashMap::new(),
+            ids_by_name: AHashMap::new(),
         };
         check_name(key)?;
         for attribute in attributes {

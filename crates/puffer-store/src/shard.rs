@@ -224,8 +224,17 @@ struct Shared {
     checkpoint: AtomicU64,
 }
 
+/// An SCU on its way to the committer.
+enum Pending {
+    /// Puts and deletes, already validated by the writer's thread. Attributes are only
+    /// ever appended, so they stay valid whatever schema change commits first.
+    Checked(Vec<Op>),
+    /// Operations that change the schema: validated by the committer, in commit order.
+    Raw(Vec<WriteOp>),
+}
+
 enum Message {
-    Write(Vec<WriteOp>, mpsc::Sender<Result<u64>>),
+    Write(Pending, mpsc::Sender<Result<u64>>),
     Seal(mpsc::Sender<Result<()>>),
 }
 
@@ -386,9 +395,16 @@ impl Shard {
             )));
         }
         self.shared.check_running()?;
+        let changes_schema = ops.iter().any(|op| matches!(op, WriteOp::AddAttribute(_)));
+        let pending = if changes_schema {
+            Pending::Raw(ops)
+        } else {
+            // Validation runs here, in the writer's thread, to keep the committer lean.
+            Pending::Checked(validate_records(ops, &self.schema())?)
+        };
         let (reply, answer) = mpsc::channel();
         let queue = self.queue.as_ref().expect("queue exists while open");
-        match queue.try_send(Message::Write(ops, reply)) {
+        match queue.try_send(Message::Write(pending, reply)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 return Err(StoreError::Overloaded(format!(
@@ -626,6 +642,33 @@ impl Drop for Shard {
     }
 }
 
+/// Validates puts and deletes against `schema` (schema changes are not accepted here).
+fn validate_records(ops: Vec<WriteOp>, schema: &Schema) -> Result<Vec<Op>> {
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        out.push(match op {
+            WriteOp::Put(record) => Op::Put(schema.validate(&record)?),
+            WriteOp::Delete(key) => {
+                if key.is_empty() || key.len() > crate::schema::MAX_KEY_BYTES {
+                    return Err(StoreError::InvalidRecord {
+                        key: display_key(&key),
+                        field: schema.key.clone(),
+                        reason: "a delete needs a key of 1 to 1024 bytes".into(),
+                    });
+                }
+                Op::Delete(key)
+            }
+            WriteOp::AddAttribute(attribute) => {
+                return Err(StoreError::Schema(format!(
+                    "adding attribute {:?} must go through the committer",
+                    attribute.name
+                )))
+            }
+        });
+    }
+    Ok(out)
+}
+
 fn types_of(schema: &Schema) -> Vec<AttrType> {
     schema.attributes.iter().map(|a| a.attr_type).collect()
 }
@@ -691,23 +734,13 @@ impl Shared {
     fn validate(&self, ops: Vec<WriteOp>, schema: &mut Schema) -> Result<Vec<Op>> {
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
-            out.push(match op {
-                WriteOp::Put(record) => Op::Put(schema.validate(&record)?),
-                WriteOp::Delete(key) => {
-                    if key.is_empty() || key.len() > crate::schema::MAX_KEY_BYTES {
-                        return Err(StoreError::InvalidRecord {
-                            key: display_key(&key),
-                            field: schema.key.clone(),
-                            reason: "a delete needs a key of 1 to 1024 bytes".into(),
-                        });
-                    }
-                    Op::Delete(key)
-                }
+            match op {
                 WriteOp::AddAttribute(attribute) => {
                     schema.add_attribute(attribute.clone())?;
-                    Op::AddAttribute(attribute)
+                    out.push(Op::AddAttribute(attribute));
                 }
-            });
+                other => out.extend(validate_records(vec![other], schema)?),
+            }
         }
         Ok(out)
     }
@@ -758,15 +791,22 @@ impl Shared {
                 return;
             }
         }
-        let mut schema = (*self.schema()).clone();
+        // Schema changes validate against the schema as this group leaves it.
+        let mut schema: Option<Schema> = None;
         let mut accepted = Vec::new();
         let mut encoded = Vec::new();
         let now = self.clock.now_micros();
-        for (ops, reply) in writes {
-            let mut trial = schema.clone();
-            match self.validate(ops, &mut trial) {
+        for (pending, reply) in writes {
+            let checked = match pending {
+                Pending::Checked(ops) => Ok(ops),
+                Pending::Raw(ops) => {
+                    let current = schema.get_or_insert_with(|| (*self.schema()).clone());
+                    let mut trial = current.clone();
+                    self.validate(ops, &mut trial).inspect(|_| *current = trial)
+                }
+            };
+            match checked {
                 Ok(ops) => {
-                    schema = trial;
                     let scu = Scu {
                         seq: *next_seq,
                         commit_micros: now,
@@ -814,7 +854,7 @@ impl Shared {
 
     fn fail_all(
         &self,
-        writes: Vec<(Vec<WriteOp>, mpsc::Sender<Result<u64>>)>,
+        writes: Vec<(Pending, mpsc::Sender<Result<u64>>)>,
         seals: Vec<mpsc::Sender<Result<()>>>,
         error: StoreError,
     ) {

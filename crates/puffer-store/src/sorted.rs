@@ -2,12 +2,11 @@
 //! Fast to build (one libsais call), larger than a segment; queries use the same
 //! text-search path as segments.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::codec::{self, MARK};
 use crate::error::{Result, StoreError};
-use crate::memtable::MemTable;
+use crate::memtable::{KeyMap, MemTable};
 use crate::schema::{AttrType, StoredRecord};
 use crate::stage::{Deletions, TextStage};
 
@@ -19,7 +18,7 @@ pub struct SortedBatch {
     sa: Vec<u32>,
     starts: Vec<u64>,
     keys: Vec<Vec<u8>>,
-    key_index: HashMap<Vec<u8>, u64>,
+    key_index: KeyMap,
     deletions: Arc<Deletions>,
     /// First SCU the batch may hold.
     pub first_seq: u64,

@@ -1,7 +1,6 @@
 //! What the stages of a shard have in common: versioned deletion marks, and the
 //! text-search interface that sorted batches and compressed segments both offer.
 
-use std::collections::HashMap;
 use std::sync::RwLock;
 
 use crate::error::Result;
@@ -12,7 +11,7 @@ use crate::schema::{AttrType, StoredRecord};
 /// it was marked at or before `s`, so marks made by newer SCUs do not disturb it.
 #[derive(Debug, Default)]
 pub struct Deletions {
-    marks: RwLock<HashMap<u64, u64>>,
+    marks: RwLock<ahash::AHashMap<u64, u64>>,
 }
 
 impl Deletions {

@@ -274,3 +274,34 @@ fn invalid_batches_apply_nothing() {
     assert_eq!(found, None, "nothing of a refused batch is applied");
     assert_eq!(shard.write(vec![WriteOp::Put(good)]).unwrap(), 1);
 }
+
+#[test]
+fn the_schema_gains_attributes_durably() {
+    use puffer_store::{AttrType, Attribute, Predicate, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1);
+    let shard = open(dir.path(), &clock);
+    let color = Attribute {
+        name: "color".into(),
+        attr_type: AttrType::String,
+    };
+    let painted = Record::new("p").with("color", Value::str("red"));
+    // An attribute can be added and used in one SCU.
+    shard
+        .write(vec![
+            WriteOp::AddAttribute(color.clone()),
+            WriteOp::Put(painted.clone()),
+        ])
+        .unwrap();
+    let again = shard.write(vec![WriteOp::AddAttribute(color)]).unwrap_err();
+    assert!(again.to_string().contains("already exists"), "{again}");
+    shard.compact_all().unwrap();
+    drop(shard);
+    let shard = open(dir.path(), &clock);
+    assert_eq!(shard.schema().id_of("color"), Some(5));
+    let red = Predicate::Eq("color".into(), Value::str("red"));
+    let (count, _) = shard.count(&red, ReadOptions::default()).unwrap();
+    assert_eq!(count, 1);
+    let (found, _) = shard.get(b"p", ReadOptions::default()).unwrap();
+    assert_eq!(found, Some(painted));
+}
