@@ -11,6 +11,11 @@ use crate::stage::Deletions;
 /// Key -> record number (ahash: fast, and randomized against crafted keys).
 pub type KeyMap = ahash::AHashMap<Vec<u8>, u64>;
 
+/// The trigram index records blocks of this many consecutive records, not single
+/// records: neighbouring records share most trigrams (markers, common words), so the
+/// index costs a fraction of the pushes, and a candidate block is cheap to verify.
+const GRAM_BLOCK_RECORDS: u64 = 16;
+
 /// Buckets of the trigram index (trigrams are hashed into them; collisions only add
 /// candidates, which verification removes).
 const GRAM_BUCKETS: usize = 1 << 16;
@@ -71,21 +76,23 @@ impl MemTable {
         self.inner.read().expect("memtable lock")
     }
 
-    /// Appends a record written by SCU `seq`; returns its number.
-    pub fn append(&self, seq: u64, record: StoredRecord) -> u64 {
+    /// Appends a record written by SCU `seq`, with its flattened text
+    /// ([`codec::push_record`]); returns its number.
+    pub fn append(&self, seq: u64, record: StoredRecord, text: Vec<u8>) -> u64 {
         let mut inner = self.inner.write().expect("memtable lock");
         let number = inner.records.len() as u64;
         let start = inner.text.len();
         inner.starts.push(start as u64);
-        codec::push_record(&mut inner.text, &record);
+        inner.text.extend_from_slice(&text);
         if inner.grams.is_empty() {
             inner.grams = vec![Vec::new(); GRAM_BUCKETS];
         }
         let MemInner { text, grams, .. } = &mut *inner;
         for gram in text[start..].windows(3) {
             let bucket = &mut grams[gram_bucket(gram)];
-            if bucket.last() != Some(&(number as u32)) {
-                bucket.push(number as u32);
+            let block = (number / GRAM_BLOCK_RECORDS) as u32;
+            if bucket.last() != Some(&block) {
+                bucket.push(block);
             }
         }
         inner.key_bytes += record.key.len() as u64;
@@ -141,13 +148,22 @@ impl MemInner {
             .map(|g| &self.grams[gram_bucket(g)])
             .collect();
         lists.sort_by_key(|l| l.len());
-        let mut out: Vec<u32> = lists[0].clone();
+        let mut blocks: Vec<u32> = lists[0].clone();
         for list in &lists[1..] {
-            if out.is_empty() {
+            if blocks.is_empty() {
                 break;
             }
-            out.retain(|r| list.binary_search(r).is_ok());
+            blocks.retain(|b| list.binary_search(b).is_ok());
         }
-        Some(out.into_iter().map(u64::from).collect())
+        let records = self.records.len() as u64;
+        Some(
+            blocks
+                .into_iter()
+                .flat_map(|b| {
+                    let first = b as u64 * GRAM_BLOCK_RECORDS;
+                    first..(first + GRAM_BLOCK_RECORDS).min(records)
+                })
+                .collect(),
+        )
     }
 }

@@ -226,9 +226,10 @@ struct Shared {
 
 /// An SCU on its way to the committer.
 enum Pending {
-    /// Puts and deletes, already validated by the writer's thread. Attributes are only
-    /// ever appended, so they stay valid whatever schema change commits first.
-    Checked(Vec<Op>),
+    /// Puts and deletes, already validated by the writer's thread, with each put's
+    /// flattened text (also made there). Attributes are only ever appended, so they stay
+    /// valid whatever schema change commits first.
+    Checked(Vec<Op>, Vec<Vec<u8>>),
     /// Operations that change the schema: validated by the committer, in commit order.
     Raw(Vec<WriteOp>),
 }
@@ -339,7 +340,8 @@ impl Shard {
         let mut next_seq = checkpoint + 1;
         for scu in scus {
             next_seq = scu.seq + 1;
-            shared.apply(scu, true)?;
+            let texts = scu.ops.iter().filter_map(put_text).collect();
+            shared.apply(scu, texts, true)?;
             if shared.active_full() {
                 shared.freeze(next_seq);
             }
@@ -400,7 +402,9 @@ impl Shard {
             Pending::Raw(ops)
         } else {
             // Validation runs here, in the writer's thread, to keep the committer lean.
-            Pending::Checked(validate_records(ops, &self.schema())?)
+            let ops = validate_records(ops, &self.schema())?;
+            let texts = ops.iter().filter_map(put_text).collect();
+            Pending::Checked(ops, texts)
         };
         let (reply, answer) = mpsc::channel();
         let queue = self.queue.as_ref().expect("queue exists while open");
@@ -642,6 +646,18 @@ impl Drop for Shard {
     }
 }
 
+/// The flattened text of a put.
+fn put_text(op: &Op) -> Option<Vec<u8>> {
+    match op {
+        Op::Put(record) => {
+            let mut text = Vec::new();
+            crate::codec::push_record(&mut text, record);
+            Some(text)
+        }
+        _ => None,
+    }
+}
+
 /// Validates puts and deletes against `schema` (schema changes are not accepted here).
 fn validate_records(ops: Vec<WriteOp>, schema: &Schema) -> Result<Vec<Op>> {
     let mut out = Vec::with_capacity(ops.len());
@@ -798,15 +814,20 @@ impl Shared {
         let now = self.clock.now_micros();
         for (pending, reply) in writes {
             let checked = match pending {
-                Pending::Checked(ops) => Ok(ops),
+                Pending::Checked(ops, texts) => Ok((ops, texts)),
                 Pending::Raw(ops) => {
                     let current = schema.get_or_insert_with(|| (*self.schema()).clone());
                     let mut trial = current.clone();
-                    self.validate(ops, &mut trial).inspect(|_| *current = trial)
+                    self.validate(ops, &mut trial)
+                        .inspect(|_| *current = trial)
+                        .map(|ops| {
+                            let texts = ops.iter().filter_map(put_text).collect();
+                            (ops, texts)
+                        })
                 }
             };
             match checked {
-                Ok(ops) => {
+                Ok((ops, texts)) => {
                     let scu = Scu {
                         seq: *next_seq,
                         commit_micros: now,
@@ -814,7 +835,7 @@ impl Shared {
                     };
                     *next_seq += 1;
                     scu.encode_record(&mut encoded);
-                    accepted.push((scu, reply));
+                    accepted.push((scu, texts, reply));
                 }
                 Err(e) => {
                     let _ = reply.send(Err(e));
@@ -825,7 +846,7 @@ impl Shared {
             if let Err(e) = log.append_durably(&encoded) {
                 let reason = format!("the log write failed: {e}");
                 self.stop(reason.clone());
-                for (_, reply) in accepted {
+                for (_, _, reply) in accepted {
                     let _ = reply.send(Err(StoreError::Stopped(reason.clone())));
                 }
                 for reply in seal_replies {
@@ -833,9 +854,9 @@ impl Shared {
                 }
                 return;
             }
-            for (scu, reply) in accepted {
+            for (scu, texts, reply) in accepted {
                 let seq = scu.seq;
-                let result = self.apply(scu, false).map(|()| seq);
+                let result = self.apply(scu, texts, false).map(|()| seq);
                 if let Err(e) = &result {
                     self.stop(format!("applying SCU {seq} failed: {e}"));
                 }
@@ -889,7 +910,9 @@ impl Shared {
     }
 
     /// Applies one SCU to the stages and publishes it.
-    fn apply(&self, scu: Scu, replaying: bool) -> Result<()> {
+    /// `texts` holds the flattened text of each put, in order.
+    fn apply(&self, scu: Scu, texts: Vec<Vec<u8>>, replaying: bool) -> Result<()> {
+        let mut texts = texts.into_iter();
         let _guard = self.apply_lock.lock().expect("apply lock");
         let set = self.stages.load_full();
         for op in scu.ops {
@@ -910,7 +933,8 @@ impl Shared {
                 }
                 Op::Put(record) => {
                     self.mark_live_version(&set, &record.key, scu.seq)?;
-                    set.active.append(scu.seq, record);
+                    let text = texts.next().expect("one text per put");
+                    set.active.append(scu.seq, record, text);
                 }
                 Op::Delete(key) => self.mark_live_version(&set, &key, scu.seq)?,
             }
