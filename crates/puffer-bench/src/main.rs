@@ -2,7 +2,7 @@
 //! line, one JSON object with every figure.
 
 mod index_bench;
-mod records_bench;
+mod records;
 mod stats;
 
 use clap::{Parser, Subcommand};
@@ -22,12 +22,12 @@ enum Experiment {
     /// Build the compressed index over a file and measure footprint, build, count, locate, extract and the layer curve.
     Index(index_bench::IndexArgs),
     /// Load CSV / JSON-lines records into a shard and measure load speed, freshness lag, footprint and query latency.
-    Records(records_bench::RecordsArgs),
+    Records(records::RecordsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().experiment {
         Experiment::Index(args) => index_bench::run(&args),
-        Experiment::Records(args) => records_bench::run(&args),
+        Experiment::Records(args) => records::run(&args),
     }
 }
