@@ -265,30 +265,31 @@ impl Schema {
         }
     }
 
-    /// Validates a caller's record against the schema and converts it.
-    pub fn validate(&self, record: &Record) -> Result<StoredRecord> {
+    /// Validates a caller's record against the schema and converts it (moving its values).
+    pub fn validate(&self, record: Record) -> Result<StoredRecord> {
+        let Record { key, values } = record;
         let invalid = |field: &str, reason: String| StoreError::InvalidRecord {
-            key: display_key(&record.key),
+            key: display_key(&key),
             field: field.to_string(),
             reason,
         };
-        if record.key.is_empty() {
+        if key.is_empty() {
             return Err(invalid(&self.key, "the key is missing or empty".into()));
         }
-        if record.key.len() > MAX_KEY_BYTES {
+        if key.len() > MAX_KEY_BYTES {
             return Err(invalid(
                 &self.key,
                 format!(
                     "the key is {} bytes; the limit is {MAX_KEY_BYTES}",
-                    record.key.len()
+                    key.len()
                 ),
             ));
         }
-        let mut fields = Vec::with_capacity(record.values.len());
-        for (name, value) in &record.values {
-            let Some(id) = self.id_of(name) else {
+        let mut fields = Vec::with_capacity(values.len());
+        for (name, value) in values {
+            let Some(id) = self.id_of(&name) else {
                 return Err(invalid(
-                    name,
+                    &name,
                     format!(
                         "unknown attribute (the table has: {})",
                         self.attribute_names()
@@ -298,7 +299,7 @@ impl Schema {
             let expected = self.attributes[id as usize].attr_type;
             if value.attr_type() != expected {
                 return Err(invalid(
-                    name,
+                    &name,
                     format!(
                         "expected a {} value, got a {}",
                         expected.name(),
@@ -309,7 +310,7 @@ impl Schema {
             let value = match value {
                 Value::String(bytes) if bytes.len() > MAX_VALUE_BYTES => {
                     return Err(invalid(
-                        name,
+                        &name,
                         format!(
                             "the value is {} bytes; the limit is {MAX_VALUE_BYTES}",
                             bytes.len()
@@ -317,18 +318,15 @@ impl Schema {
                     ))
                 }
                 Value::Float(f) if !f.is_finite() => {
-                    return Err(invalid(name, format!("{f} is not a finite number")))
+                    return Err(invalid(&name, format!("{f} is not a finite number")))
                 }
-                Value::Float(f) if *f == 0.0 => Value::Float(0.0),
-                other => other.clone(),
+                Value::Float(f) if f == 0.0 && f.is_sign_negative() => Value::Float(0.0),
+                other => other,
             };
             fields.push((id, value));
         }
         fields.sort_by_key(|(id, _)| *id);
-        Ok(StoredRecord {
-            key: record.key.clone(),
-            fields,
-        })
+        Ok(StoredRecord { key, fields })
     }
 
     /// Converts a stored record back to named values (for answers).

@@ -37,6 +37,9 @@ pub struct ShardOptions {
     pub log_table_max_bytes: usize,
     /// A non-empty log table older than this is sealed (background only).
     pub seal_interval: Duration,
+    /// A lone sorted batch waits this long for company before it is compacted, so that
+    /// bursts of writes are not slowed by compactions (two batches compact at once).
+    pub compaction_delay: Duration,
     /// Frozen plus sorted batches allowed before writers get a back-pressure error.
     pub max_pending_batches: usize,
     /// Write requests that may wait for the committer.
@@ -55,6 +58,7 @@ impl Default for ShardOptions {
             log_table_max_records: 50_000,
             log_table_max_bytes: 16 << 20,
             seal_interval: Duration::from_secs(1),
+            compaction_delay: Duration::from_secs(1),
             max_pending_batches: 8,
             write_queue_len: 1024,
             max_ops_per_scu: 100_000,
@@ -663,7 +667,7 @@ fn validate_records(ops: Vec<WriteOp>, schema: &Schema) -> Result<Vec<Op>> {
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
         out.push(match op {
-            WriteOp::Put(record) => Op::Put(schema.validate(&record)?),
+            WriteOp::Put(record) => Op::Put(schema.validate(record)?),
             WriteOp::Delete(key) => {
                 if key.is_empty() || key.len() > crate::schema::MAX_KEY_BYTES {
                     return Err(StoreError::InvalidRecord {
@@ -1053,7 +1057,7 @@ impl Shared {
         let Some(table) = self.stages.load().frozen.first().cloned() else {
             return Ok(false);
         };
-        let batch = Arc::new(SortedBatch::from_memtable(&table)?);
+        let batch = Arc::new(SortedBatch::from_memtable(&table, self.clock.now_micros())?);
         let _guard = self.apply_lock.lock().expect("apply lock");
         let current = self.stages.load();
         if !current.frozen.iter().any(|t| Arc::ptr_eq(t, &table)) {
@@ -1258,9 +1262,7 @@ impl Shared {
                     while self.seal_one()? {}
                     Ok(())
                 })(),
-                BackgroundJob::Compact if !self.stages.load().sorted.is_empty() => {
-                    self.compact(false).map(|_| ())
-                }
+                BackgroundJob::Compact if self.compaction_due() => self.compact(false).map(|_| ()),
                 BackgroundJob::Compact => Ok(()),
             };
             if let Err(e) = work {
@@ -1270,6 +1272,19 @@ impl Shared {
             if job == BackgroundJob::Seal {
                 active_since = self.request_seal_when_due(active_since, &queue);
             }
+        }
+    }
+
+    /// Whether the sorted stage should be compacted now.
+    fn compaction_due(&self) -> bool {
+        let set = self.stages.load();
+        match set.sorted.as_slice() {
+            [] => false,
+            [only] => {
+                let waited = self.clock.now_micros().saturating_sub(only.sealed_micros);
+                waited >= self.options.compaction_delay.as_micros() as u64
+            }
+            _ => true,
         }
     }
 

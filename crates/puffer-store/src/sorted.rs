@@ -24,11 +24,13 @@ pub struct SortedBatch {
     pub first_seq: u64,
     /// Last SCU the batch holds.
     pub last_seq: u64,
+    /// When the batch was sealed (microseconds since the epoch).
+    pub sealed_micros: u64,
 }
 
 impl SortedBatch {
     /// Seals a frozen log table: copies its text and builds the suffix array.
-    pub fn from_memtable(table: &MemTable) -> Result<SortedBatch> {
+    pub fn from_memtable(table: &MemTable, now_micros: u64) -> Result<SortedBatch> {
         let inner = table.read();
         let mut text = Vec::with_capacity(inner.text.len() + 1);
         text.extend_from_slice(&inner.text);
@@ -57,6 +59,7 @@ impl SortedBatch {
             deletions: table.deletions.clone(),
             first_seq: table.first_seq,
             last_seq: inner.last_seq,
+            sealed_micros: now_micros,
         })
     }
 
