@@ -41,6 +41,7 @@ pub mod segment;
 pub mod shard;
 pub mod sorted;
 pub mod stage;
+pub mod timestamp;
 pub mod wal;
 
 pub use error::{Result, StoreError};

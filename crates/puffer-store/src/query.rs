@@ -44,6 +44,9 @@ pub enum Predicate {
     And(Vec<Predicate>),
     /// At least one holds.
     Or(Vec<Predicate>),
+    /// The predicate does not hold (records without an attribute do not hold conditions
+    /// on it, so they match its negation; wrap in `And` with `Exists` for SQL's NULLs).
+    Not(Box<Predicate>),
 }
 
 /// A test on one value.
@@ -73,6 +76,8 @@ pub enum Compiled {
     And(Vec<Compiled>),
     /// Disjunction.
     Or(Vec<Compiled>),
+    /// Negation (found by scanning and verifying).
+    Not(Box<Compiled>),
 }
 
 /// An opaque compiled test (see [`Compiled`]).
@@ -155,6 +160,7 @@ fn count_nodes(predicate: &Predicate) -> usize {
         Predicate::And(children) | Predicate::Or(children) => {
             1 + children.iter().map(count_nodes).sum::<usize>()
         }
+        Predicate::Not(inner) => 1 + count_nodes(inner),
         Predicate::In(_, values) => 1 + values.len(),
         _ => 1,
     }
@@ -188,6 +194,7 @@ impl Compiled {
                     .map(|c| Self::compile(c, schema))
                     .collect::<Result<_>>()?,
             ),
+            Predicate::Not(inner) => Compiled::Not(Box::new(Self::compile(inner, schema)?)),
             Predicate::Eq(name, _)
             | Predicate::In(name, _)
             | Predicate::Prefix(name, _)
@@ -220,6 +227,7 @@ impl Compiled {
             }),
             Compiled::And(children) => children.iter().all(|c| c.matches(record)),
             Compiled::Or(children) => children.iter().any(|c| c.matches(record)),
+            Compiled::Not(inner) => !inner.matches(record),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! union over files), keys taken out, each column typed by the narrowest type all its
 //! values parse as. The table is what the store is given and the oracle's data.
 
+use puffer_store::timestamp::parse_timestamp_micros;
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -342,111 +343,6 @@ fn parse_bool(text: &str) -> Option<bool> {
     }
 }
 
-/// Microseconds since the epoch of `YYYY-MM-DD` (midnight UTC) or of an RFC 3339
-/// date-time (`T`, `t` or a space between date and time; digits past microseconds cut).
-fn parse_timestamp_micros(text: &str) -> Option<i64> {
-    let bytes = text.as_bytes();
-    let day_micros = parse_date_days(bytes.get(..10)?)? * 86_400_000_000;
-    match bytes.get(10) {
-        None => Some(day_micros),
-        Some(b'T' | b't' | b' ') => {
-            let (time_micros, offset_micros) = parse_time_and_offset(&bytes[11..])?;
-            Some(day_micros + time_micros - offset_micros)
-        }
-        Some(_) => None,
-    }
-}
-
-/// Days since 1970-01-01 of `YYYY-MM-DD`, if it is a real date.
-fn parse_date_days(bytes: &[u8]) -> Option<i64> {
-    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
-        return None;
-    }
-    let year = digits(&bytes[0..4])?;
-    let month = digits(&bytes[5..7])?;
-    let day = digits(&bytes[8..10])?;
-    if !(1..=12).contains(&month) || !(1..=days_in_month(year, month)).contains(&day) {
-        return None;
-    }
-    Some(days_from_civil(year, month, day))
-}
-
-/// `HH:MM:SS[.fraction]` then `Z` or `±HH:MM`: (microseconds into the day, offset).
-fn parse_time_and_offset(bytes: &[u8]) -> Option<(i64, i64)> {
-    if bytes.len() < 9 || bytes[2] != b':' || bytes[5] != b':' {
-        return None;
-    }
-    let (hour, minute, second) = (
-        digits(&bytes[0..2])?,
-        digits(&bytes[3..5])?,
-        digits(&bytes[6..8])?,
-    );
-    if hour > 23 || minute > 59 || second > 59 {
-        return None;
-    }
-    let mut rest = &bytes[8..];
-    let mut fraction_micros = 0;
-    if let Some(after_dot) = rest.strip_prefix(b".") {
-        let len = after_dot.iter().take_while(|c| c.is_ascii_digit()).count();
-        if len == 0 {
-            return None;
-        }
-        for position in 0..6 {
-            let digit = after_dot[..len].get(position).map_or(0, |c| c - b'0');
-            fraction_micros = fraction_micros * 10 + i64::from(digit);
-        }
-        rest = &after_dot[len..];
-    }
-    let offset_micros = match rest {
-        [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let (hours, minutes) = (digits(&[*h1, *h2])?, digits(&[*m1, *m2])?);
-            if hours > 23 || minutes > 59 {
-                return None;
-            }
-            let magnitude = (hours * 60 + minutes) * 60_000_000;
-            if *sign == b'-' {
-                -magnitude
-            } else {
-                magnitude
-            }
-        }
-        _ => return None,
-    };
-    let time_micros = ((hour * 60 + minute) * 60 + second) * 1_000_000 + fraction_micros;
-    Some((time_micros, offset_micros))
-}
-
-/// A decimal number of ASCII digits only (no sign).
-fn digits(bytes: &[u8]) -> Option<i64> {
-    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(bytes.iter().fold(0, |n, c| n * 10 + i64::from(c - b'0')))
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    match month {
-        2 if leap => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// days_from_civil: years start in March so the leap day comes last).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
 /// The value of `text` in a column of type `attr_type`, which was inferred from it.
 fn parse_value(text: &str, attr_type: AttrType) -> Value {
     let parsed = match attr_type {
@@ -560,35 +456,6 @@ fn type_table(keyed: KeyedTable, input_bytes: u64) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_parse_dates_and_rfc3339() {
-        assert_eq!(parse_timestamp_micros("1970-01-01"), Some(0));
-        assert_eq!(
-            parse_timestamp_micros("2000-03-01"),
-            Some(951_868_800_000_000)
-        );
-        assert_eq!(
-            parse_timestamp_micros("2015-09-12T00:46:58.771Z"),
-            Some(1_442_018_818_771_000)
-        );
-        assert_eq!(
-            parse_timestamp_micros("2015-09-12T02:46:58+02:00"),
-            parse_timestamp_micros("2015-09-12T00:46:58Z")
-        );
-        assert_eq!(parse_timestamp_micros("1969-12-31"), Some(-86_400_000_000));
-        for bad in [
-            "2015-02-29",
-            "2015-13-01",
-            "2015-9-12",
-            "2015-09-12T25:00:00Z",
-            "2015-09-12x",
-            "2015-09-12T00:00:00",
-        ] {
-            assert_eq!(parse_timestamp_micros(bad), None, "{bad}");
-        }
-        assert!(parse_timestamp_micros("2016-02-29").is_some());
-    }
 
     #[test]
     fn column_types_take_the_narrowest_fit() {

@@ -112,7 +112,7 @@ pub fn random_predicate(rng: &mut Rng, depth: u32) -> Predicate {
         let to = from + rng.below((name.len() - from) as u64 + 1) as usize;
         name[from..to].to_vec()
     };
-    match rng.below(if depth > 0 { 12 } else { 10 }) {
+    match rng.below(if depth > 0 { 13 } else { 10 }) {
         0 => Predicate::All,
         1 | 2 => Predicate::Eq(attribute.clone(), random_value(rng, &attribute)),
         3 => Predicate::In(
@@ -138,6 +138,7 @@ pub fn random_predicate(rng: &mut Rng, depth: u32) -> Predicate {
             "id".into(),
             (0..3).map(|_| Value::String(key(rng.below(12)))).collect(),
         ),
+        12 => Predicate::Not(Box::new(random_predicate(rng, depth - 1))),
         10 => Predicate::And(
             (0..2 + rng.below(2))
                 .map(|_| random_predicate(rng, depth - 1))
@@ -219,6 +220,7 @@ pub fn holds(predicate: &Predicate, record: &Record) -> bool {
         }),
         Predicate::And(children) => children.iter().all(|c| holds(c, record)),
         Predicate::Or(children) => children.iter().any(|c| holds(c, record)),
+        Predicate::Not(inner) => !holds(inner, record),
     }
 }
 

@@ -1,0 +1,246 @@
+//! A database: a directory of tables, each one shard (`tables/<name>/`), and the
+//! execution of statements on them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use puffer_store::{
+    Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardOptions, SnapshotInfo, WriteOp,
+};
+
+use crate::ast::{Output, Select, Statement};
+use crate::error::{QueryError, Result};
+
+/// Longest table name, in bytes.
+pub const MAX_TABLE_NAME_BYTES: usize = 64;
+/// Most tables in one database.
+pub const MAX_TABLES: usize = 1024;
+
+/// What a statement returns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// Records (projected), ascending by key.
+    Rows {
+        /// Column names, key first.
+        columns: Vec<String>,
+        /// The records.
+        rows: Vec<Record>,
+        /// Whether the limit cut the answer.
+        truncated: bool,
+        /// The snapshot read.
+        snapshot: SnapshotInfo,
+    },
+    /// A count.
+    Count {
+        /// Matching records.
+        count: u64,
+        /// The snapshot read.
+        snapshot: SnapshotInfo,
+    },
+    /// Records written as one SCU.
+    Written {
+        /// The SCU's sequence number.
+        seq: u64,
+        /// Operations applied.
+        operations: usize,
+    },
+    /// A table was created.
+    Created(String),
+    /// A table was dropped.
+    Dropped(String),
+    /// Table names.
+    Tables(Vec<String>),
+    /// A table's schema.
+    Schema(Schema),
+}
+
+/// The tables of a data directory.
+pub struct Database {
+    dir: PathBuf,
+    options: ShardOptions,
+    tables: RwLock<BTreeMap<String, Arc<Shard>>>,
+}
+
+/// Checks a table name: 1 to 64 bytes of ASCII letters, digits and `_`, not starting
+/// with a digit.
+pub fn check_table_name(name: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_TABLE_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit();
+    if valid {
+        Ok(())
+    } else {
+        Err(QueryError::Invalid(format!(
+            "table names are 1 to {MAX_TABLE_NAME_BYTES} ASCII letters, digits or '_', \
+             not starting with a digit; got {name:?}"
+        )))
+    }
+}
+
+impl Database {
+    /// Opens the database in `dir` (created if missing), opening every table.
+    pub fn open(dir: impl AsRef<Path>, options: ShardOptions) -> Result<Database> {
+        let dir = dir.as_ref().to_path_buf();
+        let tables_dir = dir.join("tables");
+        std::fs::create_dir_all(&tables_dir)
+            .map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
+        let mut tables = BTreeMap::new();
+        let entries = std::fs::read_dir(&tables_dir)
+            .map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if check_table_name(&name).is_err() || !entry.path().join("MANIFEST").exists() {
+                continue; // not a table (or one whose creation never finished)
+            }
+            // The shard keeps its own schema; the one given here is only for creation.
+            let placeholder = Schema::new("key", Vec::new())?;
+            let shard = Shard::open(entry.path(), placeholder, options.clone())?;
+            tables.insert(name, Arc::new(shard));
+        }
+        Ok(Database {
+            dir,
+            options,
+            tables: RwLock::new(tables),
+        })
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Table names, ascending.
+    pub fn table_names(&self) -> Vec<String> {
+        self.tables
+            .read()
+            .expect("tables lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The shard of a table.
+    pub fn table(&self, name: &str) -> Result<Arc<Shard>> {
+        self.tables
+            .read()
+            .expect("tables lock")
+            .get(name)
+            .cloned()
+            .ok_or_else(|| QueryError::UnknownTable(name.to_string()))
+    }
+
+    /// Creates a table.
+    pub fn create_table(&self, name: &str, schema: Schema) -> Result<()> {
+        check_table_name(name)?;
+        let mut tables = self.tables.write().expect("tables lock");
+        if tables.contains_key(name) {
+            return Err(QueryError::TableExists(name.to_string()));
+        }
+        if tables.len() >= MAX_TABLES {
+            return Err(QueryError::Limit(format!(
+                "a database holds at most {MAX_TABLES} tables"
+            )));
+        }
+        let path = self.dir.join("tables").join(name);
+        if path.exists() {
+            // Left by a creation that never finished (no manifest): start over.
+            std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
+        }
+        let shard = Shard::open(&path, schema, self.options.clone())?;
+        tables.insert(name.to_string(), Arc::new(shard));
+        Ok(())
+    }
+
+    /// Drops a table and deletes its data.
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        let shard = self
+            .tables
+            .write()
+            .expect("tables lock")
+            .remove(name)
+            .ok_or_else(|| QueryError::UnknownTable(name.to_string()))?;
+        drop(shard); // stops its threads once the last query holding it ends
+        let path = self.dir.join("tables").join(name);
+        std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
+        Ok(())
+    }
+
+    /// Runs one statement.
+    pub fn execute(&self, statement: Statement) -> Result<Answer> {
+        match statement {
+            Statement::Select(select) => self.select(select),
+            Statement::Insert { table, records } => {
+                let operations = records.len();
+                let ops = records.into_iter().map(WriteOp::Put).collect();
+                let seq = self.table(&table)?.write(ops)?;
+                Ok(Answer::Written { seq, operations })
+            }
+            Statement::Delete { table, keys } => {
+                let operations = keys.len();
+                let ops = keys.into_iter().map(WriteOp::Delete).collect();
+                let seq = self.table(&table)?.write(ops)?;
+                Ok(Answer::Written { seq, operations })
+            }
+            Statement::CreateTable { name, schema } => {
+                self.create_table(&name, schema)?;
+                Ok(Answer::Created(name))
+            }
+            Statement::DropTable { name } => {
+                self.drop_table(&name)?;
+                Ok(Answer::Dropped(name))
+            }
+            Statement::ShowTables => Ok(Answer::Tables(self.table_names())),
+            Statement::Describe { table } => {
+                Ok(Answer::Schema((*self.table(&table)?.schema()).clone()))
+            }
+        }
+    }
+
+    fn select(&self, select: Select) -> Result<Answer> {
+        let shard = self.table(&select.table)?;
+        let schema = shard.schema();
+        let read = ReadOptions {
+            freshness: select.freshness,
+            min_snapshot: 0,
+        };
+        let projection = match &select.output {
+            Output::Count => {
+                let (count, snapshot) = shard.count(&select.predicate, read)?;
+                return Ok(Answer::Count { count, snapshot });
+            }
+            Output::All => None,
+            Output::Columns(columns) => Some(
+                columns
+                    .iter()
+                    .filter(|c| **c != schema.key)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            ),
+        };
+        let columns = match &select.output {
+            Output::Columns(columns) => columns.clone(),
+            _ => std::iter::once(schema.key.clone())
+                .chain(schema.attributes.iter().map(|a| a.name.clone()))
+                .collect(),
+        };
+        let SearchResult {
+            rows,
+            truncated,
+            snapshot,
+        } = shard.search(&Query {
+            predicate: select.predicate,
+            projection,
+            limit: select.limit,
+            read,
+        })?;
+        Ok(Answer::Rows {
+            columns,
+            rows,
+            truncated,
+            snapshot,
+        })
+    }
+}
