@@ -380,6 +380,11 @@ impl Shard {
         })
     }
 
+    /// Whether the shard accepts writes (false after a failed write or fsync).
+    pub fn is_running(&self) -> bool {
+        self.shared.check_running().is_ok()
+    }
+
     /// The current schema.
     pub fn schema(&self) -> Arc<Schema> {
         self.shared.schema()

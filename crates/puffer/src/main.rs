@@ -8,6 +8,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod sample;
+mod serve;
+mod sql;
 mod text;
 
 /// PufferDB: searchable, compressed, self-tuning data store.
@@ -24,12 +27,21 @@ enum Command {
     /// Build and query compressed full-text indexes over raw byte files.
     #[command(subcommand)]
     Text(text::TextCommand),
+    /// Serve the HTTP API over a data directory (the embedded single node).
+    Serve(serve::ServeArgs),
+    /// Run SQL: one statement with -e, or an interactive shell.
+    Sql(sql::SqlArgs),
+    /// Show tables, their stages and sizes.
+    Status(sql::StatusArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Text(command) => text::run(command),
+        Command::Serve(args) => serve::run(args),
+        Command::Sql(args) => sql::run(args),
+        Command::Status(args) => sql::status(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,122 @@
+//! `puffer-server`: PufferDB's HTTP/JSON API (axum) over a database of tables and a set
+//! of texts: SQL with FRESHNESS, records, searches, texts, health, metrics, OpenAPI.
+//! The API is described in `docs/http.md`.
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+mod routes;
+pub mod texts;
+pub mod values;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use puffer_query::Database;
+use puffer_store::ShardOptions;
+
+pub use config::ServerConfig;
+pub use error::ApiError;
+
+/// What every handler shares.
+pub struct AppState {
+    /// The tables.
+    pub db: Database,
+    /// The texts, by name.
+    pub texts: routes::Texts,
+    /// Settings.
+    pub config: ServerConfig,
+    /// Request metrics.
+    pub metrics: metrics::Metrics,
+}
+
+impl AppState {
+    /// Opens the data directory: every table and every text.
+    pub fn open(config: ServerConfig) -> Result<Arc<AppState>, ApiError> {
+        let db = Database::open(&config.data_dir, ShardOptions::default())?;
+        let state = Arc::new(AppState {
+            db,
+            texts: Default::default(),
+            config,
+            metrics: Default::default(),
+        });
+        texts::load_texts(&state)?;
+        Ok(state)
+    }
+}
+
+/// The router with every route, auth, metrics and the body limit.
+pub fn router(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/sql", post(routes::sql))
+        .route(
+            "/v1/tables",
+            post(routes::create_table).get(routes::list_tables),
+        )
+        .route(
+            "/v1/tables/{table}",
+            get(routes::get_table).delete(routes::drop_table),
+        )
+        .route("/v1/tables/{table}/records", post(routes::put_records))
+        .route(
+            "/v1/tables/{table}/records/{key}",
+            get(routes::get_record).delete(routes::delete_record),
+        )
+        .route("/v1/tables/{table}/search", post(routes::search))
+        .route("/v1/texts/{name}", post(texts::upload))
+        .route("/v1/texts/{name}/extract", get(texts::extract))
+        .route("/v1/texts/{name}/count", get(texts::count))
+        .route("/v1/texts/{name}/search", get(texts::search))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::resolve_role,
+        ));
+    let body_limit = state
+        .config
+        .max_body_bytes
+        .max(state.config.max_text_bytes.min(usize::MAX / 2));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(routes::health))
+        .route("/ready", get(routes::ready))
+        .route("/metrics", get(render_metrics))
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+async fn render_metrics(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+) -> String {
+    state.metrics.render()
+}
+
+/// Serves until Ctrl-C; `ready` is called with the bound address.
+pub async fn serve(
+    config: ServerConfig,
+    ready: impl FnOnce(std::net::SocketAddr),
+) -> Result<(), ApiError> {
+    let listen = config.listen;
+    let state = AppState::open(config)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot listen on {listen}: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    ready(bound);
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("server failed: {e}")))
+}

@@ -1,0 +1,75 @@
+//! The OpenAPI 3.0 description of the API, built from the same route table the router
+//! is checked against.
+
+use serde_json::{json, Map, Value};
+
+/// Every route: (method, path, summary). Tests check the router serves each of them.
+pub const ROUTES: &[(&str, &str, &str)] = &[
+    ("post", "/v1/sql", "Run one SQL statement (SELECT ... FRESHNESS s, INSERT, DELETE, CREATE TABLE, DROP TABLE, SHOW TABLES, DESCRIBE)"),
+    ("post", "/v1/tables", "Create a table"),
+    ("get", "/v1/tables", "List tables"),
+    ("get", "/v1/tables/{table}", "Describe a table"),
+    ("delete", "/v1/tables/{table}", "Drop a table and its data"),
+    ("post", "/v1/tables/{table}/records", "Put a batch of records as one SCU (JSON array or JSON Lines)"),
+    ("get", "/v1/tables/{table}/records/{key}", "Get a record by key"),
+    ("delete", "/v1/tables/{table}/records/{key}", "Delete a record by key"),
+    ("post", "/v1/tables/{table}/search", "Search or count records with a JSON predicate"),
+    ("post", "/v1/texts/{name}", "Upload and index a text"),
+    ("get", "/v1/texts/{name}/extract", "Bytes of a text (offset, len)"),
+    ("get", "/v1/texts/{name}/count", "Occurrences of a pattern"),
+    ("get", "/v1/texts/{name}/search", "Offsets of a pattern"),
+    ("get", "/health", "Liveness"),
+    ("get", "/ready", "Readiness: every table open and writable"),
+    ("get", "/metrics", "Prometheus metrics"),
+    ("get", "/openapi.json", "This document"),
+];
+
+/// The OpenAPI document.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for (method, path, summary) in ROUTES {
+        let parameters: Vec<Value> = path
+            .split('/')
+            .filter_map(|part| part.strip_prefix('{')?.strip_suffix('}'))
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        let entry = paths
+            .entry(path.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        entry[*method] = json!({
+            "summary": summary,
+            "parameters": parameters,
+            "responses": {
+                "200": {"description": "success"},
+                "default": {
+                    "description": "error",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+                }
+            }
+        });
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "PufferDB",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Compressed, searchable data store. See docs/http.md."
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["code", "message", "retryable"],
+                    "properties": {
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                        "retryable": {"type": "boolean"}
+                    }
+                },
+                "AttributeType": {"type": "string", "enum": crate::routes::type_names()}
+            },
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}
+        }
+    })
+}

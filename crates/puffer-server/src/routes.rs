@@ -1,0 +1,515 @@
+//! The HTTP handlers. Store and index work is blocking (fsyncs, index walks), so each
+//! handler runs it on tokio's blocking pool.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use puffer_query::{Answer, Output, Select, Statement};
+use puffer_store::{AttrType, Attribute, ReadOptions, Schema, Shard};
+use serde::Deserialize;
+use serde_json::{json, Value as JsonValue};
+
+use crate::auth::{require, Role};
+use crate::error::ApiError;
+use crate::values::{
+    answer_json, predicate_from_json, record_from_json, record_json, snapshot_json,
+};
+use crate::AppState;
+
+type Shared = State<Arc<AppState>>;
+
+/// Runs blocking work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))?
+}
+
+fn freshness(seconds: Option<f64>) -> Result<Option<Duration>, ApiError> {
+    match seconds {
+        None => Ok(None),
+        Some(s)
+            if s.is_finite() && (0.0..=puffer_query::sql::MAX_FRESHNESS_SECONDS).contains(&s) =>
+        {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        Some(s) => Err(ApiError::invalid(format!(
+            "freshness_s must be a number of seconds >= 0, got {s}"
+        ))),
+    }
+}
+
+fn describe(name: &str, shard: &Shard) -> Result<JsonValue, ApiError> {
+    let schema = shard.schema();
+    let stats = shard.stats()?;
+    let marks = shard.watermarks();
+    Ok(json!({
+        "name": name,
+        "key": schema.key,
+        "attributes": schema.attributes,
+        "stats": {
+            "disk_bytes": stats.disk_bytes,
+            "memory_bytes": stats.memory_bytes,
+            "key_directory_bytes": stats.key_directory_bytes,
+            "segment_records": stats.segment_records,
+            "segments": stats.segments,
+            "sorted_batches": stats.sorted_batches,
+            "log_tables": stats.log_tables,
+        },
+        "watermarks": {
+            "published": marks.published,
+            "sorted": marks.sorted,
+            "compressed": marks.compressed,
+        },
+    }))
+}
+
+/// Output format of row answers.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// One JSON object.
+    #[default]
+    Json,
+    /// JSON Lines: one row per line, then the snapshot.
+    Jsonl,
+    /// CSV with a header line.
+    Csv,
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> Response {
+    let body = answer_json(&answer, schema);
+    let (Answer::Rows { columns, .. }, Some(rows)) = (&answer, body["rows"].as_array()) else {
+        return Json(body).into_response();
+    };
+    match format {
+        Format::Json => Json(body).into_response(),
+        Format::Jsonl => {
+            let mut text = String::new();
+            for row in rows {
+                text.push_str(&row.to_string());
+                text.push('\n');
+            }
+            let tail = json!({"snapshot": body["snapshot"], "truncated": body["truncated"]});
+            text.push_str(&tail.to_string());
+            text.push('\n');
+            ([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response()
+        }
+        Format::Csv => {
+            let mut text = columns
+                .iter()
+                .map(|c| csv_field(c))
+                .collect::<Vec<_>>()
+                .join(",");
+            text.push('\n');
+            for row in rows {
+                let line: Vec<String> = columns
+                    .iter()
+                    .map(|c| match row.get(c) {
+                        None | Some(JsonValue::Null) => String::new(),
+                        Some(JsonValue::String(s)) => csv_field(s),
+                        Some(other) => other.to_string(),
+                    })
+                    .collect();
+                text.push_str(&line.join(","));
+                text.push('\n');
+            }
+            ([(header::CONTENT_TYPE, "text/csv")], text).into_response()
+        }
+    }
+}
+
+fn role_for(statement: &Statement) -> Role {
+    match statement {
+        Statement::Select(_) | Statement::ShowTables | Statement::Describe { .. } => Role::Read,
+        Statement::Insert { .. } | Statement::Delete { .. } => Role::Write,
+        Statement::CreateTable { .. } | Statement::DropTable { .. } => Role::Admin,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SqlRequest {
+    query: String,
+    freshness_s: Option<f64>,
+    #[serde(default)]
+    format: Format,
+}
+
+fn check_sizes(state: &AppState, statement: &mut Statement) -> Result<(), ApiError> {
+    match statement {
+        Statement::Insert { records, .. } if records.len() > state.config.max_batch_records => {
+            Err(ApiError::limit(format!(
+                "a batch holds at most {} records",
+                state.config.max_batch_records
+            )))
+        }
+        Statement::Delete { keys, .. } if keys.len() > state.config.max_batch_records => {
+            Err(ApiError::limit(format!(
+                "a batch holds at most {} keys",
+                state.config.max_batch_records
+            )))
+        }
+        Statement::Select(select) => {
+            let max = state.config.max_result_rows;
+            match select.limit {
+                Some(limit) if limit > max => Err(ApiError::limit(format!(
+                    "LIMIT {limit} exceeds the largest answer, {max} rows"
+                ))),
+                Some(_) => Ok(()),
+                None => {
+                    select.limit = Some(max);
+                    Ok(())
+                }
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) async fn sql(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: SqlRequest = parse_json(&body)?;
+    let bound = freshness(request.freshness_s)?;
+    blocking(move || {
+        let mut statement = puffer_query::sql::parse(&request.query, &state.db)?;
+        require(role, role_for(&statement))?;
+        check_sizes(&state, &mut statement)?;
+        if let (Statement::Select(select), Some(bound)) = (&mut statement, bound) {
+            select.freshness.get_or_insert(bound);
+        }
+        let schema = match &statement {
+            Statement::Select(select) => Some(state.db.table(&select.table)?.schema()),
+            _ => None,
+        };
+        let answer = state.db.execute(statement)?;
+        Ok(answer_response(answer, schema.as_deref(), request.format))
+    })
+    .await
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("bad JSON body: {e}"),
+        )
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateTable {
+    name: String,
+    key: String,
+    #[serde(default)]
+    attributes: Vec<Attribute>,
+}
+
+pub(crate) async fn create_table(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require(role, Role::Admin)?;
+    let request: CreateTable = parse_json(&body)?;
+    blocking(move || {
+        let schema = Schema::new(&request.key, request.attributes)?;
+        state.db.create_table(&request.name, schema)?;
+        let shard = state.db.table(&request.name)?;
+        Ok((StatusCode::CREATED, Json(describe(&request.name, &shard)?)).into_response())
+    })
+    .await
+}
+
+pub(crate) async fn list_tables(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    blocking(move || {
+        let mut tables = Vec::new();
+        for name in state.db.table_names() {
+            if let Ok(shard) = state.db.table(&name) {
+                tables.push(describe(&name, &shard)?);
+            }
+        }
+        Ok(Json(json!({"tables": tables})))
+    })
+    .await
+}
+
+pub(crate) async fn get_table(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(table): Path<String>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    blocking(move || {
+        let shard = state.db.table(&table)?;
+        Ok(Json(describe(&table, &shard)?))
+    })
+    .await
+}
+
+pub(crate) async fn drop_table(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(table): Path<String>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Admin)?;
+    blocking(move || {
+        state.db.drop_table(&table)?;
+        Ok(Json(json!({"ok": true})))
+    })
+    .await
+}
+
+/// Records of a batch body: a JSON array, or JSON Lines.
+fn batch_records(
+    headers: &HeaderMap,
+    body: &[u8],
+    limit: usize,
+) -> Result<Vec<JsonValue>, ApiError> {
+    let jsonl = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("ndjson") || v.contains("jsonl"));
+    let items: Vec<JsonValue> = if jsonl {
+        let text = std::str::from_utf8(body).map_err(|_| {
+            ApiError::new(StatusCode::BAD_REQUEST, "bad_json", "the body is not UTF-8")
+        })?;
+        text.lines()
+            .filter(|line| !line.trim().is_empty())
+            .enumerate()
+            .map(|(i, line)| {
+                serde_json::from_str(line).map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "bad_json",
+                        format!("line {}: {e}", i + 1),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        match parse_json::<JsonValue>(body)? {
+            JsonValue::Array(items) => items,
+            object @ JsonValue::Object(_) => vec![object],
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "a batch is a JSON array of records, not {other}"
+                )))
+            }
+        }
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid("a batch needs at least one record"));
+    }
+    if items.len() > limit {
+        return Err(ApiError::limit(format!(
+            "a batch holds at most {limit} records; got {}",
+            items.len()
+        )));
+    }
+    Ok(items)
+}
+
+pub(crate) async fn put_records(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Write)?;
+    let items = batch_records(&headers, &body, state.config.max_batch_records)?;
+    blocking(move || {
+        let shard = state.db.table(&table)?;
+        let schema = shard.schema();
+        let records = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                record_from_json(item, &schema).map_err(|mut e| {
+                    e.message = format!("record {i}: {}", e.message);
+                    e
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let answer = state.db.execute(Statement::Insert { table, records })?;
+        Ok(Json(match answer {
+            Answer::Written { seq, operations } => json!({"seq": seq, "operations": operations}),
+            other => return Err(ApiError::internal(format!("unexpected answer {other:?}"))),
+        }))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ReadParams {
+    freshness_s: Option<f64>,
+}
+
+pub(crate) async fn get_record(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path((table, key)): Path<(String, String)>,
+    Query(params): Query<ReadParams>,
+) -> Result<Response, ApiError> {
+    require(role, Role::Read)?;
+    let bound = freshness(params.freshness_s)?;
+    blocking(move || {
+        let shard = state.db.table(&table)?;
+        let schema = shard.schema();
+        let read = ReadOptions {
+            freshness: bound,
+            min_snapshot: 0,
+        };
+        let (found, info) = shard.get(key.as_bytes(), read)?;
+        let snapshot = snapshot_json(&info);
+        Ok(match found {
+            Some(record) => {
+                Json(json!({"record": record_json(&record, &schema), "snapshot": snapshot}))
+                    .into_response()
+            }
+            None => (
+                StatusCode::NOT_FOUND,
+                Json(json!({
+                    "code": "not_found",
+                    "message": format!("no record with key {key:?} in table {table:?}"),
+                    "retryable": false,
+                    "record": null,
+                    "snapshot": snapshot,
+                })),
+            )
+                .into_response(),
+        })
+    })
+    .await
+}
+
+pub(crate) async fn delete_record(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path((table, key)): Path<(String, String)>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Write)?;
+    blocking(move || {
+        let answer = state.db.execute(Statement::Delete {
+            table,
+            keys: vec![key.into_bytes()],
+        })?;
+        match answer {
+            Answer::Written { seq, .. } => Ok(Json(json!({"seq": seq}))),
+            other => Err(ApiError::internal(format!("unexpected answer {other:?}"))),
+        }
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SearchRequest {
+    #[serde(rename = "where")]
+    condition: Option<JsonValue>,
+    columns: Option<Vec<String>>,
+    limit: Option<usize>,
+    #[serde(default)]
+    count: bool,
+    freshness_s: Option<f64>,
+    #[serde(default)]
+    format: Format,
+}
+
+pub(crate) async fn search(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(table): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require(role, Role::Read)?;
+    let request: SearchRequest = parse_json(&body)?;
+    let bound = freshness(request.freshness_s)?;
+    blocking(move || {
+        let shard = state.db.table(&table)?;
+        let schema = shard.schema();
+        let predicate = match &request.condition {
+            None => puffer_store::Predicate::All,
+            Some(json) => predicate_from_json(json, &schema)?,
+        };
+        let output = match (request.count, request.columns) {
+            (true, _) => Output::Count,
+            (false, None) => Output::All,
+            (false, Some(columns)) => Output::Columns(columns),
+        };
+        let mut statement = Statement::Select(Select {
+            table,
+            output,
+            predicate,
+            limit: request.limit,
+            freshness: bound,
+        });
+        check_sizes(&state, &mut statement)?;
+        let answer = state.db.execute(statement)?;
+        Ok(answer_response(answer, Some(&schema), request.format))
+    })
+    .await
+}
+
+pub(crate) async fn health() -> Json<JsonValue> {
+    Json(json!({"status": "ok"}))
+}
+
+pub(crate) async fn ready(State(state): Shared) -> Response {
+    let names = state.db.table_names();
+    let writable = names
+        .iter()
+        .all(|name| state.db.table(name).is_ok_and(|shard| shard.is_running()));
+    if writable {
+        Json(json!({"status": "ready", "tables": names.len()})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "not ready"})),
+        )
+            .into_response()
+    }
+}
+
+/// The attribute types, for the OpenAPI document.
+pub(crate) fn type_names() -> Vec<&'static str> {
+    [
+        AttrType::String,
+        AttrType::Int,
+        AttrType::Float,
+        AttrType::Bool,
+        AttrType::Timestamp,
+    ]
+    .iter()
+    .map(|t| t.name())
+    .collect()
+}
+
+/// Texts currently loaded, by name.
+pub(crate) type Texts = std::sync::RwLock<BTreeMap<String, puffer_index::TextIndex>>;

@@ -1,0 +1,265 @@
+//! JSON <-> records, values, predicates and snapshots, typed by the table's schema.
+
+use std::ops::Bound;
+
+use puffer_store::timestamp::{format_timestamp_micros, parse_timestamp_micros};
+use puffer_store::{AttrType, Predicate, Record, Schema, SnapshotInfo, Value};
+use serde_json::{json, Map, Value as Json};
+
+use crate::error::ApiError;
+
+/// Most nodes a JSON predicate may have.
+pub const MAX_PREDICATE_NODES: usize = 1024;
+
+/// `{"seq", "age_ms", "read_log"}`.
+pub fn snapshot_json(info: &SnapshotInfo) -> Json {
+    json!({
+        "seq": info.snapshot,
+        "age_ms": info.age.as_secs_f64() * 1000.0,
+        "read_log": info.read_log,
+    })
+}
+
+/// A value as JSON (timestamps as RFC 3339; non-UTF-8 strings lossily).
+pub fn value_json(value: &Value) -> Json {
+    match value {
+        Value::String(bytes) => Json::String(String::from_utf8_lossy(bytes).into_owned()),
+        Value::Int(x) => json!(x),
+        Value::Float(x) => json!(x),
+        Value::Bool(b) => json!(b),
+        Value::Timestamp(micros) => Json::String(format_timestamp_micros(*micros)),
+    }
+}
+
+/// A record as a JSON object: the key column, then the present attributes.
+pub fn record_json(record: &Record, schema: &Schema) -> Json {
+    let mut object = Map::new();
+    object.insert(
+        schema.key.clone(),
+        Json::String(String::from_utf8_lossy(&record.key).into_owned()),
+    );
+    for (name, value) in &record.values {
+        object.insert(name.clone(), value_json(value));
+    }
+    Json::Object(object)
+}
+
+fn type_of_column(schema: &Schema, column: &str) -> Result<AttrType, ApiError> {
+    if column == schema.key {
+        return Ok(AttrType::String);
+    }
+    schema
+        .id_of(column)
+        .map(|id| schema.attributes[id as usize].attr_type)
+        .ok_or_else(|| ApiError::invalid(format!("unknown column {column:?}")))
+}
+
+/// A JSON value as a value of `attr_type` (None for `null`).
+pub fn value_from_json(
+    json: &Json,
+    attr_type: AttrType,
+    column: &str,
+) -> Result<Option<Value>, ApiError> {
+    let wrong = || {
+        ApiError::invalid(format!(
+            "column {column:?} is a {}; {json} is not one",
+            attr_type.name()
+        ))
+    };
+    Ok(Some(match (attr_type, json) {
+        (_, Json::Null) => return Ok(None),
+        (AttrType::String, Json::String(s)) => Value::String(s.clone().into_bytes()),
+        (AttrType::Int, Json::Number(n)) => Value::Int(n.as_i64().ok_or_else(wrong)?),
+        (AttrType::Float, Json::Number(n)) => Value::Float(n.as_f64().ok_or_else(wrong)?),
+        (AttrType::Bool, Json::Bool(b)) => Value::Bool(*b),
+        (AttrType::Timestamp, Json::Number(n)) => Value::Timestamp(n.as_i64().ok_or_else(wrong)?),
+        (AttrType::Timestamp, Json::String(s)) => {
+            Value::Timestamp(parse_timestamp_micros(s).ok_or_else(wrong)?)
+        }
+        _ => return Err(wrong()),
+    }))
+}
+
+/// A JSON object as a record of `schema` (the key column is required).
+pub fn record_from_json(json: &Json, schema: &Schema) -> Result<Record, ApiError> {
+    let object = json
+        .as_object()
+        .ok_or_else(|| ApiError::invalid(format!("a record must be a JSON object, not {json}")))?;
+    let key = match object.get(&schema.key) {
+        Some(Json::String(key)) => key.clone(),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "the key {:?} must be a string, not {other}",
+                schema.key
+            )))
+        }
+        None => {
+            return Err(ApiError::invalid(format!(
+                "a record is missing its key {:?}",
+                schema.key
+            )))
+        }
+    };
+    let mut record = Record::new(key.into_bytes());
+    for (column, value) in object {
+        if *column == schema.key {
+            continue;
+        }
+        let attr_type = type_of_column(schema, column)?;
+        if let Some(value) = value_from_json(value, attr_type, column)? {
+            record.values.insert(column.clone(), value);
+        }
+    }
+    Ok(record)
+}
+
+fn single_entry<'j>(json: &'j Json, operator: &str) -> Result<(&'j String, &'j Json), ApiError> {
+    let object = json.as_object().filter(|o| o.len() == 1).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "{operator:?} takes an object with one column: {json}"
+        ))
+    })?;
+    Ok(object.iter().next().expect("one entry"))
+}
+
+fn text_of(json: &Json, operator: &str) -> Result<Vec<u8>, ApiError> {
+    json.as_str()
+        .map(|s| s.as_bytes().to_vec())
+        .ok_or_else(|| ApiError::invalid(format!("{operator:?} takes a string, not {json}")))
+}
+
+/// A JSON predicate (see docs/http.md) as a store predicate, typed by `schema`.
+pub fn predicate_from_json(json: &Json, schema: &Schema) -> Result<Predicate, ApiError> {
+    let mut budget = MAX_PREDICATE_NODES;
+    predicate_node(json, schema, &mut budget)
+}
+
+fn predicate_node(json: &Json, schema: &Schema, budget: &mut usize) -> Result<Predicate, ApiError> {
+    *budget = budget.checked_sub(1).ok_or_else(|| {
+        ApiError::limit(format!(
+            "a predicate has at most {MAX_PREDICATE_NODES} nodes"
+        ))
+    })?;
+    let object = json.as_object().filter(|o| o.len() == 1).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "a predicate is an object with one operator, not {json}"
+        ))
+    })?;
+    let (operator, argument) = object.iter().next().expect("one entry");
+    let typed = |column: &str, value: &Json| -> Result<Value, ApiError> {
+        value_from_json(value, type_of_column(schema, column)?, column)?
+            .ok_or_else(|| ApiError::invalid(format!("null cannot be compared ({column:?})")))
+    };
+    let children = |argument: &Json, budget: &mut usize| -> Result<Vec<Predicate>, ApiError> {
+        argument
+            .as_array()
+            .ok_or_else(|| ApiError::invalid(format!("{operator:?} takes an array")))?
+            .iter()
+            .map(|child| predicate_node(child, schema, budget))
+            .collect()
+    };
+    Ok(match operator.as_str() {
+        "all" => Predicate::All,
+        "and" => Predicate::And(children(argument, budget)?),
+        "or" => Predicate::Or(children(argument, budget)?),
+        "not" => Predicate::Not(Box::new(predicate_node(argument, schema, budget)?)),
+        "exists" => Predicate::Exists(text_column(argument)?),
+        "text_contains" => Predicate::RecordContains(text_of(argument, operator)?),
+        "eq" => {
+            let (column, value) = single_entry(argument, operator)?;
+            Predicate::Eq(column.clone(), typed(column, value)?)
+        }
+        "in" => {
+            let (column, values) = single_entry(argument, operator)?;
+            let values = values
+                .as_array()
+                .ok_or_else(|| ApiError::invalid("\"in\" takes an array of values"))?;
+            *budget = budget
+                .checked_sub(values.len())
+                .ok_or_else(|| ApiError::limit("too many values in \"in\""))?;
+            let values = values
+                .iter()
+                .map(|v| typed(column, v))
+                .collect::<Result<_, _>>()?;
+            Predicate::In(column.clone(), values)
+        }
+        "prefix" | "suffix" | "contains" => {
+            let (column, value) = single_entry(argument, operator)?;
+            let bytes = text_of(value, operator)?;
+            let column = column.clone();
+            match operator.as_str() {
+                "prefix" => Predicate::Prefix(column, bytes),
+                "suffix" => Predicate::Suffix(column, bytes),
+                _ => Predicate::Contains(column, bytes),
+            }
+        }
+        "range" => {
+            let (column, bounds) = single_entry(argument, operator)?;
+            let bounds = bounds.as_object().ok_or_else(|| {
+                ApiError::invalid("\"range\" takes {\"gt\"|\"gte\", \"lt\"|\"lte\"}")
+            })?;
+            let (mut lower, mut upper) = (Bound::Unbounded, Bound::Unbounded);
+            for (name, value) in bounds {
+                let value = typed(column, value)?;
+                match name.as_str() {
+                    "gt" => lower = Bound::Excluded(value),
+                    "gte" => lower = Bound::Included(value),
+                    "lt" => upper = Bound::Excluded(value),
+                    "lte" => upper = Bound::Included(value),
+                    other => {
+                        return Err(ApiError::invalid(format!(
+                            "unknown range bound {other:?} (gt, gte, lt, lte)"
+                        )))
+                    }
+                }
+            }
+            Predicate::Range {
+                attribute: column.clone(),
+                lower,
+                upper,
+            }
+        }
+        other => {
+            return Err(ApiError::invalid(format!(
+                "unknown predicate operator {other:?}"
+            )))
+        }
+    })
+}
+
+fn text_column(json: &Json) -> Result<String, ApiError> {
+    json.as_str()
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::invalid(format!("\"exists\" takes a column name, not {json}")))
+}
+
+/// A statement's answer as the JSON the API returns for it.
+pub fn answer_json(answer: &puffer_query::Answer, schema: Option<&Schema>) -> Json {
+    use puffer_query::Answer;
+    match answer {
+        Answer::Rows {
+            columns,
+            rows,
+            truncated,
+            snapshot,
+        } => {
+            let rows: Vec<Json> = match schema {
+                Some(schema) => rows.iter().map(|r| record_json(r, schema)).collect(),
+                None => Vec::new(),
+            };
+            json!({
+                "columns": columns,
+                "rows": rows,
+                "truncated": truncated,
+                "snapshot": snapshot_json(snapshot),
+            })
+        }
+        Answer::Count { count, snapshot } => {
+            json!({"count": count, "snapshot": snapshot_json(snapshot)})
+        }
+        Answer::Written { seq, operations } => json!({"seq": seq, "operations": operations}),
+        Answer::Created(_) | Answer::Dropped(_) => json!({"ok": true}),
+        Answer::Tables(tables) => json!({"tables": tables}),
+        Answer::Schema(schema) => json!({"key": schema.key, "attributes": schema.attributes}),
+    }
+}

@@ -1,0 +1,232 @@
+//! `puffer sql` and `puffer status`: talk to a running server (`--url`), or open the data
+//! directory directly when no server runs.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use puffer_query::{Database, Statement};
+use serde_json::{json, Value};
+
+/// Where statements go.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// URL of a running server, e.g. http://127.0.0.1:7878.
+    #[arg(long, conflicts_with = "data")]
+    url: Option<String>,
+    /// Data directory to open directly (default ./puffer-data) when no --url is given.
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+/// Arguments of `puffer sql`.
+#[derive(Debug, clap::Args)]
+pub struct SqlArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Run this statement and exit (otherwise an interactive shell reads stdin).
+    #[arg(short = 'e', long = "execute")]
+    execute: Option<String>,
+    /// Print answers as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A connection: HTTP or an open database.
+enum Session {
+    Http(String),
+    Direct(Database),
+}
+
+impl Session {
+    fn open(target: &Target) -> anyhow::Result<Session> {
+        if let Some(url) = &target.url {
+            return Ok(Session::Http(url.trim_end_matches('/').to_string()));
+        }
+        let dir = target
+            .data
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("puffer-data"));
+        let db = Database::open(&dir, Default::default())
+            .with_context(|| format!("opening the data directory {}", dir.display()))?;
+        Ok(Session::Direct(db))
+    }
+
+    fn sql(&self, query: &str) -> anyhow::Result<Value> {
+        match self {
+            Session::Http(url) => http_post(&format!("{url}/v1/sql"), &json!({"query": query})),
+            Session::Direct(db) => {
+                let statement = puffer_query::sql::parse(query, db)?;
+                let schema = match &statement {
+                    Statement::Select(select) => Some(db.table(&select.table)?.schema()),
+                    _ => None,
+                };
+                let answer = db.execute(statement)?;
+                Ok(puffer_server::values::answer_json(
+                    &answer,
+                    schema.as_deref(),
+                ))
+            }
+        }
+    }
+}
+
+fn http_post(url: &str, body: &Value) -> anyhow::Result<Value> {
+    match ureq::post(url).send_json(body.clone()) {
+        Ok(response) => Ok(response.into_json()?),
+        Err(ureq::Error::Status(status, response)) => {
+            let error: Value = response.into_json().unwrap_or(Value::Null);
+            bail!(
+                "{status} {}: {}",
+                error["code"].as_str().unwrap_or("error"),
+                error["message"].as_str().unwrap_or("")
+            )
+        }
+        Err(e) => bail!("cannot reach {url}: {e}"),
+    }
+}
+
+fn http_get(url: &str) -> anyhow::Result<Value> {
+    match ureq::get(url).call() {
+        Ok(response) => Ok(response.into_json()?),
+        Err(e) => bail!("cannot reach {url}: {e}"),
+    }
+}
+
+fn cell(value: Option<&Value>) -> String {
+    match value {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Renders an answer: rows as an aligned table, anything else as compact JSON.
+fn render(answer: &Value, out: &mut impl Write) -> std::io::Result<()> {
+    let (Some(columns), Some(rows)) = (answer["columns"].as_array(), answer["rows"].as_array())
+    else {
+        return writeln!(out, "{answer}");
+    };
+    let columns: Vec<String> = columns.iter().map(|c| cell(Some(c))).collect();
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| columns.iter().map(|c| cell(row.get(c))).collect())
+        .collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            table
+                .iter()
+                .map(|r| r[i].chars().count())
+                .chain([c.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    writeln!(out, "{}", line(&columns))?;
+    writeln!(
+        out,
+        "{}",
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("-+-")
+    )?;
+    for row in &table {
+        writeln!(out, "{}", line(row))?;
+    }
+    let snapshot = &answer["snapshot"];
+    writeln!(
+        out,
+        "({} rows{}; snapshot {}, age {:.0} ms)",
+        table.len(),
+        if answer["truncated"] == Value::Bool(true) {
+            ", more exist"
+        } else {
+            ""
+        },
+        snapshot["seq"],
+        snapshot["age_ms"].as_f64().unwrap_or(0.0)
+    )
+}
+
+/// Runs `puffer sql`.
+pub fn run(args: SqlArgs) -> anyhow::Result<()> {
+    let session = Session::open(&args.target)?;
+    let stdout = std::io::stdout();
+    let print = |answer: &Value| -> anyhow::Result<()> {
+        let mut out = stdout.lock();
+        if args.json {
+            writeln!(out, "{answer}")?;
+        } else {
+            render(answer, &mut out)?;
+        }
+        Ok(())
+    };
+    if let Some(query) = &args.execute {
+        return print(&session.sql(query)?);
+    }
+    // The shell: statements end with ';' or at the end of a line.
+    let stdin = std::io::stdin();
+    eprint!("puffer> ");
+    for line in stdin.lock().lines() {
+        let line = line?;
+        let query = line.trim().trim_end_matches(';');
+        if matches!(query, "quit" | "exit" | "\\q") {
+            break;
+        }
+        if !query.is_empty() {
+            match session.sql(query) {
+                Ok(answer) => print(&answer)?,
+                Err(e) => eprintln!("error: {e:#}"),
+            }
+        }
+        eprint!("puffer> ");
+    }
+    Ok(())
+}
+
+/// Arguments of `puffer status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Runs `puffer status`: tables, their stages and sizes, as JSON.
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let answer = match Session::open(&args.target)? {
+        Session::Http(url) => http_get(&format!("{url}/v1/tables"))?,
+        Session::Direct(db) => {
+            let mut tables = Vec::new();
+            for name in db.table_names() {
+                let shard = db.table(&name)?;
+                let stats = shard.stats()?;
+                let marks = shard.watermarks();
+                tables.push(json!({
+                    "name": name,
+                    "records_in_segments": stats.segment_records,
+                    "disk_bytes": stats.disk_bytes,
+                    "memory_bytes": stats.memory_bytes,
+                    "segments": stats.segments,
+                    "sorted_batches": stats.sorted_batches,
+                    "log_tables": stats.log_tables,
+                    "watermarks": {"published": marks.published, "sorted": marks.sorted, "compressed": marks.compressed},
+                }));
+            }
+            json!({"tables": tables})
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(())
+}
