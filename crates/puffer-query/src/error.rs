@@ -61,6 +61,7 @@ impl QueryError {
                 StoreError::InvalidQuery(_) | StoreError::InvalidBatch(_) => "invalid_request",
                 StoreError::Overloaded(_) => "overloaded",
                 StoreError::Stopped(_) => "unavailable",
+                StoreError::InUse { .. } => "in_use",
                 StoreError::Io { .. } => "io_error",
                 StoreError::Corrupt { .. } => "corrupt",
                 StoreError::Index(_) => "index_error",

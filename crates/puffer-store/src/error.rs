@@ -43,6 +43,12 @@ pub enum StoreError {
         /// What was found wrong.
         detail: String,
     },
+    /// Another process (or another open in this one) holds the shard.
+    #[error("shard {path} is already open (its LOCK file is held)")]
+    InUse {
+        /// The shard directory.
+        path: PathBuf,
+    },
     /// The shard stopped after a failed fsync or write; reopen it to recover.
     #[error("shard stopped: {0}; reopen it to recover from the log")]
     Stopped(String),

@@ -226,6 +226,8 @@ struct Shared {
     wake: [(Mutex<bool>, Condvar); 2],
     /// The manifest's checkpoint (readable without waiting for a compaction).
     checkpoint: AtomicU64,
+    /// Held while the shard is open, so that no second open writes the same files.
+    _lock: std::fs::File,
 }
 
 /// An SCU on its way to the committer.
@@ -280,6 +282,7 @@ impl Shard {
         let wal_dir = dir.join("wal");
         fs.create_dir_all(&wal_dir)
             .map_err(|e| StoreError::io(&wal_dir, e))?;
+        let lock = lock_directory(dir)?;
         let manifest = match Manifest::load(dir)? {
             Some(m) => m,
             None => {
@@ -339,6 +342,7 @@ impl Shard {
                 (Mutex::new(false), Condvar::new()),
             ],
             checkpoint: AtomicU64::new(checkpoint),
+            _lock: lock,
             options,
         });
         let mut next_seq = checkpoint + 1;
@@ -692,6 +696,25 @@ fn validate_records(ops: Vec<WriteOp>, schema: &Schema) -> Result<Vec<Op>> {
         });
     }
     Ok(out)
+}
+
+/// Takes the shard directory's exclusive lock (released when the file closes, also when
+/// the process dies).
+fn lock_directory(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::InUse {
+            path: dir.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(&path, e)),
+    }
 }
 
 fn types_of(schema: &Schema) -> Vec<AttrType> {

@@ -305,3 +305,24 @@ fn the_schema_gains_attributes_durably() {
     let (found, _) = shard.get(b"p", ReadOptions::default()).unwrap();
     assert_eq!(found, Some(painted));
 }
+
+#[test]
+fn a_shard_opens_once_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1);
+    let first = open(dir.path(), &clock);
+    let second = Shard::open_with(
+        dir.path(),
+        schema(),
+        options(),
+        Arc::new(RealFs),
+        Arc::new(clock.clone()),
+    );
+    assert!(
+        matches!(second, Err(StoreError::InUse { .. })),
+        "a second open must be refused"
+    );
+    drop(first);
+    let reopened = open(dir.path(), &clock);
+    assert_eq!(reopened.watermarks().published, 0);
+}
