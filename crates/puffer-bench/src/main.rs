@@ -1,6 +1,7 @@
 //! PufferDB benchmarks. Each experiment prints a readable table and, on its last
 //! line, one JSON object with every figure.
 
+mod http_bench;
 mod index_bench;
 mod records;
 mod stats;
@@ -21,6 +22,8 @@ struct Cli {
 enum Experiment {
     /// Build the compressed index over a file and measure footprint, build, count, locate, extract and the layer curve.
     Index(index_bench::IndexArgs),
+    /// Drive mixed get / search / put traffic (Zipf keys) against a running server.
+    Http(http_bench::HttpArgs),
     /// Load CSV / JSON-lines records into a shard and measure load speed, freshness lag, footprint and query latency.
     Records(records::RecordsArgs),
 }
@@ -29,5 +32,6 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().experiment {
         Experiment::Index(args) => index_bench::run(&args),
         Experiment::Records(args) => records::run(&args),
+        Experiment::Http(args) => http_bench::run(&args),
     }
 }

@@ -1056,16 +1056,14 @@ impl Shared {
                 let Some(&newest) = inner.keys.get(key) else {
                     continue;
                 };
-                // Versions newer than the snapshot may have been appended meanwhile.
-                for i in (0..=newest as usize).rev() {
-                    if inner.records[i].key == key
-                        && inner.seqs[i] <= info.snapshot
-                        && table.deletions.live_at(i as u64, info.snapshot)
-                    {
+                // Versions newer than the snapshot may have been appended since it was
+                // taken: the version to read is this key's newest one within it.
+                let within = (0..=newest as usize)
+                    .rev()
+                    .find(|&i| inner.seqs[i] <= info.snapshot && inner.records[i].key == key);
+                if let Some(i) = within {
+                    if table.deletions.live_at(i as u64, info.snapshot) {
                         return Ok(Some(inner.records[i].clone()));
-                    }
-                    if inner.seqs[i] <= info.snapshot {
-                        break;
                     }
                 }
             }

@@ -1,0 +1,323 @@
+//! `puffer-bench http`: mixed get / search / put traffic from N client threads against a
+//! running server, keys drawn from a Zipf distribution; throughput and latency
+//! quantiles per operation, every answer checked (a get must return the key asked for, a
+//! search's rows must satisfy its predicate).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::stats::{quantile_us, round};
+
+#[derive(clap::Args)]
+pub struct HttpArgs {
+    /// Server URL.
+    #[arg(long, default_value = "http://127.0.0.1:7878")]
+    url: String,
+    /// Table to query (it must exist and hold records).
+    #[arg(long)]
+    table: String,
+    /// Client threads.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Duration of the measurement.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Percent of gets (the rest split between searches and puts).
+    #[arg(long, default_value_t = 75)]
+    get_percent: u32,
+    /// Percent of searches (equality on a column, first 10 keys).
+    #[arg(long, default_value_t = 20)]
+    search_percent: u32,
+    /// Zipf exponent of key popularity.
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// Keys sampled from the table to draw from.
+    #[arg(long, default_value_t = 10_000)]
+    keys: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// What the clients work on: records sampled from the table.
+struct Workload {
+    url: String,
+    table: String,
+    key_column: String,
+    records: Vec<Value>,
+    /// Columns with short string values, for equality searches.
+    search_columns: Vec<String>,
+    zipf_weights: Vec<f64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Operation {
+    Get,
+    Search,
+    Put,
+}
+
+#[derive(Default)]
+struct ClientReport {
+    latencies: [Vec<Duration>; 3],
+    errors: Vec<String>,
+}
+
+fn post(agent: &ureq::Agent, url: &str, body: &Value) -> anyhow::Result<Value> {
+    match agent.post(url).send_json(body.clone()) {
+        Ok(response) => Ok(response.into_json()?),
+        Err(ureq::Error::Status(status, response)) => {
+            let text = response.into_string().unwrap_or_default();
+            bail!("{url}: status {status}: {text}")
+        }
+        Err(e) => bail!("{url}: {e}"),
+    }
+}
+
+fn get(agent: &ureq::Agent, url: &str) -> anyhow::Result<Value> {
+    match agent.get(url).call() {
+        Ok(response) => Ok(response.into_json()?),
+        Err(ureq::Error::Status(status, response)) => {
+            let text = response.into_string().unwrap_or_default();
+            bail!("{url}: status {status}: {text}")
+        }
+        Err(e) => bail!("{url}: {e}"),
+    }
+}
+
+impl Workload {
+    fn prepare(args: &HttpArgs) -> anyhow::Result<Workload> {
+        let agent = ureq::AgentBuilder::new().build();
+        let url = args.url.trim_end_matches('/').to_string();
+        let description = get(&agent, &format!("{url}/v1/tables/{}", args.table))
+            .context("describing the table")?;
+        let key_column = description["key"]
+            .as_str()
+            .context("the table description has no key")?
+            .to_string();
+        let answer = post(
+            &agent,
+            &format!("{url}/v1/sql"),
+            &json!({"query": format!("SELECT * FROM {} LIMIT {}", args.table, args.keys)}),
+        )?;
+        let records = answer["rows"].as_array().cloned().unwrap_or_default();
+        ensure!(!records.is_empty(), "table {} holds no records", args.table);
+        let search_columns = short_string_columns(&description, &records);
+        let zipf_weights = (1..=records.len())
+            .map(|rank| 1.0 / (rank as f64).powf(args.zipf))
+            .collect();
+        Ok(Workload {
+            url,
+            table: args.table.clone(),
+            key_column,
+            records,
+            search_columns,
+            zipf_weights,
+        })
+    }
+
+    fn pick_record(&self, rng: &mut StdRng, cumulative: &[f64]) -> &Value {
+        let target = rng.gen::<f64>() * cumulative.last().copied().unwrap_or(1.0);
+        let at = cumulative.partition_point(|&c| c < target);
+        &self.records[at.min(self.records.len() - 1)]
+    }
+}
+
+fn short_string_columns(description: &Value, records: &[Value]) -> Vec<String> {
+    let attributes = description["attributes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    attributes
+        .iter()
+        .filter(|a| a["type"] == "string")
+        .filter_map(|a| a["name"].as_str().map(str::to_string))
+        .filter(|name| {
+            let lengths: Vec<usize> = records
+                .iter()
+                .filter_map(|r| r[name].as_str().map(str::len))
+                .collect();
+            !lengths.is_empty() && lengths.iter().sum::<usize>() / lengths.len() < 40
+        })
+        .collect()
+}
+
+fn pick_operation(rng: &mut StdRng, args: &HttpArgs) -> Operation {
+    let roll = rng.gen_range(0..100);
+    if roll < args.get_percent {
+        Operation::Get
+    } else if roll < args.get_percent + args.search_percent {
+        Operation::Search
+    } else {
+        Operation::Put
+    }
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One operation; `Err` is a wrong answer or a failed request.
+fn run_one(
+    workload: &Workload,
+    agent: &ureq::Agent,
+    operation: Operation,
+    record: &Value,
+    rng: &mut StdRng,
+) -> anyhow::Result<()> {
+    let key = record[&workload.key_column].as_str().context("a key")?;
+    let (url, table) = (&workload.url, &workload.table);
+    match operation {
+        Operation::Get => {
+            let answer = get(
+                agent,
+                &format!("{url}/v1/tables/{table}/records/{}", percent_encode(key)),
+            )?;
+            ensure!(
+                answer["record"][&workload.key_column] == key,
+                "get {key}: got {}",
+                answer["record"]
+            );
+        }
+        Operation::Search => {
+            let column = &workload.search_columns[rng.gen_range(0..workload.search_columns.len())];
+            let value = &record[column];
+            if value.is_null() {
+                return Ok(());
+            }
+            let body = json!({"where": {"eq": {column: value}}, "limit": 10, "columns": [column]});
+            let answer = post(agent, &format!("{url}/v1/tables/{table}/search"), &body)?;
+            let rows = answer["rows"].as_array().context("rows")?;
+            ensure!(
+                !rows.is_empty(),
+                "search {column} = {value}: no rows, but {key} has it"
+            );
+            for row in rows {
+                ensure!(
+                    row[column] == *value,
+                    "search {column} = {value}: row {row}"
+                );
+            }
+        }
+        Operation::Put => {
+            // Puts the record back as it is: traffic without changing the data.
+            let answer = post(
+                agent,
+                &format!("{url}/v1/tables/{table}/records"),
+                &json!([record]),
+            )?;
+            ensure!(answer["seq"].as_u64().is_some(), "put {key}: {answer}");
+        }
+    }
+    Ok(())
+}
+
+fn client(workload: &Workload, args: &HttpArgs, seed: u64, stop: &AtomicBool) -> ClientReport {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .build();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cumulative: Vec<f64> = workload
+        .zipf_weights
+        .iter()
+        .scan(0.0, |sum, w| {
+            *sum += w;
+            Some(*sum)
+        })
+        .collect();
+    let mut report = ClientReport::default();
+    while !stop.load(Ordering::Relaxed) {
+        let mut operation = pick_operation(&mut rng, args);
+        if operation == Operation::Search && workload.search_columns.is_empty() {
+            operation = Operation::Get;
+        }
+        let record = workload.pick_record(&mut rng, &cumulative);
+        let started = Instant::now();
+        let outcome = run_one(workload, &agent, operation, record, &mut rng);
+        report.latencies[operation as usize].push(started.elapsed());
+        if let Err(e) = outcome {
+            if report.errors.len() < 20 {
+                report.errors.push(format!("{e:#}"));
+            } else {
+                report.errors.push(String::new());
+            }
+        }
+    }
+    report
+}
+
+pub fn run(args: &HttpArgs) -> anyhow::Result<()> {
+    ensure!(
+        args.clients > 0 && args.seconds > 0,
+        "clients and seconds must be positive"
+    );
+    ensure!(
+        args.get_percent + args.search_percent <= 100,
+        "the percents exceed 100"
+    );
+    let workload = Workload::prepare(args)?;
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let reports: Vec<ClientReport> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..args.clients)
+            .map(|i| {
+                let (workload, stop) = (&workload, &stop);
+                scope.spawn(move || client(workload, args, args.seed + i as u64, stop))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(args.seconds));
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a client panicked"))
+            .collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut figures = serde_json::Map::new();
+    figures.insert("experiment".into(), json!("http"));
+    figures.insert("url".into(), json!(args.url));
+    figures.insert("table".into(), json!(args.table));
+    figures.insert("clients".into(), json!(args.clients));
+    figures.insert("seconds".into(), json!(round(elapsed, 2)));
+    println!(
+        "{:<10} {:>12} {:>10} {:>10} {:>10}",
+        "operation", "per second", "p50 us", "p99 us", "p999 us"
+    );
+    for (index, name) in ["get", "search", "put"].iter().enumerate() {
+        let mut latencies: Vec<Duration> = reports
+            .iter()
+            .flat_map(|r| r.latencies[index].iter().copied())
+            .collect();
+        let rate = latencies.len() as f64 / elapsed;
+        let (p50, p99, p999) = (
+            quantile_us(&mut latencies, 0.5),
+            quantile_us(&mut latencies, 0.99),
+            quantile_us(&mut latencies, 0.999),
+        );
+        println!("{name:<10} {rate:>12.0} {p50:>10.0} {p99:>10.0} {p999:>10.0}");
+        figures.insert(format!("{name}s_per_s"), json!(round(rate, 1)));
+        figures.insert(format!("{name}_p50_us"), json!(round(p50, 1)));
+        figures.insert(format!("{name}_p99_us"), json!(round(p99, 1)));
+        figures.insert(format!("{name}_p999_us"), json!(round(p999, 1)));
+    }
+    let errors: Vec<&String> = reports.iter().flat_map(|r| &r.errors).collect();
+    println!("errors     {}", errors.len());
+    for e in errors.iter().filter(|e| !e.is_empty()).take(5) {
+        println!("  {e}");
+    }
+    figures.insert("errors".into(), json!(errors.len()));
+    println!("{}", Value::Object(figures));
+    Ok(())
+}
