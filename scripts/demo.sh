@@ -1,77 +1,28 @@
 #!/usr/bin/env bash
-# PufferDB demo: builds the release binary, indexes a sample corpus made of the
-# project's own sources and documents, and runs a few queries on it.
-# Usage: bash scripts/demo.sh   (from any directory)
+# PufferDB quick start: builds the release binary and serves the bundled sample table
+# (`bookings`, 5,000 generated hotel bookings) on http://127.0.0.1:7878 until Ctrl-C.
+# Usage: bash scripts/demo.sh [--listen ADDR]   (from any directory)
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
-# Paths are relative to the repository root, where the script runs.
 target_dir="${CARGO_TARGET_DIR:-target}"
-target_dir="${target_dir#"$repo_root"/}"
 puffer="$target_dir/release/puffer"
-demo_dir="target/demo"
-corpus="$demo_dir/corpus.txt"
-index="$demo_dir/corpus.pidx"
+data_dir="$target_dir/demo-data"
 
-step() {
-    printf '\n== %s\n' "$*"
-}
-
-# Prints a command, then runs it.
-show() {
-    printf '$'
-    printf ' %q' "$@"
-    printf '\n'
-    "$@"
-}
-
-step "building the release binary"
+printf '== building the release binary\n'
 cargo build --release -p puffer --bin puffer
 
-step "generating the sample corpus"
-mkdir -p "$demo_dir"
-# The project ships its own sample: every Rust source file, the documents and the README,
-# in a stable order, concatenated.
-{
-    find crates -name '*.rs' -type f
-    find docs -name '*.md' -type f 2>/dev/null || true
-    for doc in README.md ARCHITECTURE.md; do
-        if [[ -f "$doc" ]]; then
-            echo "$doc"
-        fi
-    done
-} | LC_ALL=C sort | while IFS= read -r file; do
-    cat -- "$file"
-done >"$corpus"
-corpus_files="$(find crates -name '*.rs' -type f | wc -l | tr -d ' ')"
-echo "$corpus: $(wc -c <"$corpus" | tr -d ' ') bytes ($corpus_files Rust files plus documents)"
-
-step "building the index"
-show "$puffer" text build "$corpus" --out "$index"
-
-step "queries"
-show "$puffer" text count "$index" impl
-show "$puffer" text count "$index" "TextIndex"
-show "$puffer" text search "$index" "TextIndex" --limit 5
-first_offset="$("$puffer" text search "$index" "TextIndex" --limit 1)"
-if [[ -n "$first_offset" ]]; then
-    show "$puffer" text extract "$index" "$first_offset" 60
-    printf '\n'
-fi
-show "$puffer" text count "$index" 50554646 --hex
-
-step "index footprint"
-show "$puffer" text info "$index"
-
-step "try it yourself"
 cat <<USAGE
-The index stays in $index. From the repository root ($repo_root), try:
-  $puffer text count   $index 'unsafe'
-  $puffer text search  $index 'Psi' --limit 10
-  $puffer text extract $index 0 200
-  $puffer text info    $index
-Index any other file with:
-  $puffer text build FILE --out FILE.pidx
+
+== serving $data_dir (the sample table is created on the first run)
+While it runs, from another terminal:
+  curl -s http://127.0.0.1:7878/v1/sql -d '{"query": "SELECT COUNT(*) FROM bookings WHERE country = '\''PRT'\'' FRESHNESS 5"}'
+  curl -s http://127.0.0.1:7878/v1/tables/bookings/records/b00042
+  $puffer sql --url http://127.0.0.1:7878 -e "SELECT id, hotel, adr FROM bookings WHERE hotel LIKE 'City%' AND adr > 200 LIMIT 5"
+  $puffer sql --url http://127.0.0.1:7878          (an interactive shell)
+The text index of the earlier demo is still there: $puffer text --help
+
 USAGE
+exec "$puffer" serve --data "$data_dir" --sample "$@"

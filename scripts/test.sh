@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole PufferDB test suite: formatting, lints, and every test of the workspace.
+# The whole PufferDB test suite: formatting, lints, every test of the workspace, and the
+# Python client's tests against the real server.
 # Tests that need ../shared/data skip themselves when it is absent.
 # Usage: bash scripts/test.sh   (from any directory)
 set -euo pipefail
@@ -15,5 +16,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== cargo test --workspace"
 cargo test --workspace
+
+echo "== Python client"
+bash scripts/test-python.sh
 
 echo "== all checks passed"

@@ -1,0 +1,154 @@
+"""SQL: SELECT, COUNT(*), FRESHNESS, INSERT/DELETE, SHOW TABLES, DESCRIBE, results."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Tuple
+
+import pytest
+
+import pufferdb
+from _support import KEY, SCHEMA, Oracle, keys, load
+
+Loaded = Tuple[pufferdb.Table, Oracle]
+
+
+@pytest.fixture(scope="module")
+def trips(client: pufferdb.Client) -> Loaded:
+    table = client.create_table("trips", key=KEY, attributes=SCHEMA)
+    return table, load(table, random.Random(99), total=500, batches=4)
+
+
+SELECTS = [
+    (
+        "SELECT * FROM trips WHERE city = 'Boston'",
+        {"eq": {"city": "Boston"}},
+    ),
+    (
+        "SELECT * FROM trips WHERE age >= 30 AND age < 45 AND active = true",
+        {"and": [{"range": {"age": {"gte": 30, "lt": 45}}}, {"eq": {"active": True}}]},
+    ),
+    (
+        "SELECT * FROM trips WHERE city IN ('Porto', 'Kyoto') OR score > 90",
+        {"or": [{"in": {"city": ["Porto", "Kyoto"]}}, {"range": {"score": {"gt": 90}}}]},
+    ),
+    (
+        "SELECT * FROM trips WHERE name LIKE 'Eva%'",
+        {"prefix": {"name": "Eva"}},
+    ),
+    (
+        "SELECT * FROM trips WHERE name LIKE '%ra%' AND age BETWEEN 20 AND 60",
+        {"and": [{"contains": {"name": "ra"}}, {"range": {"age": {"gte": 20, "lte": 60}}}]},
+    ),
+    (
+        "SELECT * FROM trips WHERE joined IS NOT NULL AND score <= -40",
+        {"and": [{"exists": "joined"}, {"range": {"score": {"lte": -40}}}]},
+    ),
+]
+
+
+@pytest.mark.parametrize("query,where", SELECTS, ids=[str(i) for i in range(len(SELECTS))])
+def test_select_matches_oracle(client: pufferdb.Client, trips: Loaded, query: str, where: dict) -> None:
+    _, oracle = trips
+    expected = oracle.select(where)
+    result = client.sql(query)
+    assert result.kind == "rows"
+    assert result.rows == expected
+    assert result.columns == [KEY] + list(SCHEMA)
+    assert result.truncated is False
+    assert result.snapshot["seq"] == oracle.last_seq
+    count = client.sql(query.replace("SELECT *", "SELECT COUNT(*)", 1))
+    assert count.kind == "count"
+    assert count.count == len(expected)
+
+
+def test_select_columns_and_limit(client: pufferdb.Client, trips: Loaded) -> None:
+    _, oracle = trips
+    result = client.sql("SELECT name, age FROM trips WHERE city = 'Lisbon' LIMIT 5")
+    expected = [
+        {c: v for c, v in r.items() if c in (KEY, "name", "age")}
+        for r in oracle.select({"eq": {"city": "Lisbon"}})
+    ]
+    assert result.columns == ["name", "age"]
+    # LIMIT returns any 5 matches (not necessarily the smallest keys), sorted by key.
+    assert keys(result.rows) == sorted(keys(result.rows))
+    assert len(result.rows) == min(5, len(expected))
+    assert all(row in expected for row in result.rows)
+    assert result.truncated is (len(expected) > 5)
+
+
+def test_count_with_freshness_clause_and_parameter(client: pufferdb.Client, trips: Loaded) -> None:
+    _, oracle = trips
+    where = {"range": {"age": {"gt": 50}}}
+    for query, freshness in [
+        ("SELECT COUNT(*) FROM trips WHERE age > 50 FRESHNESS 3600", None),
+        ("SELECT COUNT(*) FROM trips WHERE age > 50", 3600),
+        ("SELECT COUNT(*) FROM trips WHERE age > 50 FRESHNESS 0", None),
+    ]:
+        result = client.sql(query, freshness_s=freshness)
+        seq = result.snapshot["seq"]
+        assert 0 <= seq <= oracle.last_seq
+        assert result.count == len(oracle.select(where, oracle.at(seq))), query
+    rows = client.sql("SELECT * FROM trips WHERE age > 50 FRESHNESS 10")
+    assert rows.rows == oracle.select(where, oracle.at(rows.snapshot["seq"]))
+
+
+def test_freshness_bound_makes_old_writes_visible(client: pufferdb.Client, trips: Loaded) -> None:
+    _, oracle = trips
+    time.sleep(1.2)  # every SCU of the fixture is now more than 1 s old
+    result = client.sql("SELECT COUNT(*) FROM trips FRESHNESS 1")
+    assert result.snapshot["seq"] >= oracle.last_seq
+    assert result.count == len(oracle.state)
+    assert client.table("trips").count(freshness_s=1) == len(oracle.state)
+
+
+def test_insert_and_delete_statements(client: pufferdb.Client) -> None:
+    client.sql("CREATE TABLE notes (id STRING, body STRING, n INT, PRIMARY KEY (id))")
+    assert "notes" in client.tables()
+    written = client.sql("INSERT INTO notes (id, body, n) VALUES ('a', 'first', 1), ('b', 'second', 2)")
+    assert written.kind == "write"
+    assert written.seq >= 1 and written.operations == 2
+    notes = client.table("notes")
+    assert notes.get("a") == {"id": "a", "body": "first", "n": 1}
+    deleted = client.sql("DELETE FROM notes WHERE id = 'a'")
+    assert deleted.seq > written.seq
+    assert notes.get("a") is None
+    assert client.sql("SELECT COUNT(*) FROM notes").count == 1
+    described = client.sql("DESCRIBE notes")
+    assert described.raw["key"] == "id"
+    assert [a["name"] for a in described.raw["attributes"]] == ["body", "n"]
+    shown = client.sql("SHOW TABLES")
+    assert shown.kind == "tables" and "notes" in shown.tables
+    dropped = client.sql("DROP TABLE notes")
+    assert dropped.kind == "ok"
+    assert "notes" not in client.tables()
+
+
+def test_result_protocol(client: pufferdb.Client, trips: Loaded) -> None:
+    _, oracle = trips
+    result = client.sql("SELECT * FROM trips LIMIT 3")
+    assert len(result) == 3 and bool(result)
+    assert result[0] == oracle.state[result[0][KEY]]
+    assert [row[KEY] for row in result] == sorted(row[KEY] for row in result.rows)
+    assert "3 rows" in repr(result)
+    empty = client.sql("SELECT * FROM trips WHERE city = 'Atlantis'")
+    assert len(empty) == 0 and not empty
+    count = client.sql("SELECT COUNT(*) FROM trips")
+    with pytest.raises(TypeError):
+        len(count)
+    with pytest.raises(TypeError):
+        iter(count)
+
+
+def test_to_pandas(client: pufferdb.Client, trips: Loaded) -> None:
+    pandas = pytest.importorskip("pandas")
+    _, oracle = trips
+    result = client.sql("SELECT * FROM trips WHERE city = 'Porto'")
+    frame = result.to_pandas()
+    assert isinstance(frame, pandas.DataFrame)
+    assert list(frame.columns) == [KEY] + list(SCHEMA)
+    assert list(frame[KEY]) == [r[KEY] for r in oracle.select({"eq": {"city": "Porto"}})]
+    projected = client.sql("SELECT age FROM trips WHERE city = 'Porto'").to_pandas()
+    assert list(projected.columns) == ["age", KEY]
+    assert len(projected) == len(frame)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Tests the Python client (clients/python) against the real server binary.
+# Builds `puffer`, makes a virtualenv in target/pyenv if missing, installs pytest and the
+# package into it, and runs the suite. Usage: bash scripts/test-python.sh [pytest args]
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "error: python3 is missing; install Python 3.9 or newer (e.g. apt-get install python3 python3-venv)" >&2
+    exit 1
+fi
+if ! python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; then
+    echo "error: the Python client needs Python >= 3.9; python3 is $(python3 --version 2>&1)" >&2
+    exit 1
+fi
+
+echo "== building the server binary"
+cargo build -p puffer
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in
+    /*) ;;
+    *) target_dir="$repo_root/$target_dir" ;;
+esac
+export PUFFER_BIN="${PUFFER_BIN:-$target_dir/debug/puffer}"
+
+venv="$repo_root/target/pyenv"
+python="$venv/bin/python"
+pip_user=()
+if [ ! -x "$python" ]; then
+    echo "== creating the virtualenv $venv"
+    mkdir -p "$repo_root/target"
+    if ! python3 -m venv "$venv"; then
+        rm -rf "$venv"
+        # No venv module (Debian's python3-venv missing): install for the user instead.
+        echo "warning: 'python3 -m venv' failed (is python3-venv installed?); using pip --user" >&2
+        python="python3"
+        pip_user=(--user)
+        if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+            pip_user+=(--break-system-packages)
+        fi
+    fi
+fi
+
+echo "== installing pytest and the client"
+"$python" -m pip install -q --disable-pip-version-check ${pip_user[@]+"${pip_user[@]}"} pytest ./clients/python
+
+echo "== running the Python client tests (PUFFER_BIN=$PUFFER_BIN)"
+# The package has a src/ layout, so the installed copy is what the tests import.
+"$python" -m pytest -q -p no:cacheprovider clients/python/tests "$@"
