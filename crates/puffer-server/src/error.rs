@@ -106,3 +106,23 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> ApiError {
+        ApiError::invalid(format!("bad query string: {}", rejection.body_text()))
+    }
+}
+
+/// 404 for paths no route serves.
+pub async fn unknown_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found("unknown_route", format!("no route serves {}", uri.path()))
+}
+
+/// 405 for a method a route does not take.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} does not take {method}", uri.path()),
+    )
+}

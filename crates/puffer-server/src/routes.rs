@@ -375,9 +375,10 @@ pub(crate) async fn get_record(
     State(state): Shared,
     Extension(role): Extension<Role>,
     Path((table, key)): Path<(String, String)>,
-    Query(params): Query<ReadParams>,
+    params: Result<Query<ReadParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     require(role, Role::Read)?;
+    let Query(params) = params?;
     let bound = freshness(params.freshness_s)?;
     blocking(move || {
         let shard = state.db.table(&table)?;

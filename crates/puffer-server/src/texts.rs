@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -110,9 +110,10 @@ pub(crate) async fn extract(
     State(state): State<Arc<AppState>>,
     Extension(role): Extension<Role>,
     Path(name): Path<String>,
-    Query(params): Query<ExtractParams>,
+    params: Result<Query<ExtractParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     require(role, Role::Read)?;
+    let Query(params) = params?;
     let index = text(&state, &name)?;
     if params.len > state.config.max_body_bytes as u64 {
         return Err(ApiError::limit(format!(
@@ -126,13 +127,61 @@ pub(crate) async fn extract(
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
-#[derive(Deserialize)]
-pub(crate) struct PatternParams {
-    pattern: String,
+/// `pattern` (percent-decoded to bytes: patterns need not be UTF-8) and `limit`.
+struct PatternParams {
+    pattern: Vec<u8>,
     limit: Option<usize>,
 }
 
-fn check_pattern(state: &AppState, pattern: &str) -> Result<(), ApiError> {
+fn percent_decode(text: &str) -> Result<Vec<u8>, ApiError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| ApiError::invalid("bad percent escape in the query string"))?;
+                out.push(hex);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn pattern_params(query: Option<String>) -> Result<PatternParams, ApiError> {
+    let query = query.unwrap_or_default();
+    let (mut pattern, mut limit) = (None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "pattern" => pattern = Some(percent_decode(value)?),
+            "limit" => {
+                let text = String::from_utf8_lossy(&percent_decode(value)?).into_owned();
+                limit = Some(text.parse().map_err(|_| {
+                    ApiError::invalid(format!("limit={text} is not a whole number"))
+                })?);
+            }
+            other => return Err(ApiError::invalid(format!("unknown parameter {other:?}"))),
+        }
+    }
+    let pattern = pattern.ok_or_else(|| ApiError::invalid("the pattern parameter is missing"))?;
+    Ok(PatternParams { pattern, limit })
+}
+
+fn check_pattern(state: &AppState, pattern: &[u8]) -> Result<(), ApiError> {
     if pattern.len() > state.config.max_pattern_bytes {
         return Err(ApiError::limit(format!(
             "a pattern has at most {} bytes",
@@ -146,12 +195,13 @@ pub(crate) async fn count(
     State(state): State<Arc<AppState>>,
     Extension(role): Extension<Role>,
     Path(name): Path<String>,
-    Query(params): Query<PatternParams>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     require(role, Role::Read)?;
+    let params = pattern_params(query)?;
     check_pattern(&state, &params.pattern)?;
     let index = text(&state, &name)?;
-    let count = tokio::task::spawn_blocking(move || index.count(params.pattern.as_bytes()))
+    let count = tokio::task::spawn_blocking(move || index.count(&params.pattern))
         .await
         .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))??;
     Ok(Json(json!({"count": count})))
@@ -161,9 +211,10 @@ pub(crate) async fn search(
     State(state): State<Arc<AppState>>,
     Extension(role): Extension<Role>,
     Path(name): Path<String>,
-    Query(params): Query<PatternParams>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     require(role, Role::Read)?;
+    let params = pattern_params(query)?;
     check_pattern(&state, &params.pattern)?;
     let max = state.config.max_result_rows;
     let limit = params.limit.unwrap_or(max);
@@ -172,13 +223,13 @@ pub(crate) async fn search(
     }
     let index = text(&state, &name)?;
     let offsets = tokio::task::spawn_blocking(move || {
-        let total = index.count(params.pattern.as_bytes())?;
+        let total = index.count(&params.pattern)?;
         if total as usize > max && params.limit.is_none() {
             return Err(ApiError::limit(format!(
                 "{total} occurrences exceed {max}; give a limit"
             )));
         }
-        Ok(index.search(params.pattern.as_bytes(), Some(limit))?)
+        Ok(index.search(&params.pattern, Some(limit))?)
     })
     .await
     .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))??;
