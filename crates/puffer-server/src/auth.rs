@@ -58,7 +58,11 @@ pub async fn resolve_role(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| {
+                // The scheme name is case-insensitive (RFC 9110).
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            });
         let matches = |token: &Option<String>| {
             presented.is_some_and(|p| token.as_deref().is_some_and(|t| constant_time_eq(p, t)))
         };
@@ -69,13 +73,15 @@ pub async fn resolve_role(
         } else if matches(&config.read_token) {
             Role::Read
         } else if presented.is_some() {
-            return require(Role::Anonymous, Role::Read)
-                .map_err(|mut e| {
-                    e.message = "the bearer token is not valid".into();
-                    e
-                })
-                .unwrap_err()
-                .into_response();
+            let mut error = require(Role::Anonymous, Role::Read).unwrap_err();
+            error.message = "the bearer token is not valid".into();
+            let mut response = error.into_response();
+            // The body is not read: the connection cannot be reused.
+            response.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return response;
         } else {
             Role::Anonymous
         }

@@ -126,3 +126,19 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
         format!("{} does not take {method}", uri.path()),
     )
 }
+
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> ApiError {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::limit(format!(
+                "the request body is too large: {}",
+                rejection.body_text()
+            ))
+        } else {
+            ApiError::invalid(format!(
+                "cannot read the request body: {}",
+                rejection.body_text()
+            ))
+        }
+    }
+}

@@ -67,7 +67,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(routes::get_record).delete(routes::delete_record),
         )
         .route("/v1/tables/{table}/search", post(routes::search))
-        .route("/v1/texts/{name}", post(texts::upload))
+        .route(
+            "/v1/texts/{name}",
+            post(texts::upload).layer(DefaultBodyLimit::max(state.config.max_text_bytes)),
+        )
         .route("/v1/texts/{name}/extract", get(texts::extract))
         .route("/v1/texts/{name}/count", get(texts::count))
         .route("/v1/texts/{name}/search", get(texts::search))
@@ -75,10 +78,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             auth::resolve_role,
         ));
-    let body_limit = state
-        .config
-        .max_body_bytes
-        .max(state.config.max_text_bytes.min(usize::MAX / 2));
+    let body_limit = state.config.max_body_bytes;
     Router::new()
         .merge(v1)
         .route("/health", get(routes::health))

@@ -130,7 +130,20 @@ fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> R
                 text.push_str(&line.join(","));
                 text.push('\n');
             }
-            ([(header::CONTENT_TYPE, "text/csv")], text).into_response()
+            let seq = body["snapshot"]["seq"].to_string();
+            let age = body["snapshot"]["age_ms"].to_string();
+            (
+                [
+                    (header::CONTENT_TYPE, "text/csv".to_string()),
+                    (header::HeaderName::from_static("x-puffer-snapshot"), seq),
+                    (
+                        header::HeaderName::from_static("x-puffer-snapshot-age-ms"),
+                        age,
+                    ),
+                ],
+                text,
+            )
+                .into_response()
         }
     }
 }
@@ -186,9 +199,11 @@ fn check_sizes(state: &AppState, statement: &mut Statement) -> Result<(), ApiErr
 pub(crate) async fn sql(
     State(state): Shared,
     Extension(role): Extension<Role>,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let request: SqlRequest = parse_json(&body)?;
+    // Anonymous callers learn nothing, not even whether the SQL parses or a table exists.
+    require(role, Role::Read)?;
+    let request: SqlRequest = parse_json(&body?)?;
     let bound = freshness(request.freshness_s)?;
     blocking(move || {
         let mut statement = puffer_query::sql::parse(&request.query, &state.db)?;
@@ -229,10 +244,10 @@ pub(crate) struct CreateTable {
 pub(crate) async fn create_table(
     State(state): Shared,
     Extension(role): Extension<Role>,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
     require(role, Role::Admin)?;
-    let request: CreateTable = parse_json(&body)?;
+    let request: CreateTable = parse_json(&body?)?;
     blocking(move || {
         let schema = Schema::new(&request.key, request.attributes)?;
         state.db.create_table(&request.name, schema)?;
@@ -340,10 +355,10 @@ pub(crate) async fn put_records(
     Extension(role): Extension<Role>,
     Path(table): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<JsonValue>, ApiError> {
     require(role, Role::Write)?;
-    let items = batch_records(&headers, &body, state.config.max_batch_records)?;
+    let items = batch_records(&headers, &body?, state.config.max_batch_records)?;
     blocking(move || {
         let shard = state.db.table(&table)?;
         let schema = shard.schema();
@@ -352,6 +367,7 @@ pub(crate) async fn put_records(
             .enumerate()
             .map(|(i, item)| {
                 record_from_json(item, &schema).map_err(|mut e| {
+                    e.code = "invalid_record";
                     e.message = format!("record {i}: {}", e.message);
                     e
                 })
@@ -447,10 +463,10 @@ pub(crate) async fn search(
     State(state): Shared,
     Extension(role): Extension<Role>,
     Path(table): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
     require(role, Role::Read)?;
-    let request: SearchRequest = parse_json(&body)?;
+    let request: SearchRequest = parse_json(&body?)?;
     let bound = freshness(request.freshness_s)?;
     blocking(move || {
         let shard = state.db.table(&table)?;

@@ -63,10 +63,11 @@ pub(crate) async fn upload(
     State(state): State<Arc<AppState>>,
     Extension(role): Extension<Role>,
     Path(name): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
     require(role, Role::Admin)?;
     check_name(&name)?;
+    let body = body?;
     if body.len() > state.config.max_text_bytes {
         return Err(ApiError::limit(format!(
             "a text holds at most {} bytes",
