@@ -5,6 +5,7 @@
 pub mod ast;
 pub mod database;
 pub mod error;
+pub mod import;
 pub mod sql;
 
 pub use ast::{Output, Select, Statement};

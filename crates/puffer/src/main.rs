@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod load;
 mod sample;
 mod serve;
 mod sql;
@@ -33,6 +34,8 @@ enum Command {
     Sql(sql::SqlArgs),
     /// Show tables, their stages and sizes.
     Status(sql::StatusArgs),
+    /// Load CSV / JSON Lines files into a table (created if missing), in batches.
+    Load(load::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Sql(args) => sql::run(args),
         Command::Status(args) => sql::status(args),
+        Command::Load(args) => load::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,620 @@
+//! End-to-end tests of `puffer load`: files written here are loaded with the binary,
+//! then queried with `puffer sql`, and every answer is checked against the rows the test
+//! wrote (the oracle).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+fn puffer(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_puffer"))
+        .args(args)
+        .output()
+        .expect("cannot run the puffer binary")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs `puffer load` and asserts it succeeded; returns its stdout.
+fn load_ok(args: &[&str]) -> String {
+    let output = puffer(&[&["load"], args].concat());
+    assert!(
+        output.status.success(),
+        "puffer load {args:?} failed: {}",
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// Runs `puffer load` and asserts it failed; returns its stderr.
+fn load_fails(args: &[&str]) -> String {
+    let output = puffer(&[&["load"], args].concat());
+    assert!(
+        !output.status.success(),
+        "puffer load {args:?} should fail; printed {}",
+        stdout(&output)
+    );
+    stderr(&output)
+}
+
+/// `puffer sql -e QUERY --json` against a data directory (`--data DIR`) or a server
+/// (`--url URL`).
+fn sql(target: &[&str], query: &str) -> Value {
+    let output = puffer(&[&["sql"], target, &["-e", query, "--json"]].concat());
+    assert!(output.status.success(), "{query}: {}", stderr(&output));
+    serde_json::from_str(stdout(&output).trim()).expect("JSON answer")
+}
+
+fn count(target: &[&str], table: &str, condition: &str) -> u64 {
+    let where_clause = if condition.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {condition}")
+    };
+    let answer = sql(
+        target,
+        &format!("SELECT COUNT(*) FROM {table}{where_clause}"),
+    );
+    answer["count"].as_u64().expect("a count")
+}
+
+fn ids(target: &[&str], table: &str, condition: &str) -> BTreeSet<String> {
+    let answer = sql(
+        target,
+        &format!("SELECT id FROM {table} WHERE {condition} LIMIT 10000"),
+    );
+    let rows = answer["rows"].as_array().expect("rows");
+    rows.iter()
+        .map(|row| row["id"].as_str().expect("an id").to_string())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------
+// The data: rows written to a CSV file and a JSON Lines file, kept as the oracle.
+
+const NAMES: &[&str] = &["puffer", "fish", "coral reef", "sea, salt", "banana"];
+
+#[derive(Clone, Debug)]
+struct Item {
+    id: String,
+    name: &'static str,
+    price: i64,
+    rating: Option<f64>,
+    in_stock: bool,
+    /// (month, day, hour) in 2024, UTC.
+    added: (u32, u32, u32),
+    /// Only the JSON Lines file has this column.
+    note: Option<String>,
+}
+
+impl Item {
+    fn new(i: usize) -> Item {
+        let jsonl = i >= CSV_ROWS;
+        Item {
+            id: format!("k{i}"),
+            name: NAMES[(i * 7) % NAMES.len()],
+            price: ((i * 37) % 101) as i64,
+            rating: (!i.is_multiple_of(4)).then(|| ((i * 13) % 9) as f64 / 2.0),
+            in_stock: (i * 5).is_multiple_of(3),
+            added: if jsonl {
+                (2, (i % 28) as u32 + 1, (i % 24) as u32)
+            } else {
+                (1, (i % 28) as u32 + 1, 0)
+            },
+            note: (jsonl && i.is_multiple_of(2)).then(|| format!("note \"{i}\"\nsecond line")),
+        }
+    }
+}
+
+const CSV_ROWS: usize = 40;
+const ROWS: usize = 60;
+
+fn items() -> Vec<Item> {
+    (0..ROWS).map(Item::new).collect()
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+fn write_csv(path: &Path, items: &[Item]) {
+    let mut text = String::from("id,name,price,rating,in_stock,added\n");
+    for item in items {
+        let (month, day, _) = item.added;
+        text += &format!(
+            "{},{},{},{},{},2024-{month:02}-{day:02}\n",
+            item.id,
+            csv_field(item.name),
+            item.price,
+            item.rating
+                .map_or("NULL".to_string(), |r| format!("{r:.1}")),
+            if item.in_stock { "t" } else { "f" },
+        );
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+fn write_jsonl(path: &Path, items: &[Item]) {
+    let mut text = String::new();
+    for item in items {
+        let (month, day, hour) = item.added;
+        let object = json!({
+            "id": item.id,
+            "name": item.name,
+            "price": item.price,
+            "rating": item.rating,
+            "in_stock": item.in_stock,
+            "added": format!("2024-{month:02}-{day:02}T{hour:02}:00:00Z"),
+            "note": item.note,
+        });
+        text += &format!("{object}\n");
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+struct Fixture {
+    dir: TempDir,
+    items: Vec<Item>,
+    csv: PathBuf,
+    jsonl: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let items = items();
+        let csv = dir.path().join("items.csv");
+        let jsonl = dir.path().join("more.jsonl");
+        write_csv(&csv, &items[..CSV_ROWS]);
+        write_jsonl(&jsonl, &items[CSV_ROWS..]);
+        Fixture {
+            dir,
+            items,
+            csv,
+            jsonl,
+        }
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    fn write(&self, name: &str, contents: &[u8]) -> String {
+        std::fs::write(self.dir.path().join(name), contents).unwrap();
+        self.path(name)
+    }
+
+    fn files(&self) -> [String; 2] {
+        [
+            self.csv.display().to_string(),
+            self.jsonl.display().to_string(),
+        ]
+    }
+
+    fn oracle(&self, keep: impl Fn(&Item) -> bool) -> BTreeSet<String> {
+        self.items
+            .iter()
+            .filter(|item| keep(item))
+            .map(|item| item.id.clone())
+            .collect()
+    }
+}
+
+/// Checks every query against the oracle.
+fn check_against_oracle(target: &[&str], fixture: &Fixture) {
+    assert_eq!(count(target, "t", ""), ROWS as u64);
+    type Check = (&'static str, Box<dyn Fn(&Item) -> bool>);
+    let checks: Vec<Check> = vec![
+        ("price > 50", Box::new(|i| i.price > 50)),
+        ("name = 'sea, salt'", Box::new(|i| i.name == "sea, salt")),
+        ("name LIKE 'co%'", Box::new(|i| i.name.starts_with("co"))),
+        ("in_stock = true", Box::new(|i| i.in_stock)),
+        (
+            "rating < 2.5",
+            Box::new(|i| i.rating.is_some_and(|r| r < 2.5)),
+        ),
+        ("rating IS NOT NULL", Box::new(|i| i.rating.is_some())),
+        ("added >= '2024-01-15'", Box::new(|i| i.added >= (1, 15, 0))),
+        (
+            "added > '2024-02-10T05:00:00Z'",
+            Box::new(|i| i.added > (2, 10, 5)),
+        ),
+        ("note IS NOT NULL", Box::new(|i| i.note.is_some())),
+        (
+            "price <= 30 AND in_stock = false",
+            Box::new(|i| i.price <= 30 && !i.in_stock),
+        ),
+    ];
+    for (condition, keep) in &checks {
+        let expected = fixture.oracle(keep);
+        assert!(
+            !expected.is_empty() && expected.len() < ROWS,
+            "{condition} selects {} rows: a weak check",
+            expected.len()
+        );
+        assert_eq!(
+            count(target, "t", condition),
+            expected.len() as u64,
+            "COUNT WHERE {condition}"
+        );
+        assert_eq!(ids(target, "t", condition), expected, "WHERE {condition}");
+    }
+    // One whole record of each file, typed.
+    for item in [&fixture.items[3], &fixture.items[CSV_ROWS + 2]] {
+        let answer = sql(target, &format!("SELECT * FROM t WHERE id = '{}'", item.id));
+        let row = &answer["rows"][0];
+        assert_eq!(row["name"], json!(item.name));
+        assert_eq!(row["price"], json!(item.price));
+        assert_eq!(row["rating"], item.rating.map_or(Value::Null, |r| json!(r)));
+        assert_eq!(row["in_stock"], json!(item.in_stock));
+        let (month, day, hour) = item.added;
+        let added = format!("2024-{month:02}-{day:02}T{hour:02}:00:00Z");
+        assert_eq!(row["added"], json!(added));
+        assert_eq!(
+            row["note"],
+            item.note.as_ref().map_or(Value::Null, |n| json!(n))
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Tests.
+
+#[test]
+fn csv_and_jsonl_load_as_one_typed_table() {
+    let fixture = Fixture::new();
+    let data = fixture.data();
+    let [csv, jsonl] = fixture.files();
+    let printed = load_ok(&[
+        "t",
+        &csv,
+        &jsonl,
+        "--key",
+        "id",
+        "--batch-rows",
+        "7",
+        "--data",
+        &data,
+    ]);
+    assert!(
+        printed.contains("loaded 60 rows into t") && printed.contains("9 batches"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("table created") && printed.contains("rows/s"),
+        "{printed}"
+    );
+
+    let target = ["--data", data.as_str()];
+    let schema = sql(&target, "DESCRIBE t");
+    assert_eq!(schema["key"], json!("id"));
+    assert_eq!(
+        schema["attributes"],
+        json!([
+            {"name": "name", "type": "string"},
+            {"name": "price", "type": "int"},
+            {"name": "rating", "type": "float"},
+            {"name": "in_stock", "type": "bool"},
+            {"name": "added", "type": "timestamp"},
+            {"name": "note", "type": "string"},
+        ])
+    );
+    check_against_oracle(&target, &fixture);
+}
+
+#[test]
+fn loading_again_replaces_rows_instead_of_duplicating_them() {
+    let fixture = Fixture::new();
+    let data = fixture.data();
+    let target = ["--data", data.as_str()];
+    let [csv, jsonl] = fixture.files();
+    load_ok(&["t", &csv, &jsonl, "--key", "id", "--data", &data]);
+    assert_eq!(count(&target, "t", ""), ROWS as u64);
+    let printed = load_ok(&["t", &csv, &jsonl, "--key", "id", "--data", &data]);
+    assert!(!printed.contains("table created"), "{printed}");
+    assert_eq!(count(&target, "t", ""), ROWS as u64);
+    check_against_oracle(&target, &fixture);
+
+    // A changed file replaces the rows it has; the others stay.
+    let mut changed = fixture.items[..CSV_ROWS].to_vec();
+    changed[3].price = 999;
+    write_csv(&fixture.csv, &changed);
+    load_ok(&["t", &csv, "--key", "id", "--data", &data]);
+    assert_eq!(count(&target, "t", ""), ROWS as u64);
+    assert_eq!(
+        ids(&target, "t", "price = 999"),
+        BTreeSet::from(["k3".to_string()])
+    );
+
+    // Row-number keys: the same files in the same order give the same keys.
+    load_ok(&["r", &csv, "--key-row-number", "--data", &data]);
+    load_ok(&["r", &csv, "--key-row-number", "--data", &data]);
+    assert_eq!(count(&target, "r", ""), CSV_ROWS as u64);
+}
+
+#[test]
+fn a_bad_file_fails_naming_it_and_loads_nothing() {
+    let fixture = Fixture::new();
+    let data = fixture.data();
+    let target = ["--data", data.as_str()];
+    let [csv, _] = fixture.files();
+
+    let ragged = fixture.write("ragged.csv", b"id,a,b\nx,1,2\ny,3\n");
+    let message = load_fails(&["t", &csv, &ragged, "--key", "id", "--data", &data]);
+    assert!(message.contains("ragged.csv line 3"), "{message}");
+
+    let text = fixture.write("items.txt", b"id\nx\n");
+    let message = load_fails(&["t", &text, "--key", "id", "--data", &data]);
+    assert!(message.contains("items.txt"), "{message}");
+
+    let gzip = fixture.write("items.csv.gz", b"id\nnot gzip\n");
+    let message = load_fails(&["t", &gzip, "--key", "id", "--data", &data]);
+    assert!(
+        message.contains("items.csv.gz") && message.contains("gzip"),
+        "{message}"
+    );
+
+    let missing = fixture.path("missing.jsonl");
+    let message = load_fails(&["t", &missing, "--key", "id", "--data", &data]);
+    assert!(message.contains("missing.jsonl"), "{message}");
+
+    let bad_json = fixture.write("bad.jsonl", b"{\"id\": \"a\"}\n{\"id\": \"b\",\n");
+    let message = load_fails(&["t", &bad_json, "--key", "id", "--data", &data]);
+    assert!(message.contains("bad.jsonl line 2"), "{message}");
+
+    let empty_key = fixture.write("keys.csv", b"id,a\nx,1\n,2\n");
+    let message = load_fails(&["t", &empty_key, "--key", "id", "--data", &data]);
+    assert!(
+        message.contains("keys.csv line 3") && message.contains("empty"),
+        "{message}"
+    );
+
+    let repeated = fixture.write("repeated.csv", b"id,a\nx,1\nx,2\n");
+    let message = load_fails(&["t", &repeated, "--key", "id", "--data", &data]);
+    assert!(
+        message.contains("repeated.csv line 3") && message.contains("repeats"),
+        "{message}"
+    );
+
+    // Files are read before anything is written: no table was created.
+    assert_eq!(sql(&target, "SHOW TABLES")["tables"], json!([]));
+}
+
+#[test]
+fn an_existing_table_keeps_its_types_and_refuses_unknown_columns() {
+    let fixture = Fixture::new();
+    let data = fixture.data();
+    let target = ["--data", data.as_str()];
+    let first = fixture.write("first.csv", b"id,code,amount\na,x07,1.5\n");
+    load_ok(&["t", &first, "--key", "id", "--data", &data]);
+
+    // "12" would be inferred an int; the table's column is a string.
+    let more = fixture.write("more.csv", b"id,code,amount\nb,12,2\n");
+    load_ok(&["t", &more, "--key", "id", "--data", &data]);
+    assert_eq!(
+        ids(&target, "t", "code = '12'"),
+        BTreeSet::from(["b".to_string()])
+    );
+    assert_eq!(
+        ids(&target, "t", "amount >= 2.0"),
+        BTreeSet::from(["b".to_string()])
+    );
+
+    let wrong_type = fixture.write("wrong.csv", b"id,amount\nc,lots\n");
+    let message = load_fails(&["t", &wrong_type, "--key", "id", "--data", &data]);
+    assert!(
+        message.contains("wrong.csv line 2") && message.contains("\"amount\""),
+        "{message}"
+    );
+
+    let extra = fixture.write("extra.jsonl", b"{\"id\": \"d\", \"colour\": \"red\"}\n");
+    let message = load_fails(&["t", &extra, "--key", "id", "--data", &data]);
+    assert!(
+        message.contains("\"colour\"") && message.contains("extra.jsonl"),
+        "{message}"
+    );
+    let message = load_fails(&["t", &extra, "--key-row-number", "--data", &data]);
+    assert!(message.contains("key"), "{message}");
+    assert_eq!(count(&target, "t", ""), 2);
+
+    let printed = load_ok(&["t", &extra, "--key", "id", "--add-columns", "--data", &data]);
+    assert!(printed.contains("columns added: colour"), "{printed}");
+    assert_eq!(
+        ids(&target, "t", "colour = 'red'"),
+        BTreeSet::from(["d".to_string()])
+    );
+}
+
+/// `puffer serve` on a free port, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(data: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_puffer"))
+            .args(["serve", "--data", data, "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start puffer serve");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Server { child, url }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn loading_through_a_server() {
+    let fixture = Fixture::new();
+    let server = Server::start(&fixture.data());
+    let url = server.url.as_str();
+    let [csv, jsonl] = fixture.files();
+    let printed = load_ok(&[
+        "t",
+        &csv,
+        &jsonl,
+        "--key",
+        "id",
+        "--batch-rows",
+        "16",
+        "--url",
+        url,
+    ]);
+    assert!(printed.contains("loaded 60 rows into t"), "{printed}");
+    load_ok(&["t", &csv, &jsonl, "--key", "id", "--url", url]);
+    let target = ["--url", url];
+    check_against_oracle(&target, &fixture);
+
+    let extra = fixture.write("extra.jsonl", b"{\"id\": \"d\", \"colour\": \"red\"}\n");
+    let message = load_fails(&["t", &extra, "--key", "id", "--add-columns", "--url", url]);
+    assert!(message.contains("--data"), "{message}");
+    assert_eq!(count(&target, "t", ""), ROWS as u64);
+}
+
+/// One HTTP request as the fake server saw it.
+struct Request {
+    line: String,
+    body: Value,
+}
+
+/// Reads one request (headers, then a Content-Length body).
+fn read_request(stream: &mut impl Read) -> Request {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let mut length = 0;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header).unwrap();
+        let header = header.trim();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap();
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    Request {
+        line: line.trim().to_string(),
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    }
+}
+
+#[test]
+fn overloaded_batches_wait_and_retry() {
+    // A fake server: no table yet, creation succeeds, the first batch is refused with 429.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut refused = false;
+        // GET, create, 429, then two batches.
+        for _ in 0..5 {
+            let (mut stream, _) = listener.accept().unwrap();
+            let request = read_request(&mut stream);
+            let (status, extra, body) = match request.line.as_str() {
+                l if l.starts_with("GET /v1/tables/t ") => (
+                    "404 Not Found",
+                    "",
+                    json!({"code": "unknown_table", "message": "unknown table", "retryable": false}),
+                ),
+                l if l.starts_with("POST /v1/tables ") => ("201 Created", "", json!({"name": "t"})),
+                l if l.starts_with("POST /v1/tables/t/records ") && !refused => {
+                    refused = true;
+                    (
+                        "429 Too Many Requests",
+                        "Retry-After: 0\r\n",
+                        json!({"code": "overloaded", "message": "busy", "retryable": true}),
+                    )
+                }
+                _ => ("200 OK", "", json!({"seq": 1, "operations": 1})),
+            };
+            let body = body.to_string();
+            write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            seen.push(request);
+        }
+        seen
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.csv");
+    std::fs::write(
+        &file,
+        "id,n,when,ok\na,1,1970-01-01T00:00:01Z,t\nb,2.5,,f\nc,,,\n",
+    )
+    .unwrap();
+    let printed = load_ok(&[
+        "t",
+        &file.display().to_string(),
+        "--key",
+        "id",
+        "--batch-rows",
+        "2",
+        "--url",
+        &url,
+    ]);
+    assert!(printed.contains("1 retry while overloaded"), "{printed}");
+    let seen = server.join().unwrap();
+    let lines: Vec<&str> = seen.iter().map(|r| r.line.as_str()).collect();
+    assert!(lines[0].starts_with("GET /v1/tables/t "), "{lines:?}");
+    assert!(lines[1].starts_with("POST /v1/tables "), "{lines:?}");
+    assert_eq!(
+        seen[1].body,
+        json!({"name": "t", "key": "id", "attributes": [
+            {"name": "n", "type": "float"},
+            {"name": "when", "type": "timestamp"},
+            {"name": "ok", "type": "bool"},
+        ]})
+    );
+    // The refused batch is sent again, unchanged; timestamps go as microseconds.
+    let first_batch = json!([
+        {"id": "a", "n": 1.0, "when": 1_000_000, "ok": true},
+        {"id": "b", "n": 2.5, "ok": false},
+    ]);
+    assert_eq!(seen[2].body, first_batch);
+    assert_eq!(seen[3].body, first_batch);
+    assert_eq!(seen[4].body, json!([{"id": "c"}]));
+}
