@@ -24,13 +24,13 @@ use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
 
-/// Runs blocking work off the async threads.
+/// Runs blocking work (fsync waits, index walks) on this worker thread, after handing
+/// its other tasks to the rest of the runtime: no thread hop per request, as
+/// `spawn_blocking` would cost, and no stalled tasks behind a long query.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))?
+    tokio::task::block_in_place(work)
 }
 
 fn freshness(seconds: Option<f64>) -> Result<Option<Duration>, ApiError> {
