@@ -1,7 +1,7 @@
 //! `puffer sql` and `puffer status`: talk to a running server (`--url`), or open the data
 //! directory directly when no server runs.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -176,22 +176,64 @@ pub fn run(args: SqlArgs) -> anyhow::Result<()> {
     if let Some(query) = &args.execute {
         return print(&session.sql(query)?);
     }
-    // The shell: statements end with ';' or at the end of a line.
-    let stdin = std::io::stdin();
-    eprint!("puffer> ");
-    for line in stdin.lock().lines() {
+    if std::io::stdin().is_terminal() {
+        return shell(&session, &print);
+    }
+    // Statements piped in: one per line.
+    for line in std::io::stdin().lock().lines() {
         let line = line?;
         let query = line.trim().trim_end_matches(';');
-        if matches!(query, "quit" | "exit" | "\\q") {
-            break;
-        }
         if !query.is_empty() {
             match session.sql(query) {
                 Ok(answer) => print(&answer)?,
                 Err(e) => eprintln!("error: {e:#}"),
             }
         }
-        eprint!("puffer> ");
+    }
+    Ok(())
+}
+
+/// Where the shell keeps its history.
+fn history_path() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".puffer_history"))
+}
+
+/// The interactive shell: line editing and a history kept across sessions; a
+/// statement ends with `;` or at the end of a line.
+fn shell(session: &Session, print: &dyn Fn(&Value) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let mut editor = rustyline::DefaultEditor::new()?;
+    let history = history_path();
+    if let Some(path) = &history {
+        let _ = editor.load_history(path); // none yet on the first run
+    }
+    eprintln!("PufferDB SQL shell: statements end with ';' or a newline; 'quit' leaves.");
+    loop {
+        let line = match editor.readline("puffer> ") {
+            Ok(line) => line,
+            Err(rustyline::error::ReadlineError::Interrupted) => continue,
+            Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let query = line.trim().trim_end_matches(';');
+        if matches!(query, "quit" | "exit" | "\\q") {
+            break;
+        }
+        if query.is_empty() {
+            continue;
+        }
+        let _ = editor.add_history_entry(line.trim());
+        match session.sql(query) {
+            Ok(answer) => print(&answer)?,
+            Err(e) => eprintln!("error: {e:#}"),
+        }
+    }
+    if let Some(path) = &history {
+        if let Err(e) = editor.save_history(path) {
+            eprintln!(
+                "warning: could not save the history to {}: {e}",
+                path.display()
+            );
+        }
     }
     Ok(())
 }

@@ -618,3 +618,35 @@ fn overloaded_batches_wait_and_retry() {
     assert_eq!(seen[3].body, first_batch);
     assert_eq!(seen[4].body, json!([{"id": "c"}]));
 }
+
+#[test]
+fn statements_piped_to_the_shell_run_one_per_line() {
+    use std::io::Write as _;
+    let fixture = Fixture::new();
+    let data = fixture.data();
+    let [csv, _] = fixture.files();
+    load_ok(&["t", &csv, "--key", "id", "--data", &data]);
+    let expected = count(&["--data", data.as_str()], "t", "price > 10");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_puffer"))
+        .args(["sql", "--data", &data, "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SELECT COUNT(*) FROM t WHERE price > 10;\n\nSELECT COUNT(*) FROM t\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let answers: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["count"], json!(expected));
+    let total = count(&["--data", data.as_str()], "t", "id IS NOT NULL");
+    assert_eq!(answers[1]["count"], json!(total));
+}
