@@ -25,6 +25,8 @@ pub struct ServerConfig {
     pub max_pattern_bytes: usize,
     /// Largest uploaded text, in bytes.
     pub max_text_bytes: usize,
+    /// Requests served at once; more are refused with 429 `overloaded`.
+    pub max_concurrent_requests: usize,
     /// Bearer token for reads (none: auth off unless another token is set).
     pub read_token: Option<String>,
     /// Bearer token for reads and record writes.
@@ -43,6 +45,7 @@ impl Default for ServerConfig {
             max_result_rows: 100_000,
             max_pattern_bytes: 4096,
             max_text_bytes: 1 << 30,
+            max_concurrent_requests: 256,
             read_token: None,
             write_token: None,
             admin_token: None,
@@ -69,7 +72,7 @@ impl ServerConfig {
 
     /// Applies `PUFFER_DATA`, `PUFFER_LISTEN`, `PUFFER_READ_TOKEN`, `PUFFER_WRITE_TOKEN`,
     /// `PUFFER_ADMIN_TOKEN`, `PUFFER_MAX_BODY_BYTES`, `PUFFER_MAX_BATCH_RECORDS`,
-    /// `PUFFER_MAX_RESULT_ROWS`.
+    /// `PUFFER_MAX_RESULT_ROWS`, `PUFFER_MAX_CONCURRENT_REQUESTS`.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ApiError> {
         let number = |name: &str, text: String| {
             text.parse::<usize>()
@@ -96,6 +99,10 @@ impl ServerConfig {
             ("PUFFER_MAX_BODY_BYTES", &mut self.max_body_bytes),
             ("PUFFER_MAX_BATCH_RECORDS", &mut self.max_batch_records),
             ("PUFFER_MAX_RESULT_ROWS", &mut self.max_result_rows),
+            (
+                "PUFFER_MAX_CONCURRENT_REQUESTS",
+                &mut self.max_concurrent_requests,
+            ),
         ] {
             if let Some(text) = var(name) {
                 *slot = number(name, text)?;

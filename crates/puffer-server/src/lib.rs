@@ -32,6 +32,8 @@ pub struct AppState {
     pub config: ServerConfig,
     /// Request metrics.
     pub metrics: metrics::Metrics,
+    /// Permits for requests in flight (bounded by `max_concurrent_requests`).
+    pub in_flight: tokio::sync::Semaphore,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
         let state = Arc::new(AppState {
             db,
             texts: Default::default(),
+            in_flight: tokio::sync::Semaphore::new(config.max_concurrent_requests.max(1)),
             config,
             metrics: Default::default(),
         });
@@ -77,6 +80,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::resolve_role,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            limit_in_flight,
         ));
     let body_limit = state.config.max_body_bytes;
     Router::new()
@@ -91,6 +98,29 @@ pub fn router(state: Arc<AppState>) -> Router {
         ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// Refuses a request when `max_concurrent_requests` are already being served, rather
+/// than queueing without bound.
+async fn limit_in_flight(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Ok(_permit) = state.in_flight.try_acquire() else {
+        let mut error = ApiError::new(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            "overloaded",
+            format!(
+                "{} requests are being served (the limit); retry later",
+                state.config.max_concurrent_requests
+            ),
+        );
+        error.retryable = true;
+        return error.into_response();
+    };
+    next.run(request).await
 }
 
 async fn render_metrics(

@@ -1786,3 +1786,39 @@ fn health_ready_and_metrics() {
     let health = r#"puffer_http_requests_total{method="GET",route="/health",status="200"}"#;
     assert_eq!(counter(&after, health), 1, "{after}");
 }
+
+/// With PUFFER_MAX_CONCURRENT_REQUESTS=1, a request arriving while another is being
+/// served (a large text being indexed) is refused with 429 overloaded and Retry-After,
+/// instead of queueing; once the first is done, requests are served again.
+#[test]
+fn requests_beyond_the_concurrency_limit_are_refused() {
+    let server = Server::start(&[("PUFFER_MAX_CONCURRENT_REQUESTS", "1")]);
+    let api = server.client(None);
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let text: Vec<u8> = (0..24 << 20)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            b"acgt"[(seed % 4) as usize]
+        })
+        .collect();
+    let uploader = server.client(None);
+    let (refused, uploaded) = std::thread::scope(|scope| {
+        let upload = scope.spawn(|| uploader.post("/v1/texts/big", "text/plain", &text));
+        let mut refused = None;
+        while !upload.is_finished() && refused.is_none() {
+            let reply = api.get("/v1/tables");
+            if reply.status == 429 {
+                refused = Some(reply);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        (refused, upload.join().unwrap())
+    });
+    uploaded.expect(201);
+    let refused = refused.expect("a request during the upload must be refused");
+    assert_eq!(refused.json()["code"], json!("overloaded"));
+    assert_eq!(refused.json()["retryable"], json!(true));
+    api.get("/v1/tables").expect(200);
+}
