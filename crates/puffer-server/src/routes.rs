@@ -27,7 +27,7 @@ type Shared = State<Arc<AppState>>;
 /// Runs blocking work (fsync waits, index walks) on this worker thread, after handing
 /// its other tasks to the rest of the runtime: no thread hop per request, as
 /// `spawn_blocking` would cost, and no stalled tasks behind a long query.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::block_in_place(work)

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::auth::{require, Role};
 use crate::error::ApiError;
+use crate::routes::blocking;
 use crate::AppState;
 
 /// Where text indexes live in the data directory.
@@ -81,7 +82,7 @@ pub(crate) async fn upload(
             format!("text {name:?} exists"),
         ));
     }
-    let answer = tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
+    blocking(move || -> Result<Response, ApiError> {
         let index = TextIndex::build(&body)?;
         index.save(texts_dir(&state).join(format!("{name}.pidx")))?;
         let index_bytes = index.footprint().total_bytes();
@@ -97,8 +98,6 @@ pub(crate) async fn upload(
             .into_response())
     })
     .await
-    .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))?;
-    answer
 }
 
 #[derive(Deserialize)]
@@ -122,9 +121,7 @@ pub(crate) async fn extract(
             state.config.max_body_bytes
         )));
     }
-    let bytes = tokio::task::spawn_blocking(move || index.extract(params.offset, params.len))
-        .await
-        .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))??;
+    let bytes = blocking(move || Ok(index.extract(params.offset, params.len)?)).await?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
@@ -192,19 +189,27 @@ fn check_pattern(state: &AppState, pattern: &[u8]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The checks every pattern query shares: role, parameters, pattern size, the text.
+fn pattern_query(
+    state: &AppState,
+    role: Role,
+    name: &str,
+    query: Option<String>,
+) -> Result<(TextIndex, PatternParams), ApiError> {
+    require(role, Role::Read)?;
+    let params = pattern_params(query)?;
+    check_pattern(state, &params.pattern)?;
+    Ok((text(state, name)?, params))
+}
+
 pub(crate) async fn count(
     State(state): State<Arc<AppState>>,
     Extension(role): Extension<Role>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    require(role, Role::Read)?;
-    let params = pattern_params(query)?;
-    check_pattern(&state, &params.pattern)?;
-    let index = text(&state, &name)?;
-    let count = tokio::task::spawn_blocking(move || index.count(&params.pattern))
-        .await
-        .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))??;
+    let (index, params) = pattern_query(&state, role, &name, query)?;
+    let count = blocking(move || Ok(index.count(&params.pattern)?)).await?;
     Ok(Json(json!({"count": count})))
 }
 
@@ -214,16 +219,13 @@ pub(crate) async fn search(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    require(role, Role::Read)?;
-    let params = pattern_params(query)?;
-    check_pattern(&state, &params.pattern)?;
+    let (index, params) = pattern_query(&state, role, &name, query)?;
     let max = state.config.max_result_rows;
     let limit = params.limit.unwrap_or(max);
     if limit > max {
         return Err(ApiError::limit(format!("limit {limit} exceeds {max}")));
     }
-    let index = text(&state, &name)?;
-    let offsets = tokio::task::spawn_blocking(move || {
+    let offsets = blocking(move || {
         let total = index.count(&params.pattern)?;
         if total as usize > max && params.limit.is_none() {
             return Err(ApiError::limit(format!(
@@ -232,7 +234,6 @@ pub(crate) async fn search(
         }
         Ok(index.search(&params.pattern, Some(limit))?)
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("a worker failed: {e}")))??;
+    .await?;
     Ok(Json(json!({"offsets": offsets})))
 }
