@@ -22,7 +22,7 @@ While it runs, from another terminal:
   curl -s http://127.0.0.1:7878/v1/tables/bookings/records/b00042
   $puffer sql --url http://127.0.0.1:7878 -e "SELECT id, hotel, adr FROM bookings WHERE hotel LIKE 'City%' AND adr > 200 LIMIT 5"
   $puffer sql --url http://127.0.0.1:7878          (an interactive shell)
-The text index of the earlier demo is still there: $puffer text --help
+Index and query raw text files with: $puffer text --help
 
 USAGE
 exec "$puffer" serve --data "$data_dir" --sample "$@"
