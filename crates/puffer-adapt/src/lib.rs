@@ -1,0 +1,42 @@
+//! PufferDB's adaptivity policies, as pure deterministic code: measurements in, decisions out.
+//!
+//! Nothing here does I/O, starts a thread or reads a clock; the caller samples its request
+//! queues every `delta`, passes the samples and the time, and applies what comes back.
+//! That is what lets the tests replay recorded and synthetic histories exactly.
+//!
+//! - [`averager`]: the exponentially averaged queue length (BlowFish equation 1).
+//! - [`marks`]: high and low marks per layer count, with hysteresis between them.
+//! - [`curve`]: each replica's storage-throughput curve, measured on the running system.
+//! - [`manager`]: the layer manager, spending a node memory budget where the queues need it.
+//! - [`scheduler`]: routing a shard's queries to its replicas in inverse proportion to their queues.
+//! - [`planner`]: the storage needed for a load by layers versus by selective replication.
+
+pub mod averager;
+pub mod curve;
+pub mod manager;
+pub mod marks;
+pub mod planner;
+pub mod scheduler;
+
+pub use averager::QueueAverager;
+pub use curve::ThroughputCurve;
+pub use manager::{Decision, LayerManager, ManagerConfig, ReplicaId, ReplicaSample};
+pub use marks::Marks;
+pub use scheduler::ReplicaScheduler;
+
+/// A configuration value out of its valid range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid adaptivity setting {setting}: {reason}")]
+pub struct ConfigError {
+    /// The setting's name, as it appears in the configuration file.
+    pub setting: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+pub(crate) fn config_error(setting: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        setting,
+        reason: reason.into(),
+    }
+}
