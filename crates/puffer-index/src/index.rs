@@ -475,6 +475,28 @@ impl TextIndex {
         Ok(pending.level)
     }
 
+    /// Bytes a layer at `level` takes in both sampled arrays when built by `construction`
+    /// (an opportunistic layer also carries its filled-bitmap), whether it exists or not.
+    pub fn layer_bytes(&self, level: u32, construction: Construction) -> u64 {
+        [&self.core.sa, &self.core.isa]
+            .iter()
+            .map(|lsa| {
+                let shape = lsa.shape();
+                if level >= shape.levels {
+                    return 0;
+                }
+                let entries = shape.layer_entries(level);
+                match construction {
+                    Construction::Dedicated => bits::packed_len_bytes(entries, shape.width) as u64,
+                    Construction::Opportunistic => {
+                        let words = (entries * shape.width as u64).div_ceil(64) + 1;
+                        (words + entries.div_ceil(64)) * 8
+                    }
+                }
+            })
+            .sum()
+    }
+
     /// Whether a dedicated build is running.
     pub fn layer_build_pending(&self) -> bool {
         let mut control = self.core.control.lock().expect("layer control poisoned");

@@ -442,6 +442,7 @@ fn dropping_layers_releases_exactly_their_bytes() {
     };
     let add_checked = |construction: Construction, label: &str| {
         let before = index.footprint();
+        let predicted = index.layer_bytes(index.layer_count(), construction);
         let level = index.add_layer(construction).unwrap();
         index.wait_for_layer_build();
         let after = index.footprint();
@@ -449,6 +450,11 @@ fn dropping_layers_releases_exactly_their_bytes() {
             after.total_bytes() - before.total_bytes(),
             layer_bytes(&after, level),
             "{label}: add of layer {level}"
+        );
+        assert_eq!(
+            predicted,
+            layer_bytes(&after, level),
+            "{label}: predicted bytes of layer {level}"
         );
         check_footprint(&index, &after).unwrap();
     };

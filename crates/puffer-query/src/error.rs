@@ -60,7 +60,8 @@ impl QueryError {
                 StoreError::Schema(_) => "invalid_schema",
                 StoreError::InvalidQuery(_) | StoreError::InvalidBatch(_) => "invalid_request",
                 StoreError::Overloaded(_) => "overloaded",
-                StoreError::Stopped(_) => "unavailable",
+                StoreError::Stopped(_) | StoreError::Unavailable(_) => "unavailable",
+                StoreError::InvalidSetting(_) => "invalid_setting",
                 StoreError::InUse { .. } => "in_use",
                 StoreError::Io { .. } => "io_error",
                 StoreError::Corrupt { .. } => "corrupt",
@@ -75,6 +76,7 @@ impl QueryError {
             self,
             QueryError::Store(StoreError::Overloaded(_))
                 | QueryError::Store(StoreError::Stopped(_))
+                | QueryError::Store(StoreError::Unavailable(_))
         )
     }
 }

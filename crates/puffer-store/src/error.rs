@@ -52,6 +52,12 @@ pub enum StoreError {
     /// The shard stopped after a failed fsync or write; reopen it to recover.
     #[error("shard stopped: {0}; reopen it to recover from the log")]
     Stopped(String),
+    /// A setting is out of range (names the setting).
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+    /// A replica cannot answer: it is shut down, or the request failed inside it.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// The compressed index failed.
     #[error(transparent)]
     Index(#[from] puffer_index::IndexError),

@@ -38,6 +38,7 @@ pub mod memtable;
 pub mod query;
 pub mod schema;
 pub mod segment;
+pub mod serving;
 pub mod shard;
 pub mod sorted;
 pub mod stage;

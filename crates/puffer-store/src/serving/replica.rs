@@ -1,0 +1,158 @@
+//! What a replica is to the adaptivity runtime: a set of compressed indexes whose sample
+//! layers move together, plus memory that layers do not change.
+//!
+//! A store replica's indexes are its segments'; compaction replaces segments, and a new
+//! segment arrives with the layers it was built with, so the runtime does not assume
+//! layer counts stick: it keeps a target per replica and reconciles every index to it
+//! every `delta` ([`reconcile`]).
+
+use puffer_index::{Construction, TextIndex};
+
+use crate::shard::Shard;
+
+/// A copy of a shard's data whose sample layers the runtime manages.
+pub trait LayeredReplica: Send + Sync + 'static {
+    /// The compressed indexes whose layers this replica manages, now.
+    fn indexes(&self) -> Vec<TextIndex>;
+    /// Resident bytes outside the indexes (key directories, boundaries, deletion marks).
+    fn other_memory_bytes(&self) -> u64;
+}
+
+impl LayeredReplica for TextIndex {
+    fn indexes(&self) -> Vec<TextIndex> {
+        vec![self.clone()]
+    }
+
+    fn other_memory_bytes(&self) -> u64 {
+        0
+    }
+}
+
+impl LayeredReplica for Shard {
+    fn indexes(&self) -> Vec<TextIndex> {
+        self.segments().iter().map(|s| s.index().clone()).collect()
+    }
+
+    fn other_memory_bytes(&self) -> u64 {
+        self.segments()
+            .iter()
+            .map(|s| s.memory_bytes() - s.index().footprint().total_bytes())
+            .sum()
+    }
+}
+
+/// Layer state of a replica, read off its indexes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LayerState {
+    /// Layers every index has (the replica's effective layer count); 1 with no index.
+    pub layers: u32,
+    /// Layers every index can have.
+    pub max_layers: u32,
+    /// Resident bytes of the indexes and the rest.
+    pub footprint_bytes: u64,
+    /// What the next layer below `target` costs, in the given construction mode.
+    pub next_layer_bytes: u64,
+    /// What dropping the deepest layer (at `target - 1`) frees.
+    pub deepest_layer_bytes: u64,
+    /// Some index is still short of the target (a dedicated build is running).
+    pub building: bool,
+}
+
+/// Brings every index of `replica` to `target` layers (dropping is immediate; adding
+/// starts one layer per index per call) and reports the state.
+pub fn reconcile<R: LayeredReplica + ?Sized>(
+    replica: &R,
+    target: u32,
+    construction: Construction,
+) -> LayerState {
+    let indexes = replica.indexes();
+    let mut state = LayerState {
+        layers: u32::MAX,
+        max_layers: u32::MAX,
+        footprint_bytes: replica.other_memory_bytes(),
+        ..LayerState::default()
+    };
+    for index in &indexes {
+        let target_here = target.clamp(1, index.max_layers());
+        if !index.layer_build_pending() {
+            while index.layer_count() > target_here {
+                if index.drop_layer().is_err() {
+                    break;
+                }
+            }
+            if index.layer_count() < target_here {
+                // Errors here mean another build raced us; the next call retries.
+                let _ = index.add_layer(construction);
+            }
+        }
+        // A layer being built by a dedicated thread is not counted until it is published.
+        let count = index.layer_count();
+        state.building |= count < target_here;
+        state.layers = state.layers.min(count);
+        state.max_layers = state.max_layers.min(index.max_layers());
+        state.footprint_bytes += index.footprint().total_bytes();
+        state.next_layer_bytes += index.layer_bytes(target_here, construction);
+        if target_here > 1 {
+            state.deepest_layer_bytes += index.layer_bytes(target_here - 1, construction);
+        }
+    }
+    if indexes.is_empty() {
+        state.layers = target.max(1);
+        state.max_layers = target.max(1);
+    }
+    state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use puffer_index::BuildOptions;
+
+    #[test]
+    fn reconcile_moves_every_index_to_the_target() {
+        let text: Vec<u8> = (0..20_000u32)
+            .map(|i| b"abcab"[(i * 7 % 5) as usize])
+            .collect();
+        let options = BuildOptions {
+            levels: 4,
+            ..BuildOptions::default()
+        };
+        let index = TextIndex::build_with(&text, &options, &mut |_, _| {}).unwrap();
+        assert_eq!(index.layer_count(), 4);
+        let full_bytes = index.footprint().total_bytes();
+
+        let state = reconcile(&index, 1, Construction::Opportunistic);
+        assert_eq!(
+            (state.layers, state.max_layers, state.building),
+            (1, 4, false)
+        );
+        assert_eq!(state.footprint_bytes, index.footprint().total_bytes());
+        assert!(state.footprint_bytes < full_bytes);
+        assert_eq!(
+            state.next_layer_bytes,
+            index.layer_bytes(1, Construction::Opportunistic)
+        );
+
+        let state = reconcile(&index, 3, Construction::Opportunistic);
+        // Opportunistic: one layer per call.
+        assert_eq!(index.layer_count(), 2);
+        assert!(state.building);
+        let state = reconcile(&index, 3, Construction::Opportunistic);
+        assert_eq!((index.layer_count(), state.layers), (3, 3));
+        let state = reconcile(&index, 3, Construction::Opportunistic);
+        assert!(!state.building);
+        assert_eq!(
+            state.deepest_layer_bytes,
+            index.layer_bytes(2, Construction::Opportunistic)
+        );
+
+        // Targets beyond the index are clamped.
+        reconcile(&index, 9, Construction::Dedicated);
+        index.wait_for_layer_build();
+        let state = reconcile(&index, 9, Construction::Dedicated);
+        assert_eq!(
+            (index.layer_count(), state.layers, state.building),
+            (4, 4, false)
+        );
+    }
+}

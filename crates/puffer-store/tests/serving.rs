@@ -1,0 +1,293 @@
+//! The adaptive node end to end on real indexes: answers checked against a naive scan,
+//! layers following the queues, the budget held, routing by queue length.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use puffer_adapt::{Decision, ManagerConfig, Marks};
+use puffer_index::{BuildOptions, Construction, TextIndex};
+use puffer_store::serving::{AdaptiveNode, NewReplica, NodeConfig};
+
+fn text(seed: u64) -> Vec<u8> {
+    let words = [
+        "puffer", "fish", "blow", "layer", "queue", "shard", "zipf", "a", "the",
+    ];
+    let mut state = seed;
+    let mut out = Vec::new();
+    while out.len() < 60_000 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
+        out.push(b' ');
+    }
+    out
+}
+
+fn naive_count(text: &[u8], pattern: &[u8]) -> u64 {
+    text.windows(pattern.len())
+        .filter(|w| *w == pattern)
+        .count() as u64
+}
+
+fn index(text: &[u8]) -> TextIndex {
+    let options = BuildOptions {
+        levels: 4,
+        ..BuildOptions::default()
+    };
+    TextIndex::build_with(text, &options, &mut |_, _| {}).unwrap()
+}
+
+fn config() -> NodeConfig {
+    NodeConfig {
+        delta: Duration::from_millis(100),
+        alpha: 0.5,
+        manager: ManagerConfig {
+            marks: Marks::uniform(8.0, 1.0).unwrap(),
+            hold_seconds: 0.0,
+            drop_headroom: 0.7,
+        },
+        memory_budget_bytes: u64::MAX,
+        construction: Construction::Opportunistic,
+        queue_capacity: 64,
+        workers_per_replica: 1,
+        history_len: 100,
+        automatic: true,
+        background: false,
+    }
+}
+
+fn layers_of(node: &AdaptiveNode<TextIndex>) -> Vec<u32> {
+    node.status().replicas.iter().map(|r| r.layers).collect()
+}
+
+#[test]
+fn answers_match_a_naive_scan_through_the_queues() {
+    let data = text(1);
+    let node = AdaptiveNode::start(config()).unwrap();
+    let group = node
+        .add_shard(
+            "t",
+            0,
+            vec![
+                NewReplica {
+                    replica: index(&data),
+                    memory_limit_bytes: None,
+                },
+                NewReplica {
+                    replica: index(&data),
+                    memory_limit_bytes: None,
+                },
+            ],
+        )
+        .unwrap();
+    for pattern in ["puffer", "fish blow", "zz", "a ", "the queue"] {
+        let owned = pattern.as_bytes().to_vec();
+        let count = group
+            .execute(move |idx| idx.count(&owned).unwrap())
+            .unwrap();
+        assert_eq!(count, naive_count(&data, pattern.as_bytes()), "{pattern}");
+    }
+    // Layers change under the queries without changing answers.
+    node.set_layers(0, 1).unwrap();
+    node.set_layers(1, 3).unwrap();
+    for pattern in ["layer", "shard zipf"] {
+        let owned = pattern.as_bytes().to_vec();
+        let offsets = group
+            .execute(move |idx| idx.search(&owned, None).unwrap())
+            .unwrap();
+        let expected: Vec<u64> = data
+            .windows(pattern.len())
+            .enumerate()
+            .filter(|(_, w)| *w == pattern.as_bytes())
+            .map(|(i, _)| i as u64)
+            .collect();
+        assert_eq!(offsets, expected, "{pattern}");
+    }
+}
+
+#[test]
+fn layers_follow_the_queue_and_idle_replicas_release_them() {
+    let data = text(2);
+    let node = AdaptiveNode::start(config()).unwrap();
+    let group = node
+        .add_shard(
+            "t",
+            0,
+            vec![
+                NewReplica {
+                    replica: index(&data),
+                    memory_limit_bytes: None,
+                },
+                NewReplica {
+                    replica: index(&data),
+                    memory_limit_bytes: None,
+                },
+            ],
+        )
+        .unwrap();
+    assert_eq!(layers_of(&node), vec![4, 4]);
+    // Idle: both give their layers back, one per tick, down to the base.
+    for _ in 0..5 {
+        node.tick();
+    }
+    assert_eq!(layers_of(&node), vec![1, 1]);
+
+    // Block replica 0's only worker and fill its queue.
+    let pool = group.replicas()[0].pool();
+    let (release, gate) = mpsc::channel::<()>();
+    let blocker = pool.submit(move |_| gate.recv().ok()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.queue_length() != 0 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    for _ in 0..40 {
+        pool.spawn(|idx, _| {
+            idx.count(b"fish").unwrap();
+        })
+        .unwrap();
+    }
+    let mut adds = 0;
+    for _ in 0..4 {
+        adds += node
+            .tick()
+            .iter()
+            .filter(|d| matches!(d, Decision::Add { replica: 0 }))
+            .count();
+    }
+    assert!(adds >= 2, "replica 0 should have grown, got {adds} adds");
+    let status = node.status();
+    assert!(status.replicas[0].layers >= 3, "{:?}", layers_of(&node));
+    assert_eq!(
+        status.replicas[1].layers, 1,
+        "the idle replica must not grow"
+    );
+    assert!(status.replicas[0].averaged_queue > 8.0);
+    release.send(()).unwrap();
+    blocker.recv().unwrap();
+    // Drained: the queue average decays and layers go back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.queue_length() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for _ in 0..20 {
+        node.tick();
+    }
+    assert_eq!(layers_of(&node), vec![1, 1]);
+    let history = node.history(0, 0.0);
+    assert!(history.iter().any(|r| r.layers >= 3) && history.last().unwrap().layers == 1);
+}
+
+#[test]
+fn the_budget_holds_and_a_memory_limited_replica_stays_at_its_base() {
+    let data = text(3);
+    let mut cfg = config();
+    cfg.memory_budget_bytes = 1; // lowered later; first everything must shrink to the base
+    let node = AdaptiveNode::start(cfg).unwrap();
+    let base = index(&data);
+    let group = node
+        .add_shard(
+            "t",
+            0,
+            vec![
+                NewReplica {
+                    replica: index(&data),
+                    memory_limit_bytes: None,
+                },
+                NewReplica {
+                    replica: base,
+                    memory_limit_bytes: Some(0),
+                },
+            ],
+        )
+        .unwrap();
+    node.tick();
+    assert_eq!(layers_of(&node), vec![1, 1], "over budget: both at base");
+    let base_used = node.status().memory_used_bytes;
+    // Room for exactly one more layer of replica 0.
+    let next = group.replicas()[0]
+        .pool()
+        .replica()
+        .layer_bytes(1, Construction::Opportunistic);
+    node.set_memory_budget(base_used + next);
+    // Both overloaded.
+    let (release, gate) = mpsc::channel::<()>();
+    let gate = std::sync::Arc::new(std::sync::Mutex::new(gate));
+    for slot in group.replicas() {
+        let gate = gate.clone();
+        slot.pool()
+            .spawn(move |_, _| {
+                let _ = gate.lock().unwrap().recv();
+            })
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    for slot in group.replicas() {
+        for _ in 0..40 {
+            slot.pool().spawn(|_, _| {}).unwrap();
+        }
+    }
+    for _ in 0..6 {
+        node.tick();
+        let status = node.status();
+        assert!(
+            status.memory_used_bytes <= status.memory_budget_bytes,
+            "{} > {}",
+            status.memory_used_bytes,
+            status.memory_budget_bytes
+        );
+    }
+    assert_eq!(layers_of(&node), vec![2, 1]);
+    for _ in 0..2 {
+        release.send(()).unwrap();
+    }
+}
+
+#[test]
+fn routing_follows_reported_queue_lengths() {
+    let data = text(4);
+    let node = AdaptiveNode::start(config()).unwrap();
+    let group = node
+        .add_shard(
+            "t",
+            0,
+            vec![
+                NewReplica {
+                    replica: index(&data),
+                    memory_limit_bytes: None,
+                },
+                NewReplica {
+                    replica: index(&data),
+                    memory_limit_bytes: None,
+                },
+            ],
+        )
+        .unwrap();
+    group.report(0, 9); // weights 0.1 and 1
+    let draws = 20_000;
+    let to_first = (0..draws).filter(|_| group.route().replica == 0).count();
+    let share = to_first as f64 / draws as f64;
+    assert!((share - 1.0 / 11.0).abs() < 0.02, "share {share}");
+    assert!((group.shares()[0] - 1.0 / 11.0).abs() < 1e-12);
+}
+
+#[test]
+fn bad_settings_are_refused_with_their_name() {
+    let mut cfg = config();
+    cfg.queue_capacity = 0;
+    let error = AdaptiveNode::<TextIndex>::start(cfg)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("queue_capacity"), "{error}");
+    let mut cfg = config();
+    cfg.alpha = 2.0;
+    let error = AdaptiveNode::<TextIndex>::start(cfg)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("alpha"), "{error}");
+    let node = AdaptiveNode::<TextIndex>::start(config()).unwrap();
+    assert!(node.add_shard("t", 0, Vec::new()).is_err());
+    assert!(node.set_layers(99, 2).is_err());
+}
