@@ -1,8 +1,10 @@
 //! PufferDB benchmarks. Each experiment prints a readable table and, on its last
 //! line, one JSON object with every figure.
 
+mod blowfish;
 mod http_bench;
 mod index_bench;
+mod plot;
 mod records;
 mod stats;
 
@@ -26,6 +28,8 @@ enum Experiment {
     Http(http_bench::HttpArgs),
     /// Load CSV / JSON-lines records into a shard and measure load speed, freshness lag, footprint and query latency.
     Records(records::RecordsArgs),
+    /// Reproduce BlowFish's experiments on one node: gradual and spiked load, replicas, versus replication.
+    Blowfish(blowfish::BlowfishArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,5 +37,6 @@ fn main() -> anyhow::Result<()> {
         Experiment::Index(args) => index_bench::run(&args),
         Experiment::Records(args) => records::run(&args),
         Experiment::Http(args) => http_bench::run(&args),
+        Experiment::Blowfish(args) => blowfish::run(&args),
     }
 }

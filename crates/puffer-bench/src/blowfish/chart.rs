@@ -1,0 +1,168 @@
+//! The three panels of the paper's Figures 6 to 10: storage footprint (as a ratio of the
+//! base), request and response rate, and averaged queue length, over time.
+
+use std::path::Path;
+
+use anyhow::anyhow;
+use plotters::prelude::*;
+
+use super::driver::SeriesRow;
+
+const COLORS: [RGBColor; 4] = [BLUE, RED, GREEN, MAGENTA];
+
+/// Draws the panels for `series` (one line per replica) into `path`.
+pub fn draw(
+    path: &Path,
+    title: &str,
+    series: &[SeriesRow],
+    base_footprint_bytes: u64,
+    replicas: usize,
+) -> anyhow::Result<()> {
+    crate::plot::register_font()?;
+    let root = BitMapBackend::new(path, (1500, 450)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let (title_area, body) = root.split_vertically(30);
+    title_area
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| anyhow!("{e}"))?;
+    let panels = body.split_evenly((1, 3));
+    let t_max = series.iter().map(|s| s.row.t_seconds).fold(1.0, f64::max);
+    let per_replica = |r: usize| series.iter().filter(move |s| s.replica == r);
+
+    let ratio = |s: &SeriesRow| s.row.footprint_bytes as f64 / base_footprint_bytes.max(1) as f64;
+    let ratio_max = series.iter().map(ratio).fold(1.0, f64::max) * 1.1;
+    panel(
+        &panels[0],
+        "storage footprint / base",
+        t_max,
+        ratio_max,
+        |chart| {
+            for r in 0..replicas {
+                let line: Vec<(f64, f64)> = per_replica(r)
+                    .map(|s| (s.row.t_seconds, ratio(s)))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(line, COLORS[r % 4].stroke_width(2)))
+                    .map_err(|e| anyhow!("{e}"))?
+                    .label(format!("replica {r}"))
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 15, y)], COLORS[r % 4])
+                    });
+            }
+            Ok(())
+        },
+    )?;
+
+    let rate_max = series
+        .iter()
+        .map(|s| s.row.request_per_second.max(s.row.response_per_second))
+        .fold(1.0, f64::max)
+        * 1.1;
+    panel(
+        &panels[1],
+        "ops/s: request (dashed), response (solid)",
+        t_max,
+        rate_max,
+        |chart| {
+            for r in 0..replicas {
+                let request: Vec<(f64, f64)> = per_replica(r)
+                    .map(|s| (s.row.t_seconds, s.row.request_per_second))
+                    .collect();
+                let response: Vec<(f64, f64)> = per_replica(r)
+                    .map(|s| (s.row.t_seconds, s.row.response_per_second))
+                    .collect();
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        request,
+                        6,
+                        4,
+                        COLORS[r % 4].mix(0.6).stroke_width(1),
+                    ))
+                    .map_err(|e| anyhow!("{e}"))?;
+                chart
+                    .draw_series(LineSeries::new(response, COLORS[r % 4].stroke_width(2)))
+                    .map_err(|e| anyhow!("{e}"))?
+                    .label(format!("replica {r}"))
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 15, y)], COLORS[r % 4])
+                    });
+            }
+            Ok(())
+        },
+    )?;
+
+    let queue_max = series
+        .iter()
+        .map(|s| (s.row.queue_length as f64).max(s.row.averaged_queue))
+        .fold(1.0, f64::max)
+        * 1.1;
+    panel(
+        &panels[2],
+        "queue length: averaged (solid), sampled (dots)",
+        t_max,
+        queue_max,
+        |chart| {
+            for r in 0..replicas {
+                let averaged: Vec<(f64, f64)> = per_replica(r)
+                    .map(|s| (s.row.t_seconds, s.row.averaged_queue))
+                    .collect();
+                let sampled = per_replica(r).map(|s| {
+                    Circle::new(
+                        (s.row.t_seconds, s.row.queue_length as f64),
+                        1,
+                        COLORS[r % 4].mix(0.4).filled(),
+                    )
+                });
+                chart.draw_series(sampled).map_err(|e| anyhow!("{e}"))?;
+                chart
+                    .draw_series(LineSeries::new(averaged, COLORS[r % 4].stroke_width(2)))
+                    .map_err(|e| anyhow!("{e}"))?
+                    .label(format!("replica {r}"))
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 15, y)], COLORS[r % 4])
+                    });
+            }
+            Ok(())
+        },
+    )?;
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+    Ok(())
+}
+
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    BitMapBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+fn panel<'b>(
+    area: &DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>,
+    caption: &str,
+    x_max: f64,
+    y_max: f64,
+    draw: impl FnOnce(&mut Chart<'_, 'b>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(8)
+        .x_label_area_size(30)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    draw(&mut chart)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
