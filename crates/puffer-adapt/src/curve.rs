@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// Busy time below which a delta says too little about the service rate to be used.
 pub const MIN_BUSY_SECONDS: f64 = 0.01;
 
+/// Most layer counts a curve tracks (more are ignored: no index has that many).
+pub const MAX_LAYERS: u32 = 64;
+
 /// Weight of the newest measurement in a curve point.
 const POINT_WEIGHT: f64 = 0.3;
 
@@ -46,7 +49,7 @@ impl ThroughputCurve {
         busy_seconds: f64,
         footprint_bytes: u64,
     ) {
-        if layers == 0 {
+        if layers == 0 || layers > MAX_LAYERS {
             return;
         }
         let slot = layers as usize - 1;
@@ -103,5 +106,7 @@ mod tests {
         assert_eq!(curve.ops_per_thread_second(2), None);
         assert_eq!(curve.capacity_per_second(1, 4), Some(expected * 4.0));
         assert_eq!(curve.ops_per_thread_second(0), None);
+        curve.observe(u32::MAX, 5, 1.0, 1);
+        assert_eq!(curve.points().len(), 3);
     }
 }

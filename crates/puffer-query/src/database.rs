@@ -1,16 +1,19 @@
-//! A database: a directory of tables, each one shard (`tables/<name>/`), and the
+//! A database: a directory of tables (`tables/<name>/`, each spread over shards with
+//! replicas, see [`crate::table`]), the adaptive node serving their replicas, and the
 //! execution of statements on them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use puffer_store::serving::{AdaptiveNode, NodeConfig};
 use puffer_store::{
     Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardOptions, SnapshotInfo, WriteOp,
 };
 
 use crate::ast::{Output, Select, Statement};
 use crate::error::{QueryError, Result};
+use crate::table::{Table, TableLayout};
 
 /// Longest table name, in bytes.
 pub const MAX_TABLE_NAME_BYTES: usize = 64;
@@ -55,11 +58,23 @@ pub enum Answer {
     Schema(Schema),
 }
 
+/// How a database opens its tables and serves them.
+#[derive(Clone, Debug, Default)]
+pub struct DatabaseOptions {
+    /// Options of every shard replica.
+    pub shard: ShardOptions,
+    /// The adaptive node: queues, workers, layer manager.
+    pub node: NodeConfig,
+    /// Layout of tables created without one.
+    pub default_layout: TableLayout,
+}
+
 /// The tables of a data directory.
 pub struct Database {
     dir: PathBuf,
-    options: ShardOptions,
-    tables: RwLock<BTreeMap<String, Arc<Shard>>>,
+    options: DatabaseOptions,
+    node: AdaptiveNode<Shard>,
+    tables: RwLock<BTreeMap<String, Arc<Table>>>,
 }
 
 /// Checks a table name: 1 to 64 bytes of ASCII letters, digits and `_`, not starting
@@ -80,8 +95,21 @@ pub fn check_table_name(name: &str) -> Result<()> {
 }
 
 impl Database {
+    /// Opens the database in `dir` (created if missing) with default serving options.
+    pub fn open(dir: impl AsRef<Path>, shard: ShardOptions) -> Result<Database> {
+        Database::open_with(
+            dir,
+            DatabaseOptions {
+                shard,
+                ..DatabaseOptions::default()
+            },
+        )
+    }
+
     /// Opens the database in `dir` (created if missing), opening every table.
-    pub fn open(dir: impl AsRef<Path>, options: ShardOptions) -> Result<Database> {
+    pub fn open_with(dir: impl AsRef<Path>, options: DatabaseOptions) -> Result<Database> {
+        options.default_layout.validate()?;
+        let node = AdaptiveNode::start(options.node.clone())?;
         let dir = dir.as_ref().to_path_buf();
         let tables_dir = dir.join("tables");
         std::fs::create_dir_all(&tables_dir)
@@ -92,17 +120,18 @@ impl Database {
         for entry in entries {
             let entry = entry.map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if check_table_name(&name).is_err() || !entry.path().join("MANIFEST").exists() {
-                continue; // not a table (or one whose creation never finished)
+            if check_table_name(&name).is_err() {
+                continue; // not a table
             }
-            // The shard keeps its own schema; the one given here is only for creation.
-            let placeholder = Schema::new("key", Vec::new())?;
-            let shard = Shard::open(entry.path(), placeholder, options.clone())?;
-            tables.insert(name, Arc::new(shard));
+            // `None`: a creation that never finished.
+            if let Some(table) = Table::open(&node, &entry.path(), &name, &options.shard)? {
+                tables.insert(name, Arc::new(table));
+            }
         }
         Ok(Database {
             dir,
             options,
+            node,
             tables: RwLock::new(tables),
         })
     }
@@ -122,8 +151,13 @@ impl Database {
             .collect()
     }
 
-    /// The shard of a table.
-    pub fn table(&self, name: &str) -> Result<Arc<Shard>> {
+    /// The adaptive node serving the tables' replicas.
+    pub fn node(&self) -> &AdaptiveNode<Shard> {
+        &self.node
+    }
+
+    /// A table.
+    pub fn table(&self, name: &str) -> Result<Arc<Table>> {
         self.tables
             .read()
             .expect("tables lock")
@@ -132,9 +166,15 @@ impl Database {
             .ok_or_else(|| QueryError::UnknownTable(name.to_string()))
     }
 
-    /// Creates a table.
+    /// Creates a table with the default layout.
     pub fn create_table(&self, name: &str, schema: Schema) -> Result<()> {
+        self.create_table_with(name, schema, self.options.default_layout)
+    }
+
+    /// Creates a table with `layout` shards and replicas.
+    pub fn create_table_with(&self, name: &str, schema: Schema, layout: TableLayout) -> Result<()> {
         check_table_name(name)?;
+        layout.validate()?;
         let mut tables = self.tables.write().expect("tables lock");
         if tables.contains_key(name) {
             return Err(QueryError::TableExists(name.to_string()));
@@ -149,20 +189,22 @@ impl Database {
             // Left by a creation that never finished (no manifest): start over.
             std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
         }
-        let shard = Shard::open(&path, schema, self.options.clone())?;
-        tables.insert(name.to_string(), Arc::new(shard));
+        let table = Table::create(&self.node, &path, name, schema, layout, &self.options.shard)?;
+        tables.insert(name.to_string(), Arc::new(table));
         Ok(())
     }
 
     /// Drops a table and deletes its data.
     pub fn drop_table(&self, name: &str) -> Result<()> {
-        let shard = self
+        let table = self
             .tables
             .write()
             .expect("tables lock")
             .remove(name)
             .ok_or_else(|| QueryError::UnknownTable(name.to_string()))?;
-        drop(shard); // stops its threads once the last query holding it ends
+        self.node.remove_table(name);
+        // Stops its replicas' threads once the last query holding the table ends.
+        drop(table);
         let path = self.dir.join("tables").join(name);
         std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
         Ok(())

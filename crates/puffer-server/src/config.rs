@@ -33,6 +33,111 @@ pub struct ServerConfig {
     pub write_token: Option<String>,
     /// Bearer token for everything.
     pub admin_token: Option<String>,
+    /// Tables' layout and the adaptive node (`[adapt]` in the file).
+    pub adapt: AdaptConfig,
+}
+
+/// Shards, replicas, queues and the layer manager (BlowFish on one node).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdaptConfig {
+    /// Shards of a table created without a count.
+    pub shards: u32,
+    /// Replicas per shard of a table created without a count.
+    pub replicas: u32,
+    /// Queue sampling period, milliseconds.
+    pub delta_ms: u64,
+    /// Weight of the newest queue sample in the average.
+    pub alpha: f64,
+    /// High marks on the averaged queue, per layer count (the last one repeats).
+    pub high_marks: Vec<f64>,
+    /// Low marks, per layer count.
+    pub low_marks: Vec<f64>,
+    /// Least seconds between two layer changes of one replica.
+    pub hold_seconds: f64,
+    /// An idle replica drops a layer only if its arrivals are at most this fraction of
+    /// what one layer fewer sustains.
+    pub drop_headroom: f64,
+    /// Memory for all replicas' indexes, MiB.
+    pub memory_budget_mb: u64,
+    /// `opportunistic` (default) or `dedicated`.
+    pub construction: String,
+    /// Bound of each replica's request queue.
+    pub queue_capacity: usize,
+    /// Worker threads per replica (0: one per core).
+    pub workers_per_replica: usize,
+    /// Whether the layer manager runs (false: layers change only by hand).
+    pub automatic: bool,
+}
+
+impl Default for AdaptConfig {
+    fn default() -> Self {
+        let node = puffer_store::serving::NodeConfig::default();
+        AdaptConfig {
+            shards: 1,
+            replicas: 1,
+            delta_ms: node.delta.as_millis() as u64,
+            alpha: node.alpha,
+            high_marks: vec![node.manager.marks.high(1)],
+            low_marks: vec![node.manager.marks.low(1)],
+            hold_seconds: node.manager.hold_seconds,
+            drop_headroom: node.manager.drop_headroom,
+            memory_budget_mb: 4096,
+            construction: "opportunistic".into(),
+            queue_capacity: node.queue_capacity,
+            workers_per_replica: 0,
+            automatic: true,
+        }
+    }
+}
+
+impl AdaptConfig {
+    /// The database options these settings describe; the error names a bad setting.
+    pub fn database_options(&self) -> Result<puffer_query::DatabaseOptions, ApiError> {
+        use puffer_store::serving::NodeConfig;
+        let invalid = |what: String| ApiError::invalid(format!("bad [adapt] setting: {what}"));
+        let marks = puffer_adapt::Marks::new(self.high_marks.clone(), self.low_marks.clone())
+            .map_err(|e| invalid(e.to_string()))?;
+        let construction = match self.construction.as_str() {
+            "opportunistic" => puffer_index::Construction::Opportunistic,
+            "dedicated" => puffer_index::Construction::Dedicated,
+            other => {
+                return Err(invalid(format!(
+                    "construction must be opportunistic or dedicated, got {other:?}"
+                )))
+            }
+        };
+        let defaults = NodeConfig::default();
+        let node = NodeConfig {
+            delta: std::time::Duration::from_millis(self.delta_ms),
+            alpha: self.alpha,
+            manager: puffer_adapt::ManagerConfig {
+                marks,
+                hold_seconds: self.hold_seconds,
+                drop_headroom: self.drop_headroom,
+            },
+            memory_budget_bytes: self.memory_budget_mb.saturating_mul(1 << 20),
+            construction,
+            queue_capacity: self.queue_capacity,
+            workers_per_replica: if self.workers_per_replica == 0 {
+                defaults.workers_per_replica
+            } else {
+                self.workers_per_replica
+            },
+            ..defaults
+        };
+        node.validate().map_err(|e| invalid(e.to_string()))?;
+        let layout = puffer_query::TableLayout {
+            shards: self.shards,
+            replicas: self.replicas,
+        };
+        layout.validate().map_err(|e| invalid(e.to_string()))?;
+        Ok(puffer_query::DatabaseOptions {
+            shard: puffer_store::ShardOptions::default(),
+            node,
+            default_layout: layout,
+        })
+    }
 }
 
 impl Default for ServerConfig {
@@ -49,6 +154,7 @@ impl Default for ServerConfig {
             read_token: None,
             write_token: None,
             admin_token: None,
+            adapt: AdaptConfig::default(),
         }
     }
 }

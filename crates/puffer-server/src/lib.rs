@@ -2,8 +2,10 @@
 //! of texts: SQL with FRESHNESS, records, searches, texts, health, metrics, OpenAPI.
 //! The API is described in `docs/http.md`.
 
+pub mod admin;
 pub mod auth;
 pub mod config;
+mod dashboard;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -17,7 +19,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use puffer_query::Database;
-use puffer_store::ShardOptions;
 
 pub use config::ServerConfig;
 pub use error::ApiError;
@@ -39,7 +40,8 @@ pub struct AppState {
 impl AppState {
     /// Opens the data directory: every table and every text.
     pub fn open(config: ServerConfig) -> Result<Arc<AppState>, ApiError> {
-        let db = Database::open(&config.data_dir, ShardOptions::default())?;
+        let options = config.adapt.database_options()?;
+        let db = Database::open_with(&config.data_dir, options)?;
         let state = Arc::new(AppState {
             db,
             texts: Default::default(),
@@ -70,6 +72,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(routes::get_record).delete(routes::delete_record),
         )
         .route("/v1/tables/{table}/search", post(routes::search))
+        .route("/v1/admin/replicas", get(admin::replicas))
+        .route("/v1/admin/history", get(admin::history))
+        .route("/v1/admin/replicas/{id}/layers", post(admin::set_layers))
+        .route("/v1/admin/budget", axum::routing::put(admin::set_budget))
         .route(
             "/v1/texts/{name}",
             post(texts::upload).layer(DefaultBodyLimit::max(state.config.max_text_bytes)),
@@ -88,6 +94,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.config.max_body_bytes;
     Router::new()
         .merge(v1)
+        .route("/", get(dashboard::page))
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))
         .route("/metrics", get(render_metrics))

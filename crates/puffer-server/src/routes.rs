@@ -10,8 +10,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use puffer_query::{Answer, Output, Select, Statement};
-use puffer_store::{AttrType, Attribute, ReadOptions, Schema, Shard};
+use puffer_query::{Answer, Output, Select, Statement, Table, TableLayout};
+use puffer_store::{AttrType, Attribute, ReadOptions, Schema};
 use serde::Deserialize;
 use serde_json::{json, Value as JsonValue};
 
@@ -22,7 +22,7 @@ use crate::values::{
 };
 use crate::AppState;
 
-type Shared = State<Arc<AppState>>;
+pub(crate) type Shared = State<Arc<AppState>>;
 
 /// Runs blocking work (fsync waits, index walks) on this worker thread, after handing
 /// its other tasks to the rest of the runtime: no thread hop per request, as
@@ -47,14 +47,17 @@ fn freshness(seconds: Option<f64>) -> Result<Option<Duration>, ApiError> {
     }
 }
 
-fn describe(name: &str, shard: &Shard) -> Result<JsonValue, ApiError> {
-    let schema = shard.schema();
-    let stats = shard.stats()?;
-    let marks = shard.watermarks();
+fn describe(name: &str, table: &Table) -> Result<JsonValue, ApiError> {
+    let schema = table.schema();
+    let stats = table.stats()?;
+    let marks = table.watermarks();
+    let layout = table.layout();
     Ok(json!({
         "name": name,
         "key": schema.key,
         "attributes": schema.attributes,
+        "shards": layout.shards,
+        "replicas": layout.replicas,
         "stats": {
             "disk_bytes": stats.disk_bytes,
             "memory_bytes": stats.memory_bytes,
@@ -222,7 +225,7 @@ pub(crate) async fn sql(
     .await
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -239,6 +242,10 @@ pub(crate) struct CreateTable {
     key: String,
     #[serde(default)]
     attributes: Vec<Attribute>,
+    /// Shards (default: the server's `[adapt] shards`).
+    shards: Option<u32>,
+    /// Replicas per shard (default: the server's `[adapt] replicas`).
+    replicas: Option<u32>,
 }
 
 pub(crate) async fn create_table(
@@ -250,7 +257,12 @@ pub(crate) async fn create_table(
     let request: CreateTable = parse_json(&body?)?;
     blocking(move || {
         let schema = Schema::new(&request.key, request.attributes)?;
-        state.db.create_table(&request.name, schema)?;
+        let defaults = &state.config.adapt;
+        let layout = TableLayout {
+            shards: request.shards.unwrap_or(defaults.shards),
+            replicas: request.replicas.unwrap_or(defaults.replicas),
+        };
+        state.db.create_table_with(&request.name, schema, layout)?;
         let shard = state.db.table(&request.name)?;
         Ok((StatusCode::CREATED, Json(describe(&request.name, &shard)?)).into_response())
     })

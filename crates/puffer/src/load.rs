@@ -289,7 +289,7 @@ struct Overloaded {
 /// The table's database: over HTTP, or opened directly.
 enum Destination {
     Http { url: String, table: String },
-    Direct { db: Database, table: String },
+    Direct { db: Box<Database>, table: String },
 }
 
 impl Destination {
@@ -309,7 +309,10 @@ impl Destination {
                 dir.display()
             )
         })?;
-        Ok(Destination::Direct { db, table })
+        Ok(Destination::Direct {
+            db: Box::new(db),
+            table,
+        })
     }
 
     /// The table's schema, or `None` when there is no such table.
@@ -405,10 +408,12 @@ impl Destination {
                     .collect();
                 match db.table(table)?.write(ops) {
                     Ok(_) => Ok(None),
-                    Err(StoreError::Overloaded(message)) => Ok(Some(Overloaded {
-                        retry_after: None,
-                        message,
-                    })),
+                    Err(puffer_query::QueryError::Store(StoreError::Overloaded(message))) => {
+                        Ok(Some(Overloaded {
+                            retry_after: None,
+                            message,
+                        }))
+                    }
                     Err(e) => Err(e.into()),
                 }
             }

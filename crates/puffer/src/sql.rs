@@ -35,7 +35,7 @@ pub struct SqlArgs {
 /// A connection: HTTP or an open database.
 enum Session {
     Http(String),
-    Direct(Database),
+    Direct(Box<Database>),
 }
 
 impl Session {
@@ -49,14 +49,14 @@ impl Session {
             .unwrap_or_else(|| PathBuf::from("puffer-data"));
         let db = Database::open(&dir, Default::default())
             .with_context(|| format!("opening the data directory {}", dir.display()))?;
-        Ok(Session::Direct(db))
+        Ok(Session::Direct(Box::new(db)))
     }
 
     fn sql(&self, query: &str) -> anyhow::Result<Value> {
         match self {
             Session::Http(url) => http_post(&format!("{url}/v1/sql"), &json!({"query": query})),
             Session::Direct(db) => {
-                let statement = puffer_query::sql::parse(query, db)?;
+                let statement = puffer_query::sql::parse(query, db.as_ref())?;
                 let schema = match &statement {
                     Statement::Select(select) => Some(db.table(&select.table)?.schema()),
                     _ => None,

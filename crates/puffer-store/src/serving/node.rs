@@ -25,6 +25,9 @@ use crate::error::{Result, StoreError};
 use crate::serving::pool::{PoolCounters, ReplicaPool};
 use crate::serving::replica::{reconcile, LayerState, LayeredReplica};
 
+/// Most layers an index has (puffer-index allows up to 8 levels).
+const MAX_INDEX_LAYERS: u32 = 8;
+
 /// Settings of the adaptive node; every one is configurable, defaults chosen by measurement
 /// (see ARCHITECTURE.md, "Adapting on one node").
 #[derive(Clone, Debug)]
@@ -380,7 +383,13 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
         let mut slots = Vec::with_capacity(count);
         for (number, new) in replicas.into_iter().enumerate() {
             let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let state = reconcile(&new.replica, u32::MAX, config.construction);
+            // Start from the layers the segments were built with; a replica without
+            // segments yet keeps whatever its first segments bring.
+            let initial_target = if new.replica.indexes().is_empty() {
+                MAX_INDEX_LAYERS
+            } else {
+                reconcile(&new.replica, MAX_INDEX_LAYERS, config.construction).layers
+            };
             let name = format!("table {table} shard {shard} replica {number}");
             let pool = ReplicaPool::start(
                 name,
@@ -393,7 +402,7 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                 replica: number,
                 memory_limit_bytes: new.memory_limit_bytes,
                 pool,
-                target_layers: AtomicU32::new(state.layers),
+                target_layers: AtomicU32::new(initial_target),
                 pinned: AtomicBool::new(false),
             }));
         }
@@ -688,7 +697,9 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
             c.history.pop_front();
         }
         c.history.push_back(row);
-        let target = slot.target_layers();
+        // Indexes come and go with compactions: keep the target within what they allow.
+        let target = slot.target_layers().clamp(1, c.state.max_layers.max(1));
+        slot.target_layers.store(target, Ordering::Relaxed);
         let pinned = slot.pinned.load(Ordering::Relaxed);
         let threads = slot.pool.threads() as u32;
         samples.push(ReplicaSample {

@@ -97,8 +97,9 @@ pub fn reconcile<R: LayeredReplica + ?Sized>(
         }
     }
     if indexes.is_empty() {
-        state.layers = target.max(1);
-        state.max_layers = target.max(1);
+        // Nothing to manage yet (no segment): one base layer, nothing to add.
+        state.layers = 1;
+        state.max_layers = 1;
     }
     state
 }

@@ -1,0 +1,214 @@
+//! Sharded, replicated tables against a `BTreeMap` model: random puts, deletes and
+//! schema growth, with gets, searches (with and without limits) and counts checked after
+//! every step, on every replica, and across a reopen.
+
+use std::collections::BTreeMap;
+
+use puffer_query::{Database, DatabaseOptions, TableLayout};
+use puffer_store::serving::NodeConfig;
+use puffer_store::{
+    AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, Value, WriteOp,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn options() -> DatabaseOptions {
+    DatabaseOptions {
+        node: NodeConfig {
+            workers_per_replica: 1,
+            ..NodeConfig::default()
+        },
+        ..DatabaseOptions::default()
+    }
+}
+
+fn record(key: &str, city: &str, price: i64) -> Record {
+    let mut record = Record::new(key.as_bytes().to_vec());
+    record
+        .values
+        .insert("city".into(), Value::String(city.as_bytes().to_vec()));
+    record.values.insert("price".into(), Value::Int(price));
+    record
+}
+
+fn keys_of(rows: &[Record]) -> Vec<Vec<u8>> {
+    rows.iter().map(|r| r.key.clone()).collect()
+}
+
+#[test]
+fn sharded_replicated_tables_match_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = TableLayout {
+        shards: 3,
+        replicas: 2,
+    };
+    let schema = Schema::new(
+        "id",
+        vec![
+            Attribute {
+                name: "city".into(),
+                attr_type: AttrType::String,
+            },
+            Attribute {
+                name: "price".into(),
+                attr_type: AttrType::Int,
+            },
+        ],
+    )
+    .unwrap();
+    let mut model: BTreeMap<Vec<u8>, Record> = BTreeMap::new();
+    let cities = ["oslo", "rome", "lima", "kyiv"];
+    let mut rng = StdRng::seed_from_u64(7);
+    {
+        let db = Database::open_with(dir.path(), options()).unwrap();
+        db.create_table_with("t", schema, layout).unwrap();
+        let table = db.table("t").unwrap();
+        assert_eq!(table.shards().len(), 3);
+        assert!(table.shards().iter().all(|g| g.replicas().len() == 2));
+        for step in 0..60 {
+            let mut ops = Vec::new();
+            for _ in 0..rng.gen_range(1..20) {
+                let key = format!("k{:03}", rng.gen_range(0..200));
+                if rng.gen_bool(0.2) {
+                    model.remove(key.as_bytes());
+                    ops.push(WriteOp::Delete(key.into_bytes()));
+                } else {
+                    let r = record(&key, cities[rng.gen_range(0..4)], rng.gen_range(0..100));
+                    model.insert(r.key.clone(), r.clone());
+                    ops.push(WriteOp::Put(r));
+                }
+            }
+            table.write(ops).unwrap();
+            if step % 20 == 19 {
+                table.seal().unwrap();
+            }
+            let city = cities[step % 4];
+            let predicate = Predicate::Eq("city".into(), Value::String(city.as_bytes().to_vec()));
+            let expected: Vec<Vec<u8>> = model
+                .values()
+                .filter(|r| r.values.get("city") == Some(&Value::String(city.as_bytes().to_vec())))
+                .map(|r| r.key.clone())
+                .collect();
+            let query = Query {
+                predicate: predicate.clone(),
+                projection: None,
+                limit: None,
+                read: ReadOptions::default(),
+            };
+            let found = table.search(&query).unwrap();
+            assert_eq!(keys_of(&found.rows), expected, "step {step}");
+            assert!(!found.truncated);
+            let (count, _) = table.count(&predicate, ReadOptions::default()).unwrap();
+            assert_eq!(count, expected.len() as u64);
+            // A limit returns that many matches, in key order, flagged as cut.
+            let limited = table
+                .search(&Query {
+                    limit: Some(3),
+                    ..query
+                })
+                .unwrap();
+            assert_eq!(limited.rows.len(), expected.len().min(3));
+            assert!(limited.rows.iter().all(|r| expected.contains(&r.key)));
+            assert_eq!(limited.truncated, expected.len() > 3);
+            // Every replica of every shard holds exactly its shard's records.
+            for group in table.shards() {
+                let mut per_replica = Vec::new();
+                for slot in group.replicas() {
+                    let all = Query {
+                        predicate: Predicate::All,
+                        projection: Some(Vec::new()),
+                        limit: None,
+                        read: ReadOptions::default(),
+                    };
+                    per_replica.push(keys_of(&slot.pool().replica().search(&all).unwrap().rows));
+                }
+                let shard_keys: Vec<Vec<u8>> = model
+                    .keys()
+                    .filter(|k| puffer_query::table::shard_of(k, 3) == group.shard)
+                    .cloned()
+                    .collect();
+                assert!(
+                    per_replica.iter().all(|keys| *keys == shard_keys),
+                    "step {step} shard {}",
+                    group.shard
+                );
+            }
+            for key in ["k000", "k050", "k199"] {
+                let (got, _) = table.get(key.as_bytes(), ReadOptions::default()).unwrap();
+                assert_eq!(
+                    got.as_ref(),
+                    model.get(key.as_bytes()),
+                    "get {key} at step {step}"
+                );
+            }
+        }
+        // A schema change reaches every shard.
+        let mut grown = record("k500", "oslo", 1);
+        grown.values.insert("stars".into(), Value::Int(4));
+        table
+            .write(vec![
+                WriteOp::AddAttribute(Attribute {
+                    name: "stars".into(),
+                    attr_type: AttrType::Int,
+                }),
+                WriteOp::Put(grown.clone()),
+            ])
+            .unwrap();
+        model.insert(grown.key.clone(), grown);
+        for group in table.shards() {
+            for slot in group.replicas() {
+                assert!(slot
+                    .pool()
+                    .replica()
+                    .schema()
+                    .attributes
+                    .iter()
+                    .any(|a| a.name == "stars"));
+            }
+        }
+    }
+    // Reopened: same layout, same records.
+    let db = Database::open_with(dir.path(), options()).unwrap();
+    let table = db.table("t").unwrap();
+    assert_eq!(table.layout(), layout);
+    let all = Query {
+        predicate: Predicate::All,
+        projection: None,
+        limit: None,
+        read: ReadOptions::default(),
+    };
+    let rows = table.search(&all).unwrap().rows;
+    assert_eq!(rows, model.values().cloned().collect::<Vec<_>>());
+    assert_eq!(db.node().status().replicas.len(), 6);
+}
+
+#[test]
+fn bad_layouts_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path(), options()).unwrap();
+    let schema = Schema::new("id", Vec::new()).unwrap();
+    for layout in [
+        TableLayout {
+            shards: 0,
+            replicas: 1,
+        },
+        TableLayout {
+            shards: 1,
+            replicas: 0,
+        },
+        TableLayout {
+            shards: 1000,
+            replicas: 1,
+        },
+    ] {
+        let error = db
+            .create_table_with("t", schema.clone(), layout)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("shards") || error.contains("replicas"),
+            "{error}"
+        );
+    }
+    assert!(db.table_names().is_empty());
+}

@@ -1,0 +1,145 @@
+//! The admin API of the adaptive node: every replica's layers, footprint, queue and
+//! response rate, their recent history (what the dashboard plots), manual layer changes
+//! for experiments, and the memory budget.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value as JsonValue};
+
+use crate::auth::{require, Role};
+use crate::error::ApiError;
+use crate::routes::{blocking, parse_json, Shared};
+
+/// Most seconds of history one request returns.
+pub const MAX_HISTORY_SECONDS: f64 = 3600.0;
+
+/// `GET /v1/admin/replicas`: the node and every replica now.
+pub(crate) async fn replicas(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    Ok(Json(json!(state.db.node().status())))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HistoryParams {
+    /// Seconds of history wanted, counted back from now.
+    last_s: Option<f64>,
+}
+
+/// `GET /v1/admin/history?last_s=S`: every replica's samples of the last `S` seconds
+/// (default 300).
+pub(crate) async fn history(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    params: Result<Query<HistoryParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    let Query(params) = params?;
+    let last = params.last_s.unwrap_or(300.0);
+    if !(last.is_finite() && last > 0.0 && last <= MAX_HISTORY_SECONDS) {
+        return Err(ApiError::invalid(format!(
+            "last_s must be in (0, {MAX_HISTORY_SECONDS}], got {last}"
+        )));
+    }
+    let node = state.db.node();
+    let status = node.status();
+    let since = status.uptime_seconds - last;
+    let replicas: Vec<JsonValue> = status
+        .replicas
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "table": r.table,
+                "shard": r.shard,
+                "replica": r.replica,
+                "samples": node.history(r.id, since),
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "now_s": status.uptime_seconds,
+        "delta_ms": status.delta_ms,
+        "memory_budget_bytes": status.memory_budget_bytes,
+        "memory_used_bytes": status.memory_used_bytes,
+        "replicas": replicas,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LayerRequest {
+    /// `add`, `drop` or `auto` (hand the replica back to the layer manager).
+    action: Option<String>,
+    /// Or an exact layer count.
+    layers: Option<u32>,
+}
+
+/// `POST /v1/admin/replicas/{id}/layers`: add or drop a layer by hand (pinning the
+/// replica), set an exact count, or hand it back to the layer manager.
+pub(crate) async fn set_layers(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(id): Path<u64>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Admin)?;
+    let request: LayerRequest = parse_json(&body?)?;
+    blocking(move || {
+        let node = state.db.node();
+        let current = node
+            .status()
+            .replicas
+            .into_iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| ApiError::not_found("unknown_replica", format!("no replica {id} on this node")))?;
+        let target = match (request.action.as_deref(), request.layers) {
+            (Some("add"), None) => current.target_layers + 1,
+            (Some("drop"), None) => current.target_layers.saturating_sub(1).max(1),
+            (Some("auto"), None) => {
+                node.unpin(id)?;
+                return Ok(Json(json!({"id": id, "pinned": false, "target_layers": current.target_layers})));
+            }
+            (None, Some(layers)) if layers >= 1 => layers,
+            _ => {
+                return Err(ApiError::invalid(
+                    "give either {\"action\": \"add\" | \"drop\" | \"auto\"} or {\"layers\": n} with n >= 1",
+                ))
+            }
+        };
+        if target > current.max_layers {
+            return Err(ApiError::invalid(format!("replica {id} has at most {} layers", current.max_layers)));
+        }
+        let target = node.set_layers(id, target)?;
+        Ok(Json(json!({"id": id, "pinned": true, "target_layers": target})))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetRequest {
+    memory_budget_bytes: u64,
+}
+
+/// `PUT /v1/admin/budget`: changes the node's memory budget (the next tick fits it).
+pub(crate) async fn set_budget(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Admin)?;
+    let request: BudgetRequest = parse_json(&body?)?;
+    state
+        .db
+        .node()
+        .set_memory_budget(request.memory_budget_bytes);
+    Ok(Json(
+        json!({"memory_budget_bytes": request.memory_budget_bytes}),
+    ))
+}
