@@ -12,6 +12,7 @@
 //!    low marks first (least loaded first, deepest layers first); if even that is not
 //!    enough, nothing is taken and the replica stays memory-constrained.
 //!
+//! An idle replica keeps a layer at least `idle_drop_after_seconds` after its last change.
 //! No replica changes twice within `hold_seconds`, so the average sees the effect of one
 //! change before the next; no replica goes below its base layers or above its own memory
 //! limit; the sum of footprints never exceeds the budget after the decisions are applied.
@@ -89,6 +90,10 @@ pub struct ManagerConfig {
     pub marks: Marks,
     /// Least time between two changes to one replica.
     pub hold_seconds: f64,
+    /// Least time a replica keeps its layers after its last change before it gives one
+    /// back for idleness: building a layer costs far more than dropping it, so a layer
+    /// is not dropped the moment the queue it was built for has drained.
+    pub idle_drop_after_seconds: f64,
     /// An idle replica drops a layer only if its arrival rate is at most this fraction
     /// of what it would sustain with one layer fewer.
     pub drop_headroom: f64,
@@ -101,6 +106,12 @@ impl ManagerConfig {
             return Err(config_error(
                 "hold_seconds",
                 format!("{} is not a duration", self.hold_seconds),
+            ));
+        }
+        if !(self.idle_drop_after_seconds.is_finite() && self.idle_drop_after_seconds >= 0.0) {
+            return Err(config_error(
+                "idle_drop_after_seconds",
+                format!("{} is not a duration", self.idle_drop_after_seconds),
             ));
         }
         if !(self.drop_headroom > 0.0 && self.drop_headroom <= 1.0) {
@@ -191,7 +202,11 @@ impl LayerManager {
 
         // 2. Idle replicas give a layer back.
         for p in planned.iter_mut() {
-            if p.changed || self.held(p.sample.id, now_seconds) || !p.can_drop() {
+            let idle_hold = self
+                .config
+                .hold_seconds
+                .max(self.config.idle_drop_after_seconds);
+            if p.changed || self.held_for(p.sample.id, now_seconds, idle_hold) || !p.can_drop() {
                 continue;
             }
             let enough_without = p
@@ -284,9 +299,13 @@ impl LayerManager {
     }
 
     fn held(&self, replica: ReplicaId, now_seconds: f64) -> bool {
+        self.held_for(replica, now_seconds, self.config.hold_seconds)
+    }
+
+    fn held_for(&self, replica: ReplicaId, now_seconds: f64, hold_seconds: f64) -> bool {
         self.last_change_seconds
             .get(&replica)
-            .is_some_and(|&t| now_seconds - t < self.config.hold_seconds)
+            .is_some_and(|&t| now_seconds - t < hold_seconds)
     }
 }
 

@@ -13,6 +13,7 @@ fn config() -> ManagerConfig {
     ManagerConfig {
         marks: Marks::uniform(20.0, 2.0).unwrap(),
         hold_seconds: 1.0,
+        idle_drop_after_seconds: 1.0,
         drop_headroom: 0.8,
     }
 }

@@ -98,9 +98,11 @@ pub(crate) async fn set_layers(
             .into_iter()
             .find(|r| r.id == id)
             .ok_or_else(|| ApiError::not_found("unknown_replica", format!("no replica {id} on this node")))?;
+        // The target may still exceed what the indexes allow until the next tick clamps it.
+        let now_target = current.target_layers.clamp(1, current.max_layers.max(1));
         let target = match (request.action.as_deref(), request.layers) {
-            (Some("add"), None) => current.target_layers + 1,
-            (Some("drop"), None) => current.target_layers.saturating_sub(1).max(1),
+            (Some("add"), None) => now_target + 1,
+            (Some("drop"), None) => now_target.saturating_sub(1).max(1),
             (Some("auto"), None) => {
                 node.unpin(id)?;
                 return Ok(Json(json!({"id": id, "pinned": false, "target_layers": current.target_layers})));
@@ -113,7 +115,7 @@ pub(crate) async fn set_layers(
             }
         };
         if target > current.max_layers {
-            return Err(ApiError::invalid(format!("replica {id} has at most {} layers", current.max_layers)));
+            return Err(ApiError::invalid(format!("replica {id} has at most {} layer(s) now (layers live in segments; records still in the log have none)", current.max_layers)));
         }
         let target = node.set_layers(id, target)?;
         Ok(Json(json!({"id": id, "pinned": true, "target_layers": target})))

@@ -55,6 +55,8 @@ pub struct AdaptConfig {
     pub low_marks: Vec<f64>,
     /// Least seconds between two layer changes of one replica.
     pub hold_seconds: f64,
+    /// Least seconds a replica keeps its layers after a change before idleness drops one.
+    pub idle_drop_after_seconds: f64,
     /// An idle replica drops a layer only if its arrivals are at most this fraction of
     /// what one layer fewer sustains.
     pub drop_headroom: f64,
@@ -81,6 +83,7 @@ impl Default for AdaptConfig {
             high_marks: vec![node.manager.marks.high(1)],
             low_marks: vec![node.manager.marks.low(1)],
             hold_seconds: node.manager.hold_seconds,
+            idle_drop_after_seconds: node.manager.idle_drop_after_seconds,
             drop_headroom: node.manager.drop_headroom,
             memory_budget_mb: 4096,
             construction: "opportunistic".into(),
@@ -114,6 +117,7 @@ impl AdaptConfig {
             manager: puffer_adapt::ManagerConfig {
                 marks,
                 hold_seconds: self.hold_seconds,
+                idle_drop_after_seconds: self.idle_drop_after_seconds,
                 drop_headroom: self.drop_headroom,
             },
             memory_budget_bytes: self.memory_budget_mb.saturating_mul(1 << 20),

@@ -45,6 +45,7 @@ fn config() -> NodeConfig {
         manager: ManagerConfig {
             marks: Marks::uniform(8.0, 1.0).unwrap(),
             hold_seconds: 0.0,
+            idle_drop_after_seconds: 0.0,
             drop_headroom: 0.7,
         },
         memory_budget_bytes: u64::MAX,

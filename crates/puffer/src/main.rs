@@ -32,8 +32,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run SQL: one statement with -e, or an interactive shell.
     Sql(sql::SqlArgs),
-    /// Show tables, their stages and sizes.
+    /// Show tables, their stages and sizes, and every replica's layers, footprint and queue.
     Status(sql::StatusArgs),
+    /// Add or drop a sample layer of a replica by hand on a running server, or hand it back to the layer manager.
+    Layer(sql::LayerArgs),
     /// Load CSV / JSON Lines files into a table (created if missing), in batches.
     Load(load::LoadArgs),
 }
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Sql(args) => sql::run(args),
         Command::Status(args) => sql::status(args),
+        Command::Layer(args) => sql::layer(args),
         Command::Load(args) => load::run(args),
     };
     match result {

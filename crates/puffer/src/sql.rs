@@ -243,20 +243,31 @@ fn shell(session: &Session, print: &dyn Fn(&Value) -> anyhow::Result<()>) -> any
 pub struct StatusArgs {
     #[command(flatten)]
     target: Target,
+    /// Print JSON only (tables and the node's replicas), without the readable table.
+    #[arg(long)]
+    json: bool,
 }
 
-/// Runs `puffer status`: tables, their stages and sizes, as JSON.
+/// Runs `puffer status`: tables, their stages and sizes, and every shard replica's
+/// layers, footprint, averaged queue and response rate; a readable table, then JSON.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let answer = match Session::open(&args.target)? {
-        Session::Http(url) => http_get(&format!("{url}/v1/tables"))?,
+        Session::Http(url) => {
+            let tables = http_get(&format!("{url}/v1/tables"))?;
+            let node = http_get(&format!("{url}/v1/admin/replicas"))?;
+            json!({"tables": tables["tables"], "node": node})
+        }
         Session::Direct(db) => {
             let mut tables = Vec::new();
             for name in db.table_names() {
-                let shard = db.table(&name)?;
-                let stats = shard.stats()?;
-                let marks = shard.watermarks();
+                let table = db.table(&name)?;
+                let stats = table.stats()?;
+                let marks = table.watermarks();
+                let layout = table.layout();
                 tables.push(json!({
                     "name": name,
+                    "shards": layout.shards,
+                    "replicas": layout.replicas,
                     "records_in_segments": stats.segment_records,
                     "disk_bytes": stats.disk_bytes,
                     "memory_bytes": stats.memory_bytes,
@@ -266,9 +277,82 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                     "watermarks": {"published": marks.published, "sorted": marks.sorted, "compressed": marks.compressed},
                 }));
             }
-            json!({"tables": tables})
+            json!({"tables": tables, "node": db.node().status()})
         }
     };
+    if !args.json {
+        print_replicas(&answer["node"]);
+    }
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(())
+}
+
+fn print_replicas(node: &Value) {
+    let mib = |v: &Value| v.as_f64().unwrap_or(0.0) / (1024.0 * 1024.0);
+    println!(
+        "node: {:.1} MiB of {:.1} MiB budget, {} construction, layer manager {}",
+        mib(&node["memory_used_bytes"]),
+        mib(&node["memory_budget_bytes"]),
+        node["construction"].as_str().unwrap_or("?"),
+        if node["automatic"].as_bool().unwrap_or(false) {
+            "on"
+        } else {
+            "off"
+        }
+    );
+    println!(
+        "{:>4} {:<20} {:>5} {:>7} {:>9} {:>11} {:>7} {:>10} {:>10} {:>6}",
+        "id",
+        "table",
+        "shard",
+        "replica",
+        "layers",
+        "footprint",
+        "queue",
+        "avg queue",
+        "resp/s",
+        "pinned"
+    );
+    for r in node["replicas"].as_array().into_iter().flatten() {
+        println!(
+            "{:>4} {:<20} {:>5} {:>7} {:>9} {:>9.2}Mi {:>7} {:>10.2} {:>10.0} {:>6}",
+            r["id"],
+            r["table"].as_str().unwrap_or("?"),
+            r["shard"],
+            r["replica"],
+            format!("{}/{}", r["layers"], r["max_layers"]),
+            mib(&r["footprint_bytes"]),
+            r["queue_length"],
+            r["averaged_queue"].as_f64().unwrap_or(0.0),
+            r["response_per_second"].as_f64().unwrap_or(0.0),
+            r["pinned"].as_bool().unwrap_or(false)
+        );
+    }
+}
+
+/// Arguments of `puffer layer`.
+#[derive(Debug, clap::Args)]
+pub struct LayerArgs {
+    /// `add` or `drop` a layer (pins the replica: the layer manager leaves it alone), or
+    /// `auto` to hand it back to the layer manager.
+    #[arg(value_parser = ["add", "drop", "auto"])]
+    action: String,
+    /// The replica's id (see `puffer status`).
+    #[arg(long)]
+    replica: u64,
+    /// URL of the running server.
+    #[arg(long)]
+    url: String,
+}
+
+/// Runs `puffer layer add|drop|auto --replica ID --url URL` against a running server
+/// (layers live in the server's memory, so there is no embedded form).
+pub fn layer(args: LayerArgs) -> anyhow::Result<()> {
+    let url = args.url.trim_end_matches('/');
+    let answer = http_post(
+        &format!("{url}/v1/admin/replicas/{}/layers", args.replica),
+        &json!({"action": args.action}),
+    )?;
     println!("{}", serde_json::to_string_pretty(&answer)?);
     Ok(())
 }

@@ -1806,6 +1806,9 @@ fn requests_beyond_the_concurrency_limit_are_refused() {
     let uploader = server.client(None);
     let (refused, uploaded) = std::thread::scope(|scope| {
         let upload = scope.spawn(|| uploader.post("/v1/texts/big", "text/plain", &text));
+        // Let the upload take the one permit first: a poll that won the race would get the
+        // upload refused (and its connection closed mid-body) instead.
+        std::thread::sleep(std::time::Duration::from_millis(200));
         let mut refused = None;
         while !upload.is_finished() && refused.is_none() {
             let reply = api.get("/v1/tables");
@@ -1821,4 +1824,190 @@ fn requests_beyond_the_concurrency_limit_are_refused() {
     assert_eq!(refused.json()["code"], json!("overloaded"));
     assert_eq!(refused.json()["retryable"], json!(true));
     api.get("/v1/tables").expect(200);
+}
+
+// ---------------------------------------------------------------------------------------
+// Shards, replicas and the adaptive node
+// ---------------------------------------------------------------------------------------
+
+/// Runs the `puffer` binary; returns (success, stdout, stderr).
+fn run_cli(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_puffer"))
+        .args(args)
+        .output()
+        .expect("cannot run puffer");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sharded_tables_replicas_status_and_manual_layers() {
+    let server = Server::start(&[]);
+    let api = server.client(None);
+    let mut request =
+        json!({"name": "s", "key": "id", "attributes": [{"name": "city", "type": "string"}]});
+    request["shards"] = json!(2);
+    request["replicas"] = json!(2);
+    let description = api.post_json("/v1/tables", &request).expect(201);
+    assert_eq!(
+        (
+            description["shards"].clone(),
+            description["replicas"].clone()
+        ),
+        (json!(2), json!(2))
+    );
+    let bad = api.post_json(
+        "/v1/tables",
+        &json!({"name": "b", "key": "id", "shards": 0}),
+    );
+    expect_error(&bad, 400, "invalid_request");
+
+    // Records spread over both shards come back whole, in key order.
+    let records: Vec<Value> = (0..40)
+        .map(
+            |i| json!({"id": format!("k{i:02}"), "city": if i % 2 == 0 { "oslo" } else { "rome" }}),
+        )
+        .collect();
+    api.post(
+        "/v1/tables/s/records",
+        "application/x-ndjson",
+        &jsonl(&records),
+    )
+    .expect(200);
+    let found = api
+        .post_json(
+            "/v1/tables/s/search",
+            &json!({"where": {"eq": {"city": "rome"}}}),
+        )
+        .expect(200);
+    let keys: Vec<String> = found["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (0..40)
+        .filter(|i| i % 2 == 1)
+        .map(|i| format!("k{i:02}"))
+        .collect();
+    assert_eq!(keys, expected);
+    for i in [0, 17, 39] {
+        let got = api
+            .get(&format!("/v1/tables/s/records/k{i:02}"))
+            .expect(200);
+        assert_eq!(got["record"], records[i]);
+    }
+
+    // The node shows four replicas of table s; the CLI prints them.
+    let node = api.get("/v1/admin/replicas").expect(200);
+    let replicas: Vec<&Value> = node["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["table"] == "s")
+        .collect();
+    assert_eq!(replicas.len(), 4);
+    let (ok, stdout, stderr) = run_cli(&["status", "--json", "--url", &server.base]);
+    assert!(ok, "{stderr}");
+    let status: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        status["node"]["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["table"] == "s")
+            .count(),
+        4
+    );
+    let (ok, stdout, _) = run_cli(&["status", "--url", &server.base]);
+    assert!(
+        ok && stdout.contains("avg queue") && stdout.contains(" s "),
+        "{stdout}"
+    );
+
+    // Manual layer changes pin a replica (the layer manager leaves it alone); `auto`
+    // hands it back; unknown replicas and actions are refused.
+    let id = replicas[0]["id"].as_u64().unwrap();
+    // Its records are still in the log stage: no segment, so no layer to add.
+    let (ok, _, stderr) = run_cli(&[
+        "layer",
+        "add",
+        "--replica",
+        &id.to_string(),
+        "--url",
+        &server.base,
+    ]);
+    assert!(!ok && stderr.contains("at most 1 layer"), "{stderr}");
+    let (ok, stdout, stderr) = run_cli(&[
+        "layer",
+        "drop",
+        "--replica",
+        &id.to_string(),
+        "--url",
+        &server.base,
+    ]);
+    assert!(ok, "{stderr}");
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["pinned"], true);
+    let pinned = api.get("/v1/admin/replicas").expect(200);
+    let me = pinned["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap()
+        .clone();
+    assert_eq!(me["pinned"], true);
+    let (ok, _, stderr) = run_cli(&[
+        "layer",
+        "auto",
+        "--replica",
+        &id.to_string(),
+        "--url",
+        &server.base,
+    ]);
+    assert!(ok, "{stderr}");
+    let auto = api.get("/v1/admin/replicas").expect(200);
+    assert_eq!(
+        auto["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap()["pinned"],
+        false
+    );
+    let (ok, _, stderr) = run_cli(&["layer", "drop", "--replica", "9999", "--url", &server.base]);
+    assert!(!ok && stderr.contains("no replica 9999"), "{stderr}");
+    let bad = api.post_json(
+        &format!("/v1/admin/replicas/{id}/layers"),
+        &json!({"action": "grow"}),
+    );
+    expect_error(&bad, 400, "invalid_request");
+    let history = api.get("/v1/admin/history?last_s=60").expect(200);
+    assert!(history["replicas"].as_array().unwrap().len() >= 4);
+    expect_error(
+        &api.get("/v1/admin/history?last_s=-1"),
+        400,
+        "invalid_request",
+    );
+
+    // Reopened, the table keeps its layout and records.
+    let server = server.restart();
+    let api = server.client(None);
+    let description = api.get("/v1/tables/s").expect(200);
+    assert_eq!(
+        (
+            description["shards"].clone(),
+            description["replicas"].clone()
+        ),
+        (json!(2), json!(2))
+    );
+    let count = api
+        .post_json("/v1/tables/s/search", &json!({"count": true}))
+        .expect(200);
+    assert_eq!(count["count"], 40);
 }

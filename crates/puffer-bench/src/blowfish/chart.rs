@@ -53,24 +53,27 @@ pub fn draw(
         },
     )?;
 
-    let rate_max = series
-        .iter()
-        .map(|s| s.row.request_per_second.max(s.row.response_per_second))
+    let rate_max = (0..replicas)
+        .flat_map(|r| {
+            let request =
+                smoothed(per_replica(r).map(|s| (s.row.t_seconds, s.row.request_per_second)));
+            let response =
+                smoothed(per_replica(r).map(|s| (s.row.t_seconds, s.row.response_per_second)));
+            request.into_iter().chain(response).map(|(_, v)| v)
+        })
         .fold(1.0, f64::max)
-        * 1.1;
+        * 1.15;
     panel(
         &panels[1],
-        "ops/s: request (dashed), response (solid)",
+        "ops/s, 1 s averages: request (dashed), response (solid)",
         t_max,
         rate_max,
         |chart| {
             for r in 0..replicas {
-                let request: Vec<(f64, f64)> = per_replica(r)
-                    .map(|s| (s.row.t_seconds, s.row.request_per_second))
-                    .collect();
-                let response: Vec<(f64, f64)> = per_replica(r)
-                    .map(|s| (s.row.t_seconds, s.row.response_per_second))
-                    .collect();
+                let request =
+                    smoothed(per_replica(r).map(|s| (s.row.t_seconds, s.row.request_per_second)));
+                let response =
+                    smoothed(per_replica(r).map(|s| (s.row.t_seconds, s.row.response_per_second)));
                 chart
                     .draw_series(DashedLineSeries::new(
                         request,
@@ -165,4 +168,21 @@ fn panel<'b>(
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
     Ok(())
+}
+
+/// Averages of the last second at each point (per-tick rates over 100 ms are noisy).
+fn smoothed(points: impl Iterator<Item = (f64, f64)>) -> Vec<(f64, f64)> {
+    let points: Vec<(f64, f64)> = points.collect();
+    let mut out = Vec::with_capacity(points.len());
+    let mut start = 0;
+    let mut sum = 0.0;
+    for (end, &(t, v)) in points.iter().enumerate() {
+        sum += v;
+        while points[start].0 < t - 1.0 && start < end {
+            sum -= points[start].1;
+            start += 1;
+        }
+        out.push((t, sum / (end - start + 1) as f64));
+    }
+    out
 }

@@ -96,6 +96,9 @@ pub struct BlowfishArgs {
     /// Least seconds between two layer changes of one replica.
     #[arg(long, default_value_t = 1.0)]
     hold_seconds: f64,
+    /// Least seconds a replica keeps a layer after its last change before idleness drops it.
+    #[arg(long, default_value_t = 5.0)]
+    idle_drop_after_seconds: f64,
     /// Bound of each replica's request queue.
     #[arg(long, default_value_t = 512)]
     queue_capacity: usize,
@@ -212,6 +215,7 @@ fn node_config(
         manager: ManagerConfig {
             marks: Marks::uniform(args.high_mark, args.low_mark)?,
             hold_seconds: args.hold_seconds,
+            idle_drop_after_seconds: args.idle_drop_after_seconds,
             drop_headroom: 0.7,
         },
         memory_budget_bytes: u64::MAX,

@@ -62,6 +62,7 @@ impl Default for NodeConfig {
             manager: ManagerConfig {
                 marks: Marks::uniform(16.0, 1.0).expect("default marks are valid"),
                 hold_seconds: 2.0,
+                idle_drop_after_seconds: 10.0,
                 drop_headroom: 0.7,
             },
             memory_budget_bytes: 1 << 30,
