@@ -131,28 +131,34 @@ pub fn totals(series: &[SeriesRow]) -> Vec<(f64, f64, f64, f64, u64)> {
 }
 
 /// Seconds from `step_seconds` until the response rate matches the request rate (within
-/// 5%, over 1 s windows) and the averaged queue is under `high_mark`, holding for 2 s;
-/// `None` if that never happens before the series ends.
-pub fn adapt_seconds(series: &[SeriesRow], step_seconds: f64, high_mark: f64) -> Option<f64> {
+/// 5%, over 1 s windows) and the averaged queue is under `high_mark` for good, up to
+/// `end_seconds`: the end of the last unsettled window after the step (0 if none);
+/// `None` if the last window before `end_seconds` is still unsettled.
+pub fn adapt_seconds(
+    series: &[SeriesRow],
+    step_seconds: f64,
+    end_seconds: f64,
+    high_mark: f64,
+) -> Option<f64> {
     let totals = totals(series);
-    let window = |from: f64, to: f64| {
+    let settled = |from: f64, to: f64| {
         let rows: Vec<_> = totals.iter().filter(|r| r.0 >= from && r.0 < to).collect();
         let request: f64 = rows.iter().map(|r| r.1).sum();
         let response: f64 = rows.iter().map(|r| r.2).sum();
         let queue = rows.iter().map(|r| r.3).fold(0.0, f64::max);
-        (rows.len(), request, response, queue)
+        rows.is_empty() || (response >= 0.95 * request && queue < high_mark)
     };
-    let end = totals.last()?.0;
+    let mut last_unsettled_end = None;
     let mut t = step_seconds;
-    while t + 2.0 <= end {
-        let settled = (0..2).all(|k| {
-            let (n, request, response, queue) = window(t + k as f64, t + k as f64 + 1.0);
-            n > 0 && response >= 0.95 * request && queue < high_mark
-        });
-        if settled {
-            return Some(t - step_seconds);
+    while t + 1.0 <= end_seconds {
+        if !settled(t, t + 1.0) {
+            last_unsettled_end = Some(t + 1.0);
         }
-        t += 0.1;
+        t += 1.0;
     }
-    None
+    match last_unsettled_end {
+        None => Some(0.0),
+        Some(end) if end + 1.0 > end_seconds => None,
+        Some(end) => Some(end - step_seconds),
+    }
 }

@@ -370,7 +370,10 @@ fn run_scenario(
 
     let adapt: Option<f64> = steps
         .iter()
-        .map(|&s| adapt_seconds(&series, phase_starts[s], args.high_mark))
+        .map(|&s| {
+            let end = phase_starts[s] + phases[s].seconds;
+            adapt_seconds(&series, phase_starts[s], end, args.high_mark)
+        })
         .try_fold(0.0f64, |acc, v| v.map(|v| acc.max(v)));
     let peak_storage_ratio = series
         .iter()

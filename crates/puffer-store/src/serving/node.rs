@@ -671,19 +671,24 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
         let arrived =
             (counters.accepted - c.counters.accepted) + (counters.refused - c.counters.refused);
         let refused = counters.refused - c.counters.refused;
-        // The curve point belongs to the layers the replica had through the interval.
-        c.curve.observe(
-            c.state.layers,
-            completed,
-            busy_seconds,
-            c.state.footprint_bytes,
-        );
-        c.counters = counters;
-        c.state = reconcile(
+        let state = reconcile(
             slot.pool.replica(),
             slot.target_layers(),
             config.construction,
         );
+        // The curve point belongs to the layers the replica had through the interval; an
+        // interval in which a layer was published (a dedicated build finishing) or a
+        // compaction changed the indexes says nothing clean about either count.
+        if state.layers == c.state.layers {
+            c.curve.observe(
+                c.state.layers,
+                completed,
+                busy_seconds,
+                c.state.footprint_bytes,
+            );
+        }
+        c.counters = counters;
+        c.state = state;
         let row = ReplicaHistoryRow {
             t_seconds,
             layers: c.state.layers,
