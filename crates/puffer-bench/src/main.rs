@@ -4,6 +4,7 @@
 mod blowfish;
 mod http_bench;
 mod index_bench;
+mod peers;
 mod plot;
 mod records;
 mod stats;
@@ -28,6 +29,8 @@ enum Experiment {
     Http(http_bench::HttpArgs),
     /// Load CSV / JSON-lines records into a shard and measure load speed, freshness lag, footprint and query latency.
     Records(records::RecordsArgs),
+    /// Compare PufferDB with SQLite FTS5, PostgreSQL pg_trgm and ripgrep on the same data and queries.
+    Peers(peers::PeersArgs),
     /// Reproduce BlowFish's experiments on one node: gradual and spiked load, replicas, versus replication.
     Blowfish(blowfish::BlowfishArgs),
 }
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         Experiment::Index(args) => index_bench::run(&args),
         Experiment::Records(args) => records::run(&args),
         Experiment::Http(args) => http_bench::run(&args),
+        Experiment::Peers(args) => peers::run(&args),
         Experiment::Blowfish(args) => blowfish::run(&args),
     }
 }

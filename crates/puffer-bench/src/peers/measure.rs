@@ -1,0 +1,298 @@
+//! What every engine shares: the engine trait, answers and their check against the
+//! oracle, the timing of queries and the summary per query class.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::stats::{quantile_us, round};
+
+/// Resident set size of this process now, in bytes (Linux; 0 elsewhere).
+pub(super) fn current_rss_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Queries whose oracle answer has at most this many rows (lines or records) form the
+/// `selective` class: the searches an application shows a page of results for.
+pub(super) const SELECTIVE_MAX_ROWS: usize = 100;
+/// Queries of each class run once untimed before the timed pass (caches, page faults).
+const WARM_UP_PER_CLASS: usize = 10;
+const MISMATCH_EXAMPLES: usize = 20;
+
+/// What an engine found for one query.
+pub(super) enum Answer {
+    /// The matching rows (line numbers, or record rows), in any order.
+    Rows(Vec<u32>),
+    /// The matching records' keys, in any order.
+    Keys(Vec<Vec<u8>>),
+    /// Only how many rows match (ripgrep's `-c`).
+    Count(u64),
+}
+
+/// One query with the oracle's answer, computed before any engine runs.
+pub(super) struct Planned<Q> {
+    pub(super) class: &'static str,
+    pub(super) query: Q,
+    /// Matching rows, ascending.
+    pub(super) expected: Vec<u32>,
+    /// The query, readable, for mismatch messages.
+    pub(super) label: String,
+}
+
+/// Sizes an engine reports once its queries have run.
+pub(super) struct Sizes {
+    pub(super) disk_bytes: u64,
+    /// The resident figure the table shows; what it means is in `memory_note`.
+    pub(super) memory_bytes: u64,
+    pub(super) memory_note: String,
+    /// Engine-specific figures (settings, parts of the sizes) for the JSON.
+    pub(super) details: serde_json::Value,
+}
+
+/// A loaded engine answering queries of type `Q`, one at a time on one thread.
+pub(super) trait Engine<Q> {
+    /// Whether the engine can express `query` (ripgrep cannot express equality or
+    /// ranges on attributes).
+    fn supports(&self, _query: &Q) -> bool {
+        true
+    }
+
+    /// The answer to `query`; this call is what is timed.
+    fn answer(&mut self, query: &Q) -> anyhow::Result<Answer>;
+
+    /// Sizes on disk and in memory, after the queries.
+    fn sizes(&mut self) -> anyhow::Result<Sizes>;
+}
+
+/// Disagreements with the oracle over all engines; the first few described.
+#[derive(Default)]
+pub(super) struct Mismatches {
+    pub(super) count: u64,
+    pub(super) examples: Vec<String>,
+}
+
+impl Mismatches {
+    pub(super) fn record(&mut self, what: String) {
+        self.count += 1;
+        eprintln!("mismatch: {what}");
+        if self.examples.len() < MISMATCH_EXAMPLES {
+            self.examples.push(what);
+        }
+    }
+}
+
+/// Latency figures of one query class on one engine.
+pub(super) struct ClassLatency {
+    pub(super) class: &'static str,
+    pub(super) queries: usize,
+    pub(super) p50_us: f64,
+    pub(super) p99_us: f64,
+}
+
+/// What is wrong with `answer` as the answer to `planned`, if anything.
+/// `row_of_key` turns keys into rows (records only).
+pub(super) fn check<Q>(
+    planned: &Planned<Q>,
+    answer: Answer,
+    row_of_key: Option<&HashMap<Vec<u8>, u32>>,
+) -> Option<String> {
+    let mut rows = match answer {
+        Answer::Count(count) => {
+            let expected = planned.expected.len() as u64;
+            return (count != expected).then(|| format!("expected {expected} rows, got {count}"));
+        }
+        Answer::Rows(rows) => rows,
+        Answer::Keys(keys) => {
+            let Some(row_of_key) = row_of_key else {
+                return Some("the engine answered with keys, which this data has not".into());
+            };
+            let mut rows = Vec::with_capacity(keys.len());
+            for key in &keys {
+                match row_of_key.get(key) {
+                    Some(&row) => rows.push(row),
+                    None => {
+                        let key = String::from_utf8_lossy(key);
+                        return Some(format!("key {key:?} is not in the data"));
+                    }
+                }
+            }
+            rows
+        }
+    };
+    rows.sort_unstable();
+    if rows == planned.expected {
+        return None;
+    }
+    let first_difference = rows
+        .iter()
+        .zip(&planned.expected)
+        .position(|(got, want)| got != want)
+        .unwrap_or(rows.len().min(planned.expected.len()));
+    let show = |list: &[u32]| -> String {
+        let part: Vec<String> = list
+            .iter()
+            .skip(first_difference)
+            .take(3)
+            .map(|r| r.to_string())
+            .collect();
+        part.join(",")
+    };
+    Some(format!(
+        "expected {} rows, got {}; first difference at position {first_difference}: expected [{}], got [{}]",
+        planned.expected.len(),
+        rows.len(),
+        show(&planned.expected),
+        show(&rows)
+    ))
+}
+
+/// Runs the first queries of each class untimed, then every supported query timed, and
+/// checks each timed answer. Returns the latency per class (in the order of first
+/// appearance), then that of the selective queries.
+pub(super) fn measure<Q>(
+    engine_name: &str,
+    engine: &mut dyn Engine<Q>,
+    planned: &[Planned<Q>],
+    row_of_key: Option<&HashMap<Vec<u8>, u32>>,
+    mismatches: &mut Mismatches,
+) -> Vec<ClassLatency> {
+    let supported: Vec<&Planned<Q>> = planned
+        .iter()
+        .filter(|p| engine.supports(&p.query))
+        .collect();
+    let mut warmed: HashMap<&'static str, usize> = HashMap::new();
+    for query in &supported {
+        let done = warmed.entry(query.class).or_default();
+        if *done < WARM_UP_PER_CLASS {
+            *done += 1;
+            let _ = engine.answer(&query.query);
+        }
+    }
+    let mut times: Vec<(&'static str, Duration)> = Vec::new();
+    let mut selective: Vec<Duration> = Vec::new();
+    for query in supported {
+        let started = Instant::now();
+        let answer = engine.answer(&query.query);
+        let took = started.elapsed();
+        let problem = match answer {
+            Ok(answer) => check(query, answer, row_of_key),
+            Err(e) => Some(format!("error: {e:#}")),
+        };
+        if let Some(problem) = problem {
+            mismatches.record(format!(
+                "{engine_name} {} {}: {problem}",
+                query.class, query.label
+            ));
+        }
+        times.push((query.class, took));
+        if query.expected.len() <= SELECTIVE_MAX_ROWS {
+            selective.push(took);
+        }
+    }
+    let mut classes: Vec<&'static str> = Vec::new();
+    for (class, _) in &times {
+        if !classes.contains(class) {
+            classes.push(class);
+        }
+    }
+    let mut latencies: Vec<ClassLatency> = classes
+        .into_iter()
+        .map(|class| {
+            let of_class = times.iter().filter(|(c, _)| *c == class).map(|(_, t)| *t);
+            summarize(class, of_class.collect())
+        })
+        .collect();
+    latencies.push(summarize("selective", selective));
+    latencies
+}
+
+fn summarize(class: &'static str, mut times: Vec<Duration>) -> ClassLatency {
+    ClassLatency {
+        class,
+        queries: times.len(),
+        p50_us: round(quantile_us(&mut times, 0.5), 1),
+        p99_us: round(quantile_us(&mut times, 0.99), 1),
+    }
+}
+
+/// The figures of one engine that ran.
+pub(super) struct EngineReport {
+    pub(super) name: &'static str,
+    pub(super) description: String,
+    pub(super) load_seconds: f64,
+    pub(super) sizes: Sizes,
+    pub(super) latencies: Vec<ClassLatency>,
+    pub(super) mismatches: u64,
+}
+
+impl EngineReport {
+    pub(super) fn to_json(&self, input_bytes: u64) -> serde_json::Value {
+        let ratio = |bytes: u64| round(bytes as f64 / input_bytes.max(1) as f64, 4);
+        let mut p50 = serde_json::Map::new();
+        let mut p99 = serde_json::Map::new();
+        let mut queries = serde_json::Map::new();
+        for latency in &self.latencies {
+            p50.insert(latency.class.into(), json!(latency.p50_us));
+            p99.insert(latency.class.into(), json!(latency.p99_us));
+            queries.insert(latency.class.into(), json!(latency.queries));
+        }
+        json!({
+            "engine": self.name,
+            "description": self.description,
+            "disk_bytes": self.sizes.disk_bytes,
+            "bytes_ratio": ratio(self.sizes.disk_bytes),
+            "memory_bytes": self.sizes.memory_bytes,
+            "memory_ratio": ratio(self.sizes.memory_bytes),
+            "memory_note": self.sizes.memory_note,
+            "load_seconds": round(self.load_seconds, 2),
+            "p50_us": p50,
+            "p99_us": p99,
+            "queries": queries,
+            "mismatches": self.mismatches,
+            "details": self.sizes.details,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(expected: Vec<u32>) -> Planned<()> {
+        Planned {
+            class: "test",
+            query: (),
+            expected,
+            label: String::new(),
+        }
+    }
+
+    #[test]
+    fn answers_are_checked_as_sets_of_rows() {
+        let want = planned(vec![1, 5, 9]);
+        assert!(check(&want, Answer::Rows(vec![9, 1, 5]), None).is_none());
+        assert!(check(&want, Answer::Rows(vec![1, 5]), None).is_some());
+        assert!(check(&want, Answer::Rows(vec![1, 5, 9, 9]), None).is_some());
+        assert!(check(&want, Answer::Count(3), None).is_none());
+        assert!(check(&want, Answer::Count(4), None).is_some());
+        let keys: HashMap<Vec<u8>, u32> =
+            [(b"a".to_vec(), 1), (b"b".to_vec(), 5), (b"c".to_vec(), 9)].into();
+        let found = vec![b"c".to_vec(), b"a".to_vec(), b"b".to_vec()];
+        assert!(check(&want, Answer::Keys(found), Some(&keys)).is_none());
+        assert!(check(&want, Answer::Keys(vec![b"zz".to_vec()]), Some(&keys)).is_some());
+    }
+}

@@ -1,0 +1,223 @@
+//! PufferDB, embedded: a `puffer_index::TextIndex` over a text corpus (saved, then
+//! opened from its file as a server would), or a `puffer_store::Shard` of records.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use puffer_index::{BuildOptions, TextIndex};
+use puffer_store::{Predicate, Query, ReadOptions, Schema, Shard, ShardOptions, WriteOp};
+use serde_json::json;
+
+use super::corpus::Corpus;
+use super::lines::LineDirectory;
+use super::measure::{current_rss_bytes, Answer, Engine, Sizes};
+use super::records::{Condition, RecordQuery, RecordTable};
+
+/// Records per write (SCU) while loading.
+const LOAD_BATCH_ROWS: usize = 1000;
+
+/// Build options of every index: the defaults (SA and ISA rate 32, 4 layers), built on
+/// one thread like the peers' loads.
+fn build_options() -> BuildOptions {
+    BuildOptions {
+        threads: 1,
+        ..BuildOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Text corpus.
+
+pub(super) struct PufferText {
+    index: TextIndex,
+    lines: LineDirectory,
+    index_path: PathBuf,
+    /// Resident set size just before the index file was opened.
+    rss_before_open_bytes: u64,
+}
+
+/// Builds the index of the corpus and its line directory, saves the index into
+/// `work_dir` and opens it from there; returns the engine and the load seconds (build
+/// and save).
+pub(super) fn load_text(corpus: &Corpus, work_dir: &Path) -> anyhow::Result<(PufferText, f64)> {
+    let index_path = work_dir.join("corpus.pidx");
+    let started = Instant::now();
+    let built = TextIndex::build_with(&corpus.text, &build_options(), &mut |_, _| {})
+        .context("building the text index")?;
+    built
+        .save(&index_path)
+        .with_context(|| format!("saving {}", index_path.display()))?;
+    drop(built);
+    let lines = LineDirectory::new(&corpus.text);
+    let load_seconds = started.elapsed().as_secs_f64();
+    let rss_before_open_bytes = current_rss_bytes();
+    let index = TextIndex::open(&index_path)
+        .with_context(|| format!("opening {}", index_path.display()))?;
+    Ok((
+        PufferText {
+            index,
+            lines,
+            index_path,
+            rss_before_open_bytes,
+        },
+        load_seconds,
+    ))
+}
+
+impl Engine<Vec<u8>> for PufferText {
+    fn answer(&mut self, pattern: &Vec<u8>) -> anyhow::Result<Answer> {
+        let offsets = self.index.search(pattern, None)?;
+        let mut lines: Vec<u32> = offsets
+            .iter()
+            .map(|&offset| self.lines.line_of(offset))
+            .collect();
+        lines.sort_unstable();
+        lines.dedup();
+        Ok(Answer::Rows(lines))
+    }
+
+    fn sizes(&mut self) -> anyhow::Result<Sizes> {
+        let file_bytes = std::fs::metadata(&self.index_path)
+            .with_context(|| format!("reading {}", self.index_path.display()))?
+            .len();
+        let footprint = self.index.footprint().total_bytes();
+        let directory = self.lines.bytes();
+        let rss_delta = current_rss_bytes().saturating_sub(self.rss_before_open_bytes);
+        Ok(Sizes {
+            disk_bytes: file_bytes + directory,
+            memory_bytes: footprint + directory,
+            memory_note: "index footprint + line directory (all resident)".into(),
+            details: json!({
+                "index_file_bytes": file_bytes,
+                "index_footprint_bytes": footprint,
+                "line_directory_bytes": directory,
+                "rss_delta_after_open_and_queries_bytes": rss_delta,
+                "sa_rate": build_options().sa_rate,
+                "isa_rate": build_options().isa_rate,
+                "levels": build_options().levels,
+            }),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Records.
+
+pub(super) struct PufferRecords {
+    shard: Shard,
+    names: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// Loads the table into a fresh shard (one writer, SCUs of LOAD_BATCH_ROWS records)
+/// and compacts it into one segment; returns the engine and the load seconds.
+pub(super) fn load_records(
+    table: &RecordTable,
+    work_dir: &Path,
+) -> anyhow::Result<(PufferRecords, f64)> {
+    let dir = tempfile::Builder::new()
+        .prefix("shard-")
+        .tempdir_in(work_dir)?;
+    let schema = Schema::new(
+        &table.table.schema.key,
+        table.table.schema.attributes.clone(),
+    )?;
+    let options = ShardOptions {
+        index: build_options(),
+        ..ShardOptions::default()
+    };
+    let shard = Shard::open(dir.path(), schema, options).context("opening the shard")?;
+    let started = Instant::now();
+    for start in (0..table.table.rows.len()).step_by(LOAD_BATCH_ROWS) {
+        let rows = start..(start + LOAD_BATCH_ROWS).min(table.table.rows.len());
+        write_with_retry(&shard, table, rows)?;
+    }
+    shard.compact_all().context("compacting the shard")?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    let names = table
+        .table
+        .schema
+        .attributes
+        .iter()
+        .map(|a| a.name.clone())
+        .collect();
+    Ok((
+        PufferRecords {
+            shard,
+            names,
+            _dir: dir,
+        },
+        load_seconds,
+    ))
+}
+
+/// Writes `rows` as one SCU, waiting while the store asks writers to slow down.
+fn write_with_retry(
+    shard: &Shard,
+    table: &RecordTable,
+    rows: std::ops::Range<usize>,
+) -> anyhow::Result<()> {
+    loop {
+        let ops: Vec<WriteOp> = rows
+            .clone()
+            .map(|row| WriteOp::Put(table.table.record(row)))
+            .collect();
+        match shard.write(ops) {
+            Ok(_) => return Ok(()),
+            Err(puffer_store::StoreError::Overloaded(_)) => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            Err(e) => return Err(e).with_context(|| format!("writing rows {rows:?}")),
+        }
+    }
+}
+
+impl PufferRecords {
+    fn predicate(&self, query: &RecordQuery) -> Predicate {
+        let name = self.names[query.column].clone();
+        match &query.condition {
+            Condition::Eq(value) => Predicate::Eq(name, value.clone()),
+            Condition::Contains(needle) => Predicate::Contains(name, needle.clone()),
+            Condition::Range(lower, upper) => Predicate::Range {
+                attribute: name,
+                lower: lower.clone(),
+                upper: upper.clone(),
+            },
+        }
+    }
+}
+
+impl Engine<RecordQuery> for PufferRecords {
+    fn answer(&mut self, query: &RecordQuery) -> anyhow::Result<Answer> {
+        let query = Query {
+            predicate: self.predicate(query),
+            projection: Some(Vec::new()),
+            limit: None,
+            read: ReadOptions::default(),
+        };
+        let result = self.shard.search(&query)?;
+        anyhow::ensure!(
+            !result.truncated,
+            "the answer was cut at the store's result limit"
+        );
+        Ok(Answer::Keys(
+            result.rows.into_iter().map(|record| record.key).collect(),
+        ))
+    }
+
+    fn sizes(&mut self) -> anyhow::Result<Sizes> {
+        let stats = self.shard.stats()?;
+        Ok(Sizes {
+            disk_bytes: stats.disk_bytes,
+            memory_bytes: stats.memory_bytes,
+            memory_note: "shard's serving memory: indexes, key directories (all resident)".into(),
+            details: json!({
+                "segments": stats.segments,
+                "key_directory_bytes": stats.key_directory_bytes,
+                "sa_rate": build_options().sa_rate,
+                "isa_rate": build_options().isa_rate,
+            }),
+        })
+    }
+}
