@@ -129,16 +129,18 @@ fn is_records(path: &Path) -> bool {
         .any(|ext| name.ends_with(ext))
 }
 
+/// `name` for a file name: runs of anything but ASCII letters, digits and `.` become
+/// one `-` ("airbnb (5 files)" becomes "airbnb-5-files").
 fn file_safe(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
 }
 
 fn dataset_label(paths: &[PathBuf]) -> String {
@@ -574,5 +576,26 @@ fn short_us(us: f64) -> String {
         format!("{us:.1}")
     } else {
         format!("{us:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_told_apart_and_named() {
+        assert!(is_records(Path::new("a/boston-listings.csv.gz")));
+        assert!(is_records(Path::new("events.jsonl")));
+        assert!(!is_records(Path::new("english.40MB")));
+        assert!(!is_records(Path::new("english.40MB.gz")));
+        assert_eq!(file_safe("airbnb (5 files)"), "airbnb-5-files");
+        assert_eq!(file_safe("english.40MB"), "english.40MB");
+        let paths = [
+            PathBuf::from("d/airbnb/a.csv.gz"),
+            PathBuf::from("d/airbnb/b.csv.gz"),
+        ];
+        assert_eq!(dataset_label(&paths), "airbnb (2 files)");
+        assert_eq!(dataset_label(&paths[..1]), "a");
     }
 }
