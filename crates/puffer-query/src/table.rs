@@ -286,10 +286,18 @@ impl Table {
 
     /// Records matching the query over all shards, ascending by key.
     pub fn search(&self, query: &Query) -> Result<SearchResult> {
-        let mut results = Vec::with_capacity(self.groups.len());
-        for group in &self.groups {
-            let query = query.clone();
-            results.push(group.execute(move |shard| shard.search(&query))??);
+        // Every shard works at once; answers are merged when all are in.
+        let pending = self
+            .groups
+            .iter()
+            .map(|group| {
+                let query = query.clone();
+                group.submit(move |shard| shard.search(&query))
+            })
+            .collect::<puffer_store::Result<Vec<_>>>()?;
+        let mut results = Vec::with_capacity(pending.len());
+        for answer in pending {
+            results.push(answer.wait()??);
         }
         if results.len() == 1 {
             return Ok(results.pop().expect("one result"));
@@ -313,11 +321,18 @@ impl Table {
 
     /// Records matching `predicate` over all shards.
     pub fn count(&self, predicate: &Predicate, read: ReadOptions) -> Result<(u64, SnapshotInfo)> {
+        let pending = self
+            .groups
+            .iter()
+            .map(|group| {
+                let predicate = predicate.clone();
+                group.submit(move |shard| shard.count(&predicate, read))
+            })
+            .collect::<puffer_store::Result<Vec<_>>>()?;
         let mut total = 0;
         let mut snapshots = Vec::new();
-        for group in &self.groups {
-            let predicate = predicate.clone();
-            let (count, snapshot) = group.execute(move |shard| shard.count(&predicate, read))??;
+        for answer in pending {
+            let (count, snapshot) = answer.wait()??;
             total += count;
             snapshots.push(snapshot);
         }

@@ -12,7 +12,7 @@ pub mod pool;
 pub mod replica;
 
 pub use node::{
-    AdaptiveNode, NewReplica, NodeConfig, NodeStatus, ReplicaHistoryRow, ReplicaSlot,
+    AdaptiveNode, NewReplica, NodeConfig, NodeStatus, Pending, ReplicaHistoryRow, ReplicaSlot,
     ReplicaStatus, ShardGroup,
 };
 pub use pool::{ReplicaPool, Response};

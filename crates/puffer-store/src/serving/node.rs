@@ -177,16 +177,26 @@ impl<R: LayeredReplica> ShardGroup<R> {
             .report(replica, queue_length as f64);
     }
 
-    /// Runs `job` on a replica chosen by the scheduler and waits for the answer; the
-    /// response's queue length goes back to the scheduler.
+    /// Queues `job` on a replica chosen by the scheduler; [`Pending::wait`] gives the
+    /// answer and hands the response's queue length back to the scheduler.
+    pub fn submit<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&R) -> T + Send + 'static,
+    ) -> Result<Pending<'_, R, T>> {
+        let slot = self.route();
+        Ok(Pending {
+            group: self,
+            replica: slot.replica,
+            receiver: slot.pool.submit(job)?,
+        })
+    }
+
+    /// Runs `job` on a replica chosen by the scheduler and waits for the answer.
     pub fn execute<T: Send + 'static>(
         &self,
         job: impl FnOnce(&R) -> T + Send + 'static,
     ) -> Result<T> {
-        let slot = self.route();
-        let response = slot.pool.execute(job)?;
-        self.report(slot.replica, response.queue_length);
-        Ok(response.value)
+        self.submit(job)?.wait()
     }
 
     /// Shares of queries each replica gets now.
@@ -203,6 +213,27 @@ impl<R: LayeredReplica> ShardGroup<R> {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
         (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A query queued on a replica of a shard.
+pub struct Pending<'a, R: LayeredReplica, T> {
+    group: &'a ShardGroup<R>,
+    replica: usize,
+    receiver: std::sync::mpsc::Receiver<crate::serving::pool::Response<T>>,
+}
+
+impl<R: LayeredReplica, T> Pending<'_, R, T> {
+    /// Waits for the answer; the response's queue length goes back to the scheduler.
+    pub fn wait(self) -> Result<T> {
+        let response = self.receiver.recv().map_err(|_| {
+            StoreError::Unavailable(format!(
+                "table {} shard {} replica {} failed to answer the request",
+                self.group.table, self.group.shard, self.replica
+            ))
+        })?;
+        self.group.report(self.replica, response.queue_length);
+        Ok(response.value)
     }
 }
 

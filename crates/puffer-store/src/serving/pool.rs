@@ -113,14 +113,13 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
         job: impl FnOnce(&R) -> T + Send + 'static,
     ) -> Result<mpsc::Receiver<Response<T>>> {
         let (sender, receiver) = mpsc::sync_channel(1);
-        let wrapped: Job<R> = Box::new(move |replica, _queue_length_unused| {
+        self.enqueue(Box::new(move |replica, queue_length| {
             let value = job(replica);
             let _ = sender.send(Response {
                 value,
-                queue_length: 0,
+                queue_length,
             });
-        });
-        self.enqueue(wrapped)?;
+        }))?;
         Ok(receiver)
     }
 
@@ -129,15 +128,7 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
         &self,
         job: impl FnOnce(&R) -> T + Send + 'static,
     ) -> Result<Response<T>> {
-        let (sender, receiver) = mpsc::sync_channel(1);
-        self.enqueue(Box::new(move |replica, queue_length| {
-            let value = job(replica);
-            let _ = sender.send(Response {
-                value,
-                queue_length,
-            });
-        }))?;
-        receiver.recv().map_err(|_| {
+        self.submit(job)?.recv().map_err(|_| {
             StoreError::Unavailable(format!("{} failed to answer the request", self.shared.name))
         })
     }
@@ -278,8 +269,10 @@ mod tests {
         assert!(matches!(refused, StoreError::Overloaded(_)), "{refused}");
         gate_tx.send(()).unwrap();
         assert_eq!(blocker.recv().unwrap().value, 10);
-        assert_eq!(a.recv().unwrap().value, 11);
-        assert_eq!(b.recv().unwrap().value, 12);
+        // One worker: when `a` runs, `b` is the one request still waiting.
+        let (a, b) = (a.recv().unwrap(), b.recv().unwrap());
+        assert_eq!((a.value, a.queue_length), (11, 1));
+        assert_eq!((b.value, b.queue_length), (12, 0));
         let answered = pool.execute(|r| r * 2).unwrap();
         assert_eq!((answered.value, answered.queue_length), (20, 0));
         let counters = pool.counters();
