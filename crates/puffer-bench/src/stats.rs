@@ -1,4 +1,4 @@
-//! Small statistics helpers for timings.
+//! Small helpers shared by the experiments: timing statistics, rounding, memory, labels.
 
 use std::time::Duration;
 
@@ -34,4 +34,26 @@ pub fn peak_rss_bytes() -> u64 {
 pub fn round(value: f64, digits: i32) -> f64 {
     let scale = 10f64.powi(digits);
     (value * scale).round() / scale
+}
+
+/// A short name for a run's inputs: the file's stem (`.gz` and the format's extension
+/// dropped), or `folder (N files)` for several.
+pub fn dataset_label(paths: &[std::path::PathBuf]) -> String {
+    let stem = |path: &std::path::Path| {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+        let name = name.strip_suffix(".gz").unwrap_or(name);
+        [".csv", ".jsonl", ".json"]
+            .iter()
+            .find_map(|ext| name.strip_suffix(ext))
+            .unwrap_or(name)
+            .to_string()
+    };
+    match paths {
+        [only] => stem(only),
+        _ => {
+            let parent = paths[0].parent().and_then(|p| p.file_name());
+            let folder = parent.map_or("inputs".into(), |p| p.to_string_lossy());
+            format!("{folder} ({} files)", paths.len())
+        }
+    }
 }

@@ -38,6 +38,16 @@ fn index(text: &[u8]) -> TextIndex {
     TextIndex::build_with(text, &options, &mut |_, _| {}).unwrap()
 }
 
+/// Two separate copies of an index over `data`, unlimited.
+fn two_replicas(data: &[u8]) -> Vec<NewReplica<TextIndex>> {
+    (0..2)
+        .map(|_| NewReplica {
+            replica: index(data),
+            memory_limit_bytes: None,
+        })
+        .collect()
+}
+
 fn config() -> NodeConfig {
     NodeConfig {
         delta: Duration::from_millis(100),
@@ -66,22 +76,7 @@ fn layers_of(node: &AdaptiveNode<TextIndex>) -> Vec<u32> {
 fn answers_match_a_naive_scan_through_the_queues() {
     let data = text(1);
     let node = AdaptiveNode::start(config()).unwrap();
-    let group = node
-        .add_shard(
-            "t",
-            0,
-            vec![
-                NewReplica {
-                    replica: index(&data),
-                    memory_limit_bytes: None,
-                },
-                NewReplica {
-                    replica: index(&data),
-                    memory_limit_bytes: None,
-                },
-            ],
-        )
-        .unwrap();
+    let group = node.add_shard("t", 0, two_replicas(&data)).unwrap();
     for pattern in ["puffer", "fish blow", "zz", "a ", "the queue"] {
         let owned = pattern.as_bytes().to_vec();
         let count = group
@@ -111,22 +106,7 @@ fn answers_match_a_naive_scan_through_the_queues() {
 fn layers_follow_the_queue_and_idle_replicas_release_them() {
     let data = text(2);
     let node = AdaptiveNode::start(config()).unwrap();
-    let group = node
-        .add_shard(
-            "t",
-            0,
-            vec![
-                NewReplica {
-                    replica: index(&data),
-                    memory_limit_bytes: None,
-                },
-                NewReplica {
-                    replica: index(&data),
-                    memory_limit_bytes: None,
-                },
-            ],
-        )
-        .unwrap();
+    let group = node.add_shard("t", 0, two_replicas(&data)).unwrap();
     assert_eq!(layers_of(&node), vec![4, 4]);
     // Idle: both give their layers back, one per tick, down to the base.
     for _ in 0..5 {
@@ -248,22 +228,7 @@ fn the_budget_holds_and_a_memory_limited_replica_stays_at_its_base() {
 fn routing_follows_reported_queue_lengths() {
     let data = text(4);
     let node = AdaptiveNode::start(config()).unwrap();
-    let group = node
-        .add_shard(
-            "t",
-            0,
-            vec![
-                NewReplica {
-                    replica: index(&data),
-                    memory_limit_bytes: None,
-                },
-                NewReplica {
-                    replica: index(&data),
-                    memory_limit_bytes: None,
-                },
-            ],
-        )
-        .unwrap();
+    let group = node.add_shard("t", 0, two_replicas(&data)).unwrap();
     group.report(0, 9); // weights 0.1 and 1
     let draws = 20_000;
     let to_first = (0..draws).filter(|_| group.route().replica == 0).count();

@@ -41,13 +41,7 @@ pub fn draw(
                 let line: Vec<(f64, f64)> = per_replica(r)
                     .map(|s| (s.row.t_seconds, ratio(s)))
                     .collect();
-                chart
-                    .draw_series(LineSeries::new(line, COLORS[r % 4].stroke_width(2)))
-                    .map_err(|e| anyhow!("{e}"))?
-                    .label(format!("replica {r}"))
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 15, y)], COLORS[r % 4])
-                    });
+                replica_line(chart, r, line)?;
             }
             Ok(())
         },
@@ -82,13 +76,7 @@ pub fn draw(
                         COLORS[r % 4].mix(0.6).stroke_width(1),
                     ))
                     .map_err(|e| anyhow!("{e}"))?;
-                chart
-                    .draw_series(LineSeries::new(response, COLORS[r % 4].stroke_width(2)))
-                    .map_err(|e| anyhow!("{e}"))?
-                    .label(format!("replica {r}"))
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 15, y)], COLORS[r % 4])
-                    });
+                replica_line(chart, r, response)?;
             }
             Ok(())
         },
@@ -117,13 +105,7 @@ pub fn draw(
                     )
                 });
                 chart.draw_series(sampled).map_err(|e| anyhow!("{e}"))?;
-                chart
-                    .draw_series(LineSeries::new(averaged, COLORS[r % 4].stroke_width(2)))
-                    .map_err(|e| anyhow!("{e}"))?
-                    .label(format!("replica {r}"))
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 15, y)], COLORS[r % 4])
-                    });
+                replica_line(chart, r, averaged)?;
             }
             Ok(())
         },
@@ -185,4 +167,19 @@ fn smoothed(points: impl Iterator<Item = (f64, f64)>) -> Vec<(f64, f64)> {
         out.push((t, sum / (end - start + 1) as f64));
     }
     out
+}
+
+/// Draws replica `r`'s bold line, labelled for the legend.
+fn replica_line(
+    chart: &mut Chart<'_, '_>,
+    r: usize,
+    points: Vec<(f64, f64)>,
+) -> anyhow::Result<()> {
+    let color = COLORS[r % COLORS.len()];
+    chart
+        .draw_series(LineSeries::new(points, color.stroke_width(2)))
+        .map_err(|e| anyhow!("{e}"))?
+        .label(format!("replica {r}"))
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+    Ok(())
 }

@@ -31,6 +31,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde_json::json;
 
+use crate::stats::dataset_label;
+
 use measure::{measure, Engine, EngineReport, Mismatches, Planned};
 
 /// The engines, by the names `--skip` takes.
@@ -141,28 +143,6 @@ fn file_safe(name: &str) -> String {
         }
     }
     out.trim_matches('-').to_string()
-}
-
-fn dataset_label(paths: &[PathBuf]) -> String {
-    let stem = |path: &Path| {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
-        let name = name.strip_suffix(".gz").unwrap_or(name);
-        [".csv", ".jsonl", ".json"]
-            .iter()
-            .find_map(|ext| name.strip_suffix(ext))
-            .unwrap_or(name)
-            .to_string()
-    };
-    match paths {
-        [only] => stem(only),
-        _ => {
-            let folder = paths[0]
-                .parent()
-                .and_then(|p| p.file_name())
-                .map_or("inputs".into(), |p| p.to_string_lossy());
-            format!("{folder} ({} files)", paths.len())
-        }
-    }
 }
 
 /// What a run produced.

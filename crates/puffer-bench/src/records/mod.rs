@@ -17,7 +17,7 @@ use puffer_index::BuildOptions;
 use puffer_store::{AttrType, Schema, Shard, ShardOptions};
 use serde_json::json;
 
-use crate::stats::{peak_rss_bytes, round};
+use crate::stats::{dataset_label, peak_rss_bytes, round};
 use load::{compact, freshness, load, Compaction, LoadReport, WRITER_THREADS};
 use queries::{measure_queries, KindLatency, Mismatches};
 use table::{load_table, KeySource, Table};
@@ -137,26 +137,6 @@ fn shard_options(args: &RecordsArgs) -> ShardOptions {
 
 // ---------------------------------------------------------------------------------
 // Report.
-
-fn dataset_label(paths: &[PathBuf]) -> String {
-    let stem = |path: &Path| {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
-        let name = name.strip_suffix(".gz").unwrap_or(name);
-        [".csv", ".jsonl", ".json"]
-            .iter()
-            .find_map(|ext| name.strip_suffix(ext))
-            .unwrap_or(name)
-            .to_string()
-    };
-    match paths {
-        [only] => stem(only),
-        _ => {
-            let parent = paths[0].parent().and_then(|p| p.file_name());
-            let folder = parent.map_or("inputs".into(), |p| p.to_string_lossy());
-            format!("{folder} ({} files)", paths.len())
-        }
-    }
-}
 
 fn column_types(table: &Table) -> serde_json::Map<String, serde_json::Value> {
     let mut counts = serde_json::Map::new();
