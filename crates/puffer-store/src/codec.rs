@@ -31,7 +31,7 @@ use crate::schema::{AttrType, StoredRecord, Value};
 /// Starts every field; occurs nowhere else in a stage's text.
 pub const MARK: u8 = 0x01;
 /// Escapes 0x00, 0x01 and 0x02 inside values.
-const ESCAPE: u8 = 0x02;
+pub const ESCAPE: u8 = 0x02;
 /// Attribute ids are stored as `ID_BASE + id`.
 pub const ID_BASE: u8 = 0x10;
 
@@ -194,6 +194,46 @@ pub fn field_spans(text: &[u8]) -> Result<Vec<FieldSpan>, String> {
         at = end;
     }
     Ok(spans)
+}
+
+/// Where an occurrence of an escaped pattern starts, judged from the text before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// At a character of attribute `id`'s value.
+    Value(u16),
+    /// At a field's attribute byte, or at the second byte of an escape pair: not the
+    /// start of a value substring.
+    NotValue,
+    /// The bytes given hold no field marker, so they do not reach back far enough.
+    Unknown,
+}
+
+/// Where an occurrence starting right after `before` lies; `before` must reach back to
+/// the marker of the field the occurrence is in for the answer to be known.
+pub fn place_after(before: &[u8]) -> Result<Place, String> {
+    let Some(mark_at) = before.iter().rposition(|&b| b == MARK) else {
+        return Ok(Place::Unknown);
+    };
+    let Some(&id) = before.get(mark_at + 1) else {
+        return Ok(Place::NotValue);
+    };
+    if id < ID_BASE {
+        return Err(format!(
+            "bad attribute byte 0x{id:02x} after a field marker"
+        ));
+    }
+    // An escape byte only ever starts a pair, so an occurrence right after one begins
+    // inside the pair. The attribute byte itself is never an escape byte.
+    if mark_at + 2 < before.len() && before.last() == Some(&ESCAPE) {
+        return Ok(Place::NotValue);
+    }
+    Ok(Place::Value((id - ID_BASE) as u16))
+}
+
+/// Whether an escaped pattern starting with `first` could match at the second byte of
+/// an escape pair (whose second bytes are `0x40 ..= 0x42`).
+pub fn may_split_escape(first: u8) -> bool {
+    (0x40..=0x42).contains(&first)
 }
 
 fn unescape(bytes: &[u8]) -> Result<Vec<u8>, String> {
@@ -476,5 +516,51 @@ mod tests {
         ];
         assert_eq!(decode_record(b"k".to_vec(), &text, &types), Ok(record));
         assert!(decode_record(vec![], &text[1..], &types).is_err());
+    }
+
+    /// Every offset of a record's text against the field layout: value characters
+    /// (escape pairs counted as one) are `Value`, attribute bytes and second bytes of
+    /// escape pairs are `NotValue`, offsets before the first marker are `Unknown`.
+    #[test]
+    fn place_after_agrees_with_the_field_layout() {
+        let record = StoredRecord {
+            key: b"k".to_vec(),
+            fields: vec![
+                (0, Value::String(b"ab\x01A\x02\x00".to_vec())),
+                (3, Value::Int(-42)),
+                (40, Value::String(Vec::new())),
+                (41, Value::String(b"@AB\x02B".to_vec())),
+            ],
+        };
+        let mut text = b"xyz".to_vec();
+        let first_field = text.len();
+        push_record(&mut text, &record);
+        let mut expected = vec![Place::Unknown; first_field + 1];
+        for span in field_spans(&text[first_field..]).unwrap() {
+            let (start, end) = (first_field + span.value.start, first_field + span.value.end);
+            expected.push(Place::NotValue); // the attribute byte
+            let mut at = start;
+            while at < end {
+                expected.push(Place::Value(span.id));
+                if text[at] == ESCAPE {
+                    expected.push(Place::NotValue);
+                    at += 1;
+                }
+                at += 1;
+            }
+            if end < text.len() {
+                expected.push(Place::NotValue); // the next marker (never searched for)
+            }
+        }
+        assert_eq!(expected.len(), text.len());
+        for offset in first_field + 1..text.len() {
+            let place = place_after(&text[..offset]).unwrap();
+            if text[offset] == MARK {
+                continue; // escaped patterns never start at a marker
+            }
+            assert_eq!(place, expected[offset], "offset {offset} of {text:?}");
+        }
+        assert_eq!(place_after(b"ab").unwrap(), Place::Unknown);
+        assert!(place_after(&[MARK, 0x03, b'a']).is_err());
     }
 }

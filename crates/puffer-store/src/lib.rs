@@ -31,6 +31,7 @@ pub mod clock;
 pub mod codec;
 pub mod container;
 pub mod error;
+pub mod fields;
 pub mod fs;
 pub mod keydir;
 pub mod manifest;

@@ -276,24 +276,44 @@ enum Probe {
     Between((Vec<u8>, bool), (Vec<u8>, bool)),
 }
 
-/// Probes that find a superset of a leaf's records; `exact` when every located
-/// occurrence is a distinct matching record (no verification needed).
+/// How the records a text stage's probes find are checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Check {
+    /// Every located occurrence is a distinct matching record.
+    Exact,
+    /// An occurrence counts when it starts at a character of the attribute's value (any
+    /// string attribute's when `None`); a record may be found more than once.
+    Occurrence {
+        attribute: Option<u16>,
+        may_split_escape: bool,
+    },
+    /// Each found record is decoded and the whole predicate evaluated.
+    Record,
+}
+
+/// Probes that find a superset of a leaf's records, and how to check what they find.
 struct LeafProbes {
     probes: Vec<Probe>,
-    exact: bool,
+    check: Check,
 }
 
 fn leaf_probes(compiled: &Compiled) -> Option<LeafProbes> {
     let exact = |probes| {
         Some(LeafProbes {
             probes,
-            exact: true,
+            check: Check::Exact,
         })
     };
-    let loose = |pattern: Vec<u8>| {
+    // Escaped patterns hold no marker before their end, so an occurrence lies within
+    // one field and is placed by the field it starts in.
+    let in_values = |pattern: Vec<u8>, attribute: Option<u16>| {
+        let may_split_escape = codec::may_split_escape(pattern[0]);
         Some(LeafProbes {
             probes: vec![Probe::Prefix(pattern)],
-            exact: false,
+            check: Check::Occurrence {
+                attribute,
+                may_split_escape,
+            },
         })
     };
     match compiled {
@@ -319,9 +339,9 @@ fn leaf_probes(compiled: &Compiled) -> Option<LeafProbes> {
                 Test::Suffix(s) => {
                     let mut pattern = codec::escape(s);
                     pattern.push(codec::MARK);
-                    loose(pattern)
+                    in_values(pattern, Some(id))
                 }
-                Test::Contains(s) => loose(codec::escape(s)),
+                Test::Contains(s) => in_values(codec::escape(s), Some(id)),
                 Test::Range(lower, upper) => {
                     let lower = match lower {
                         Bound::Included(v) => (codec::value_prefix_pattern(id, v), false),
@@ -337,7 +357,7 @@ fn leaf_probes(compiled: &Compiled) -> Option<LeafProbes> {
                 }
             }
         }
-        Compiled::RecordContains(s) if !s.is_empty() => loose(codec::escape(s)),
+        Compiled::RecordContains(s) if !s.is_empty() => in_values(codec::escape(s), None),
         _ => None,
     }
 }
@@ -350,8 +370,7 @@ enum Source {
     Found {
         ranges: Vec<(u64, u64)>,
         records: Vec<u64>,
-        /// Each matching record appears once and needs no verification.
-        exact: bool,
+        check: Check,
     },
 }
 
@@ -394,14 +413,14 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
         return Ok(Source::Found {
             ranges,
             records: Vec::new(),
-            exact: leaf.exact,
+            check: leaf.check,
         });
     }
     match compiled {
         Compiled::Key(TestBox(Test::Eq(Value::String(key)))) => Ok(Source::Found {
             ranges: Vec::new(),
             records: stage.find_key(key)?.into_iter().collect(),
-            exact: true,
+            check: Check::Exact,
         }),
         Compiled::Key(TestBox(Test::In(values))) => {
             let mut records = Vec::new();
@@ -415,7 +434,7 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
             Ok(Source::Found {
                 ranges: Vec::new(),
                 records,
-                exact: true,
+                check: Check::Exact,
             })
         }
         Compiled::And(children) => {
@@ -435,7 +454,7 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
                 } if children.len() > 1 => Source::Found {
                     ranges,
                     records,
-                    exact: false,
+                    check: Check::Record,
                 },
                 other => other,
             })
@@ -456,7 +475,7 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
             Ok(Source::Found {
                 ranges: all_ranges,
                 records: all_records,
-                exact: false,
+                check: Check::Record,
             })
         }
         _ => Ok(Source::Scan),
@@ -477,20 +496,29 @@ pub fn search_text(
     want_records: bool,
 ) -> Result<Vec<(u64, Option<StoredRecord>)>> {
     let source = plan_text(stage, compiled)?;
-    let verify =
-        !matches!(source, Source::Found { exact: true, .. }) && !matches!(compiled, Compiled::All);
+    let check = match &source {
+        Source::Found { check, .. } => *check,
+        Source::Scan if matches!(compiled, Compiled::All) => Check::Exact,
+        Source::Scan => Check::Record,
+    };
     let mut out = Vec::new();
     let mut seen = HashSet::new();
-    let mut consider = |record: u64, out: &mut Vec<(u64, Option<StoredRecord>)>| -> Result<bool> {
+    // Adds `record` if it is live and matches; false once the limit is reached.
+    let consider = |record: u64,
+                    out: &mut Vec<(u64, Option<StoredRecord>)>,
+                    seen: &mut HashSet<u64>|
+     -> Result<bool> {
         if out.len() >= limit {
             return Ok(false);
         }
-        if (verify && !seen.insert(record)) || !stage.deletions().live_at(record, snapshot) {
+        if (check != Check::Exact && !seen.insert(record))
+            || !stage.deletions().live_at(record, snapshot)
+        {
             return Ok(true);
         }
-        if verify || want_records {
+        if check == Check::Record || want_records {
             let decoded = stage.record(record, types)?;
-            if verify && !compiled.matches(&decoded) {
+            if check == Check::Record && !compiled.matches(&decoded) {
                 return Ok(true);
             }
             out.push((record, Some(decoded)));
@@ -502,7 +530,7 @@ pub fn search_text(
     match source {
         Source::Scan => {
             for record in 0..stage.record_count() {
-                if !consider(record, &mut out)? {
+                if !consider(record, &mut out, &mut seen)? {
                     break;
                 }
             }
@@ -511,7 +539,7 @@ pub fn search_text(
             ranges, records, ..
         } => {
             'records: for record in records {
-                if !consider(record, &mut out)? {
+                if !consider(record, &mut out, &mut seen)? {
                     break 'records;
                 }
             }
@@ -528,7 +556,25 @@ pub fn search_text(
                     };
                     chunk = chunk.saturating_mul(2);
                     for offset in stage.locate(at, chunk_end)? {
-                        if !consider(stage.record_at(offset)?, &mut out)? {
+                        let record = stage.record_at(offset)?;
+                        if let Check::Occurrence {
+                            attribute,
+                            may_split_escape,
+                        } = check
+                        {
+                            if seen.contains(&record)
+                                || !occurrence_counts(
+                                    stage,
+                                    offset,
+                                    attribute,
+                                    may_split_escape,
+                                    types,
+                                )?
+                            {
+                                continue;
+                            }
+                        }
+                        if !consider(record, &mut out, &mut seen)? {
                             break 'ranges;
                         }
                     }
@@ -538,6 +584,24 @@ pub fn search_text(
         }
     }
     Ok(out)
+}
+
+/// Whether an occurrence at `offset` starts in a value of `attribute` (of any string
+/// attribute when `None`).
+fn occurrence_counts(
+    stage: &dyn TextStage,
+    offset: u64,
+    attribute: Option<u16>,
+    may_split_escape: bool,
+    types: &[AttrType],
+) -> Result<bool> {
+    Ok(match stage.value_attribute_at(offset, may_split_escape)? {
+        None => false,
+        Some(id) => match attribute {
+            Some(wanted) => id == wanted,
+            None => types.get(id as usize) == Some(&AttrType::String),
+        },
+    })
 }
 
 /// Number of records of a text stage that match at `snapshot`.
@@ -553,7 +617,7 @@ pub fn count_text(
             Source::Found {
                 ranges,
                 records,
-                exact: true,
+                check: Check::Exact,
             },
             _,
         ) if records.is_empty() => Some(ranges.iter().map(|(s, e)| e - s).sum::<u64>()),

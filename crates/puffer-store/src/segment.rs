@@ -3,7 +3,8 @@
 //! - `seg-NNNNNN.meta`: a checksummed container (magic `PUFFSEGM`, version 1) with
 //!   section 1 = JSON facts (`records`, `text_len`, `max_seq`), section 2 = the key
 //!   directory (keys ascending: a record's number is its key's rank), section 3 = the
-//!   record boundaries;
+//!   record boundaries, section 4 = the long-field directory (`fields.rs`; absent in
+//!   segments written before it existed, which then place occurrences more slowly);
 //!
 //! plus, once records in it are deleted, `seg-NNNNNN.del-C`: a container (magic
 //! `PUFFSDEL`, version 1) whose section 1 lists the deleted record numbers (u64 LE,
@@ -16,9 +17,10 @@ use puffer_index::{BuildOptions, TextIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::bounds::{encode_bounds, RecordBounds};
-use crate::codec::{self, MARK};
+use crate::codec::{self, Place, MARK};
 use crate::container::{decode_sections, encode_sections, find_section};
 use crate::error::{Result, StoreError};
+use crate::fields::{encode_long_fields, LongFields, LONG_FIELD_MIN_BYTES};
 use crate::fs::{write_file_atomic, write_file_atomic_with, Fs, FsWriter};
 use crate::keydir::{encode_keys, KeyDirectory};
 use crate::schema::{AttrType, StoredRecord};
@@ -30,6 +32,7 @@ const VERSION: u32 = 1;
 const SECTION_FACTS: u32 = 1;
 const SECTION_KEYS: u32 = 2;
 const SECTION_BOUNDS: u32 = 3;
+const SECTION_LONG_FIELDS: u32 = 4;
 const SECTION_DELETED: u32 = 1;
 
 #[derive(Serialize, Deserialize)]
@@ -46,6 +49,8 @@ pub struct Segment {
     index: TextIndex,
     keys: KeyDirectory,
     bounds: RecordBounds,
+    /// `None` for segments written before the directory existed.
+    long_fields: Option<LongFields>,
     deletions: Arc<Deletions>,
     /// Last SCU whose records may be in the segment.
     pub max_seq: u64,
@@ -90,6 +95,11 @@ impl Segment {
         let key_bytes = encode_keys(&keys).map_err(StoreError::InvalidBatch)?;
         let bound_bytes =
             encode_bounds(&starts, text.len() as u64 - 1).map_err(StoreError::InvalidBatch)?;
+        let long_field_bytes = encode_long_fields(
+            records.iter().map(|(_, t)| t.as_slice()),
+            text.len() as u64 - 1,
+        )
+        .map_err(StoreError::InvalidBatch)?;
         let facts = serde_json::to_vec(&Facts {
             records: records.len() as u64,
             text_len: text.len() as u64,
@@ -115,6 +125,7 @@ impl Segment {
                 (SECTION_FACTS, &facts),
                 (SECTION_KEYS, &key_bytes),
                 (SECTION_BOUNDS, &bound_bytes),
+                (SECTION_LONG_FIELDS, &long_field_bytes),
             ],
         );
         let meta_path = dir.join(meta_file_name(id));
@@ -150,11 +161,19 @@ impl Segment {
                 index.text_len()
             )));
         }
+        let long_fields = match find_section(&sections, SECTION_LONG_FIELDS) {
+            Ok(range) => Some(
+                LongFields::from_bytes(&bytes[range], bounds.text_len())
+                    .map_err(|e| corrupt(format!("long-field section: {e}")))?,
+            ),
+            Err(_) => None,
+        };
         let segment = Segment {
             id,
             index,
             keys,
             bounds,
+            long_fields,
             deletions: Arc::new(Deletions::default()),
             max_seq: facts.max_seq,
             dir: dir.to_path_buf(),
@@ -205,6 +224,7 @@ impl Segment {
         self.index.footprint().total_bytes()
             + self.keys.byte_len() as u64
             + self.bounds.byte_len() as u64
+            + self.long_fields.as_ref().map_or(0, |f| f.byte_len() as u64)
             + self.deletions.memory_bytes()
     }
 
@@ -303,5 +323,49 @@ impl TextStage for Segment {
                 format!("record {record}: {e}"),
             )
         })
+    }
+    fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>> {
+        if let Some(long) = &self.long_fields {
+            let found = long
+                .field_at(offset)
+                .map_err(|e| self.corrupt_meta(format!("long-field section: {e}")))?;
+            if let Some((start, id_byte)) = found {
+                let value_start = start + 2;
+                if offset < value_start {
+                    return Ok(None);
+                }
+                if may_split_escape
+                    && offset > value_start
+                    && self.index.extract(offset - 1, 1)? == [codec::ESCAPE]
+                {
+                    return Ok(None);
+                }
+                return Ok(Some((id_byte - codec::ID_BASE) as u16));
+            }
+        }
+        // A short field's marker is fewer than LONG_FIELD_MIN_BYTES bytes back; without
+        // the directory (older segments) the window grows until it reaches the marker.
+        let mut window = LONG_FIELD_MIN_BYTES;
+        loop {
+            let from = offset.saturating_sub(window);
+            let before = self.index.extract(from, offset - from)?;
+            let place = codec::place_after(&before).map_err(|e| {
+                StoreError::corrupt(
+                    self.dir.join(index_file_name(self.id)),
+                    format!("before offset {offset}: {e}"),
+                )
+            })?;
+            match place {
+                Place::Value(id) => return Ok(Some(id)),
+                Place::NotValue => return Ok(None),
+                Place::Unknown if from == 0 => {
+                    return Err(StoreError::corrupt(
+                        self.dir.join(index_file_name(self.id)),
+                        format!("no field marker before offset {offset}"),
+                    ))
+                }
+                Place::Unknown => window = window.saturating_mul(4),
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::codec::{self, MARK};
+use crate::codec::{self, Place, MARK};
 use crate::error::{Result, StoreError};
 use crate::memtable::{KeyMap, MemTable};
 use crate::schema::{AttrType, StoredRecord};
@@ -147,5 +147,21 @@ impl TextStage for SortedBatch {
         let range = self.range_of(record)?;
         codec::decode_record(key, &self.text[range], types)
             .map_err(|e| StoreError::InvalidQuery(format!("sorted batch record {record}: {e}")))
+    }
+    fn value_attribute_at(&self, offset: u64, _may_split_escape: bool) -> Result<Option<u16>> {
+        let range = self.range_of(self.record_at(offset)?)?;
+        let before = self.text.get(range.start..offset as usize).ok_or_else(|| {
+            StoreError::InvalidQuery(format!("offset {offset} is past the batch's text"))
+        })?;
+        match codec::place_after(before) {
+            Ok(Place::Value(id)) => Ok(Some(id)),
+            Ok(Place::NotValue) => Ok(None),
+            Ok(Place::Unknown) => Err(StoreError::InvalidQuery(format!(
+                "sorted batch: no field marker before offset {offset}"
+            ))),
+            Err(e) => Err(StoreError::InvalidQuery(format!(
+                "sorted batch at offset {offset}: {e}"
+            ))),
+        }
     }
 }

@@ -105,4 +105,9 @@ pub trait TextStage: Send + Sync {
     fn deletions(&self) -> &Deletions;
     /// Decodes a record.
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord>;
+    /// The attribute whose value holds an occurrence of an escaped pattern starting at
+    /// `offset`; `None` when the occurrence starts at a field's attribute byte or inside
+    /// an escape pair, where no value substring starts. `may_split_escape`: the pattern
+    /// could start inside an escape pair (see [`crate::codec::may_split_escape`]).
+    fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>>;
 }

@@ -275,6 +275,11 @@ mod tests {
         assert_eq!((b.value, b.queue_length), (12, 0));
         let answered = pool.execute(|r| r * 2).unwrap();
         assert_eq!((answered.value, answered.queue_length), (20, 0));
+        // A worker counts a job after the job has answered, so wait for the count.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.counters().completed < 4 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
         let counters = pool.counters();
         assert_eq!(
             (counters.accepted, counters.refused, counters.completed),
