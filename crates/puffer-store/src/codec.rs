@@ -41,15 +41,15 @@ pub fn id_byte(id: u16) -> u8 {
 }
 
 /// Appends `bytes` escaped.
-fn push_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
-    for &b in bytes {
-        if b <= ESCAPE {
-            out.push(ESCAPE);
-            out.push(0x40 + b);
-        } else {
-            out.push(b);
-        }
+fn push_escaped(out: &mut Vec<u8>, mut bytes: &[u8]) {
+    // Bytes needing an escape are rare: copy the runs between them whole.
+    while let Some(at) = bytes.iter().position(|&b| b <= ESCAPE) {
+        out.extend_from_slice(&bytes[..at]);
+        out.push(ESCAPE);
+        out.push(0x40 + bytes[at]);
+        bytes = &bytes[at + 1..];
     }
+    out.extend_from_slice(bytes);
 }
 
 /// `bytes` escaped, as a search pattern for a substring of a value.

@@ -672,6 +672,24 @@ fn put_text(op: &Op) -> Option<Vec<u8>> {
 }
 
 /// Validates puts and deletes against `schema` (schema changes are not accepted here).
+/// Nice value of the background threads (and of the index-building threads they start).
+/// Sealing and compaction are deferrable: while writers and queries keep the cores busy
+/// they get about a tenth of the CPU time a foreground thread gets, and they catch up
+/// when the load eases; `max_pending_batches` bounds how far behind they may fall.
+#[cfg(target_os = "linux")]
+const BACKGROUND_NICE: libc::c_int = 10;
+
+/// Lowers the calling thread's scheduling priority (Linux: priority is per thread).
+/// Failure is harmless (the thread keeps the normal priority), so it is ignored.
+fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on the calling thread, with no pointers involved.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, BACKGROUND_NICE);
+    }
+}
+
 fn validate_records(ops: Vec<WriteOp>, schema: &Schema) -> Result<Vec<Op>> {
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
@@ -1277,6 +1295,7 @@ impl Shared {
     /// tables that waited `seal_interval` are frozen) or compaction. They are separate
     /// threads so that a long compaction does not hold back the sorted stage.
     fn run_background(self: Arc<Self>, job: BackgroundJob, queue: SyncSender<Message>) {
+        lower_thread_priority();
         let mut active_since: Option<(usize, u64)> = None;
         while !self.shutdown.load(Ordering::SeqCst) {
             self.wait_for_work(job);
