@@ -2,7 +2,7 @@
 //! parsed (predicates are evaluated on values) and flattened (the text later becomes a
 //! sorted batch); a small n-gram index narrows scans for patterns of 3 bytes or more.
 
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
 
 use crate::codec;
 use crate::schema::StoredRecord;
@@ -20,13 +20,18 @@ const GRAM_BLOCK_MAX_RECORDS: u64 = 256;
 
 /// The trigram index of a run of consecutive records: one bit per trigram hash present
 /// in any of them. Setting bits in one 8 KB set stays in the L1 cache, unlike posting
-/// lists, so appending costs a few nanoseconds per byte; a query tests each block's bits
-/// and verifies the records of the blocks that have them all (collisions and trigrams
-/// from different records only add candidates).
+/// lists; a query tests each block's bits and verifies the records of the blocks that
+/// have them all (collisions and trigrams from different records only add candidates).
+///
+/// The bits are computed by the first query that needs them, not by the committer:
+/// appending is on the write path's one serial thread, and a table loaded in bulk and
+/// sealed before anyone searches it never pays for them. The last block, which may
+/// still grow, has no bits; queries verify all its records (at most
+/// `GRAM_BLOCK_TEXT_BYTES` of text, or `GRAM_BLOCK_MAX_RECORDS` records).
 struct GramBlock {
     first_record: u64,
     text_bytes: usize,
-    bits: Box<[u64]>,
+    bits: OnceLock<Box<[u64]>>,
 }
 
 impl GramBlock {
@@ -34,12 +39,20 @@ impl GramBlock {
         GramBlock {
             first_record,
             text_bytes: 0,
-            bits: vec![0u64; GRAM_BITS / 64].into_boxed_slice(),
+            bits: OnceLock::new(),
         }
     }
 
-    fn has(&self, bit: usize) -> bool {
-        self.bits[bit / 64] & (1 << (bit % 64)) != 0
+    /// The block's bits, computed from its text on first use.
+    fn bits(&self, text: &[u8]) -> &[u64] {
+        self.bits.get_or_init(|| {
+            let mut bits = vec![0u64; GRAM_BITS / 64].into_boxed_slice();
+            for gram in text.windows(3) {
+                let bit = gram_bucket(gram);
+                bits[bit / 64] |= 1 << (bit % 64);
+            }
+            bits
+        })
     }
 }
 
@@ -114,13 +127,8 @@ impl MemTable {
         if full {
             inner.grams.push(GramBlock::new(number));
         }
-        let MemInner { text, grams, .. } = &mut *inner;
-        let block = grams.last_mut().expect("a block exists");
-        block.text_bytes += text.len() - start;
-        for gram in text[start..].windows(3) {
-            let bit = gram_bucket(gram);
-            block.bits[bit / 64] |= 1 << (bit % 64);
-        }
+        let added = inner.text.len() - start;
+        inner.grams.last_mut().expect("a block exists").text_bytes += added;
         inner.key_bytes += record.key.len() as u64;
         inner.keys.insert(record.key.clone(), number);
         inner.seqs.push(seq);
@@ -152,7 +160,8 @@ impl MemTable {
     /// Approximate bytes held in memory.
     pub fn memory_bytes(&self) -> u64 {
         let inner = self.read();
-        let postings = inner.grams.len() * (GRAM_BITS / 8 + 32);
+        let computed = inner.grams.iter().filter(|b| b.bits.get().is_some());
+        let postings = inner.grams.len() * 32 + computed.count() * (GRAM_BITS / 8);
         (inner.text.len() * 2 + inner.starts.len() * 24 + postings) as u64
             + inner.key_bytes * 2
             + inner.records.len() as u64 * 64
@@ -169,16 +178,23 @@ impl MemInner {
         if pattern.len() < 3 || self.grams.is_empty() {
             return None;
         }
-        let bits: Vec<usize> = pattern.windows(3).map(gram_bucket).collect();
+        let wanted: Vec<usize> = pattern.windows(3).map(gram_bucket).collect();
         let records = self.records.len() as u64;
         let mut out = Vec::new();
         for (i, block) in self.grams.iter().enumerate() {
-            if bits.iter().all(|&bit| block.has(bit)) {
-                let end = self
-                    .grams
-                    .get(i + 1)
-                    .map_or(records, |next| next.first_record);
-                out.extend(block.first_record..end);
+            let Some(next) = self.grams.get(i + 1) else {
+                // The last block may still grow: all its records are candidates.
+                out.extend(block.first_record..records);
+                break;
+            };
+            let start = self.starts[block.first_record as usize] as usize;
+            let end = self.starts[next.first_record as usize] as usize;
+            let bits = block.bits(&self.text[start..end]);
+            if wanted
+                .iter()
+                .all(|&bit| bits[bit / 64] & (1 << (bit % 64)) != 0)
+            {
+                out.extend(block.first_record..next.first_record);
             }
         }
         Some(out)
@@ -233,7 +249,11 @@ mod tests {
                 }
             }
             if pattern == b"zzz" {
-                assert!(candidates.is_empty(), "absent trigrams select nothing");
+                let open_block = inner.grams.last().unwrap().first_record;
+                assert!(
+                    candidates.iter().all(|&r| r >= open_block),
+                    "absent trigrams select nothing outside the open block"
+                );
             }
         }
         assert!(inner.candidates(b"ab").is_none());

@@ -233,9 +233,9 @@ struct Shared {
 /// An SCU on its way to the committer.
 enum Pending {
     /// Puts and deletes, already validated by the writer's thread, with each put's
-    /// flattened text (also made there). Attributes are only ever appended, so they stay
-    /// valid whatever schema change commits first.
-    Checked(Vec<Op>, Vec<Vec<u8>>),
+    /// flattened text and the operations' log encoding (also made there). Attributes
+    /// are only ever appended, so they stay valid whatever schema change commits first.
+    Checked(Vec<Op>, Vec<Vec<u8>>, Vec<u8>),
     /// Operations that change the schema: validated by the committer, in commit order.
     Raw(Vec<WriteOp>),
 }
@@ -417,7 +417,8 @@ impl Shard {
             // Validation runs here, in the writer's thread, to keep the committer lean.
             let ops = validate_records(ops, &self.schema())?;
             let texts = ops.iter().filter_map(put_text).collect();
-            Pending::Checked(ops, texts)
+            let encoded = wal::encode_ops(&ops);
+            Pending::Checked(ops, texts, encoded)
         };
         let (reply, answer) = mpsc::channel();
         let queue = self.queue.as_ref().expect("queue exists while open");
@@ -864,7 +865,7 @@ impl Shared {
         let now = self.clock.now_micros();
         for (pending, reply) in writes {
             let checked = match pending {
-                Pending::Checked(ops, texts) => Ok((ops, texts)),
+                Pending::Checked(ops, texts, ops_bytes) => Ok((ops, texts, ops_bytes)),
                 Pending::Raw(ops) => {
                     let current = schema.get_or_insert_with(|| (*self.schema()).clone());
                     let mut trial = current.clone();
@@ -872,19 +873,20 @@ impl Shared {
                         .inspect(|_| *current = trial)
                         .map(|ops| {
                             let texts = ops.iter().filter_map(put_text).collect();
-                            (ops, texts)
+                            let ops_bytes = wal::encode_ops(&ops);
+                            (ops, texts, ops_bytes)
                         })
                 }
             };
             match checked {
-                Ok((ops, texts)) => {
+                Ok((ops, texts, ops_bytes)) => {
                     let scu = Scu {
                         seq: *next_seq,
                         commit_micros: now,
                         ops,
                     };
                     *next_seq += 1;
-                    scu.encode_record(&mut encoded);
+                    wal::encode_record_parts(scu.seq, now, &ops_bytes, &mut encoded);
                     accepted.push((scu, texts, reply));
                 }
                 Err(e) => {

@@ -76,49 +76,85 @@ fn type_of_byte(b: u8) -> Option<AttrType> {
     })
 }
 
+/// The operations part of an SCU's payload (count, then each operation). It needs no
+/// sequence number, so writers' threads encode it before the committer numbers the SCU.
+pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + ops.iter().map(encoded_len_hint).sum::<usize>());
+    out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for op in ops {
+        match op {
+            Op::Put(record) => {
+                out.push(1);
+                put_bytes(&mut out, &record.key);
+                out.extend_from_slice(&(record.fields.len() as u16).to_le_bytes());
+                for (id, value) in &record.fields {
+                    out.extend_from_slice(&id.to_le_bytes());
+                    out.push(type_byte(value.attr_type()));
+                    match value {
+                        Value::String(b) => put_bytes(&mut out, b),
+                        Value::Int(x) | Value::Timestamp(x) => {
+                            out.extend_from_slice(&x.to_le_bytes())
+                        }
+                        Value::Float(x) => out.extend_from_slice(&x.to_bits().to_le_bytes()),
+                        Value::Bool(b) => out.push(*b as u8),
+                    }
+                }
+            }
+            Op::Delete(key) => {
+                out.push(2);
+                put_bytes(&mut out, key);
+            }
+            Op::AddAttribute(attribute) => {
+                out.push(3);
+                put_bytes(&mut out, attribute.name.as_bytes());
+                out.push(type_byte(attribute.attr_type));
+            }
+        }
+    }
+    out
+}
+
+/// About the bytes `op` takes when encoded (exact for puts of strings).
+fn encoded_len_hint(op: &Op) -> usize {
+    match op {
+        Op::Put(record) => {
+            let values: usize = record
+                .fields
+                .iter()
+                .map(|(_, v)| match v {
+                    Value::String(b) => 4 + b.len(),
+                    _ => 8,
+                })
+                .sum();
+            7 + record.key.len() + 3 * record.fields.len() + values
+        }
+        Op::Delete(key) => 5 + key.len(),
+        Op::AddAttribute(attribute) => 6 + attribute.name.len(),
+    }
+}
+
+/// Appends one log record (length, its complement, checksum, payload) for the SCU
+/// numbered `seq` whose operations encode to `ops` ([`encode_ops`]).
+pub fn encode_record_parts(seq: u64, commit_micros: u64, ops: &[u8], out: &mut Vec<u8>) {
+    let mut head = [0u8; 16];
+    head[..8].copy_from_slice(&seq.to_le_bytes());
+    head[8..].copy_from_slice(&commit_micros.to_le_bytes());
+    let payload_len = (head.len() + ops.len()) as u32;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head);
+    crc.update(ops);
+    out.reserve(12 + payload_len as usize);
+    out.extend_from_slice(&payload_len.to_le_bytes());
+    out.extend_from_slice(&(!payload_len).to_le_bytes());
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(ops);
+}
+
 impl Scu {
     /// Appends this SCU as one log record (length, checksum, payload).
     pub fn encode_record(&self, out: &mut Vec<u8>) {
-        let mut payload = Vec::new();
-        payload.extend_from_slice(&self.seq.to_le_bytes());
-        payload.extend_from_slice(&self.commit_micros.to_le_bytes());
-        payload.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
-        for op in &self.ops {
-            match op {
-                Op::Put(record) => {
-                    payload.push(1);
-                    put_bytes(&mut payload, &record.key);
-                    payload.extend_from_slice(&(record.fields.len() as u16).to_le_bytes());
-                    for (id, value) in &record.fields {
-                        payload.extend_from_slice(&id.to_le_bytes());
-                        payload.push(type_byte(value.attr_type()));
-                        match value {
-                            Value::String(b) => put_bytes(&mut payload, b),
-                            Value::Int(x) | Value::Timestamp(x) => {
-                                payload.extend_from_slice(&x.to_le_bytes())
-                            }
-                            Value::Float(x) => {
-                                payload.extend_from_slice(&x.to_bits().to_le_bytes())
-                            }
-                            Value::Bool(b) => payload.push(*b as u8),
-                        }
-                    }
-                }
-                Op::Delete(key) => {
-                    payload.push(2);
-                    put_bytes(&mut payload, key);
-                }
-                Op::AddAttribute(attribute) => {
-                    payload.push(3);
-                    put_bytes(&mut payload, attribute.name.as_bytes());
-                    payload.push(type_byte(attribute.attr_type));
-                }
-            }
-        }
-        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(!(payload.len() as u32)).to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        out.extend_from_slice(&payload);
+        encode_record_parts(self.seq, self.commit_micros, &encode_ops(&self.ops), out);
     }
 
     /// Decodes a payload whose checksum has been verified.
