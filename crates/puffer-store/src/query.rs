@@ -289,6 +289,35 @@ enum Check {
     },
     /// Each found record is decoded and the whole predicate evaluated.
     Record,
+    /// Occurrences are placed as for `Occurrence`, then the records of those that count
+    /// are decoded and the whole predicate evaluated (a conjunction planned on one of
+    /// its substring conditions).
+    OccurrenceThenRecord {
+        attribute: Option<u16>,
+        may_split_escape: bool,
+    },
+}
+
+impl Check {
+    /// The placement test located occurrences must pass: (attribute, may split escape).
+    fn placement(self) -> Option<(Option<u16>, bool)> {
+        match self {
+            Check::Occurrence {
+                attribute,
+                may_split_escape,
+            }
+            | Check::OccurrenceThenRecord {
+                attribute,
+                may_split_escape,
+            } => Some((attribute, may_split_escape)),
+            Check::Exact | Check::Record => None,
+        }
+    }
+
+    /// Whether found records are decoded and the whole predicate evaluated.
+    fn verifies_records(self) -> bool {
+        matches!(self, Check::Record | Check::OccurrenceThenRecord { .. })
+    }
 }
 
 /// Probes that find a superset of a leaf's records, and how to check what they find.
@@ -450,11 +479,19 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
             }
             Ok(match best {
                 Source::Found {
-                    ranges, records, ..
+                    ranges,
+                    records,
+                    check,
                 } if children.len() > 1 => Source::Found {
                     ranges,
                     records,
-                    check: Check::Record,
+                    check: match check.placement() {
+                        Some((attribute, may_split_escape)) => Check::OccurrenceThenRecord {
+                            attribute,
+                            may_split_escape,
+                        },
+                        None => Check::Record,
+                    },
                 },
                 other => other,
             })
@@ -516,9 +553,9 @@ pub fn search_text(
         {
             return Ok(true);
         }
-        if check == Check::Record || want_records {
+        if check.verifies_records() || want_records {
             let decoded = stage.record(record, types)?;
-            if check == Check::Record && !compiled.matches(&decoded) {
+            if check.verifies_records() && !compiled.matches(&decoded) {
                 return Ok(true);
             }
             out.push((record, Some(decoded)));
@@ -557,11 +594,7 @@ pub fn search_text(
                     chunk = chunk.saturating_mul(2);
                     for offset in stage.locate(at, chunk_end)? {
                         let record = stage.record_at(offset)?;
-                        if let Check::Occurrence {
-                            attribute,
-                            may_split_escape,
-                        } = check
-                        {
+                        if let Some((attribute, may_split_escape)) = check.placement() {
                             if seen.contains(&record)
                                 || !occurrence_counts(
                                     stage,

@@ -1,4 +1,5 @@
-//! Substring predicates (contains, suffix, whole-record contains) against a naive scan,
+//! Substring predicates (contains, suffix, whole-record contains, and conjunctions of
+//! them) against a naive scan,
 //! on records built to trip the occurrence placement: 40 attributes, so that attribute
 //! bytes are also digits; integers, whose encodings are letters and digits; values with
 //! escaped bytes and the letters that follow escapes; short fields and fields long enough
@@ -94,11 +95,29 @@ fn holds(predicate: &Predicate, record: &Record) -> bool {
             Value::String(s) => contains(s, p),
             _ => false,
         }),
+        Predicate::Exists(a) => record.values.contains_key(a),
+        Predicate::And(children) => children.iter().all(|c| holds(c, record)),
         other => unreachable!("not generated: {other:?}"),
     }
 }
 
+/// A substring condition, or (one time in four) a conjunction of one with another
+/// substring condition or an attribute's existence, planned on one of its substring
+/// conditions and verified on the decoded record.
 fn random_predicate(rng: &mut Rng, records: &BTreeMap<Vec<u8>, Record>) -> Predicate {
+    let first = random_substring_predicate(rng, records);
+    if rng.below(4) != 0 {
+        return first;
+    }
+    let second = if rng.below(2) == 0 {
+        random_substring_predicate(rng, records)
+    } else {
+        Predicate::Exists(name(rng.below(ATTRIBUTES as u64) as usize))
+    };
+    Predicate::And(vec![first, second])
+}
+
+fn random_substring_predicate(rng: &mut Rng, records: &BTreeMap<Vec<u8>, Record>) -> Predicate {
     // Half the patterns are cut from stored values (so they match somewhere), half are
     // random (digits and letters also found in attribute bytes and integers).
     let pattern = if rng.below(2) == 0 && !records.is_empty() {
