@@ -7,17 +7,20 @@
 //! Needs Debian's `chromium` (`apt-get install chromium`); without it the Chromium tests
 //! print why they are skipped and pass.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
+
+use common::{collect, first_line};
 
 /// Virtual milliseconds Chromium lets the page run: about five one-second refreshes.
 const VIRTUAL_TIME_BUDGET_MS: u64 = 5000;
@@ -115,31 +118,6 @@ impl Drop for Server {
             eprintln!("--- puffer serve stderr ---\n{}", self.stderr());
         }
     }
-}
-
-/// Reads a pipe to its end on a thread, keeping the text.
-fn collect(pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let sink = text.clone();
-    thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            let mut sink = sink.lock().expect("stderr lock");
-            sink.push_str(&line);
-            sink.push('\n');
-        }
-    });
-    text
-}
-
-/// Sends the pipe's first line (None at its end), then keeps draining it.
-fn first_line(pipe: impl Read + Send + 'static) -> mpsc::Receiver<Option<String>> {
-    let (sender, receiver) = mpsc::channel();
-    thread::spawn(move || {
-        let mut lines = BufReader::new(pipe).lines().map_while(Result::ok);
-        let _ = sender.send(lines.next());
-        lines.for_each(drop);
-    });
-    receiver
 }
 
 // ---------------------------------------------------------------------------------------

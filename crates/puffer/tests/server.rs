@@ -2,15 +2,19 @@
 //! temporary data directory and checks every answer against an oracle: a scan of the
 //! records (or bytes) the test itself loaded.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tempfile::TempDir;
+
+use common::{collect, first_line};
 
 // ---------------------------------------------------------------------------------------
 // The server process
@@ -131,31 +135,6 @@ impl Drop for Server {
             eprintln!("--- puffer serve stderr ---\n{}", self.stderr());
         }
     }
-}
-
-/// Reads a pipe to its end on a thread, keeping the text.
-fn collect(pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let sink = text.clone();
-    thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            let mut sink = sink.lock().expect("stderr lock");
-            sink.push_str(&line);
-            sink.push('\n');
-        }
-    });
-    text
-}
-
-/// Sends the pipe's first line (None at its end), then keeps draining it.
-fn first_line(pipe: impl Read + Send + 'static) -> mpsc::Receiver<Option<String>> {
-    let (sender, receiver) = mpsc::channel();
-    thread::spawn(move || {
-        let mut lines = BufReader::new(pipe).lines().map_while(Result::ok);
-        let _ = sender.send(lines.next());
-        lines.for_each(drop);
-    });
-    receiver
 }
 
 // ---------------------------------------------------------------------------------------
