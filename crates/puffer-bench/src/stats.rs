@@ -14,12 +14,18 @@ pub fn quantile_us(samples: &mut [Duration], q: f64) -> f64 {
 
 /// Peak resident set size of this process, in bytes (Linux; 0 elsewhere).
 pub fn peak_rss_bytes() -> u64 {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+    status_kb_field_bytes("/proc/self/status", "VmHWM:")
+}
+
+/// A `kB` field (such as `VmRSS:`) of a `/proc/<pid>/status` file, in bytes; 0 when the
+/// file or the field is missing (not Linux, or the process is gone).
+pub fn status_kb_field_bytes(status_path: &str, field: &str) -> u64 {
+    let Ok(status) = std::fs::read_to_string(status_path) else {
         return 0;
     };
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| {
             rest.trim()
                 .trim_end_matches("kB")

@@ -6,24 +6,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::stats::{quantile_us, round};
+use crate::stats::{quantile_us, round, status_kb_field_bytes};
 
 /// Resident set size of this process now, in bytes (Linux; 0 elsewhere).
 pub(super) fn current_rss_bytes() -> u64 {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return 0;
-    };
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .map_or(0, |kb| kb * 1024)
+    status_kb_field_bytes("/proc/self/status", "VmRSS:")
 }
 
 /// Queries whose oracle answer has at most this many rows (lines or records) form the

@@ -169,8 +169,6 @@ struct Runner<'p, Q> {
     mismatches: Mismatches,
 }
 
-type Loaded<'a, Q> = (Box<dyn Engine<Q> + 'a>, f64);
-
 impl<'p, Q> Runner<'p, Q> {
     fn new(planned: &'p [Planned<Q>], row_of_key: Option<&'p HashMap<Vec<u8>, u32>>) -> Self {
         Runner {
@@ -189,11 +187,11 @@ impl<'p, Q> Runner<'p, Q> {
 
     /// Loads an engine (a failure skips it, saying why), runs every query and records
     /// its figures.
-    fn run<'a>(
+    fn run<E: Engine<Q>>(
         &mut self,
         name: &'static str,
         description: &str,
-        load: impl FnOnce() -> anyhow::Result<Loaded<'a, Q>>,
+        load: impl FnOnce() -> anyhow::Result<(E, f64)>,
     ) -> anyhow::Result<()> {
         eprintln!("{name}: loading");
         let (mut engine, load_seconds) = match load() {
@@ -207,7 +205,7 @@ impl<'p, Q> Runner<'p, Q> {
         let before = self.mismatches.count;
         let latencies = measure(
             name,
-            engine.as_mut(),
+            &mut engine,
             self.planned,
             self.row_of_key,
             &mut self.mismatches,
@@ -274,20 +272,14 @@ fn run_text(args: &PeersArgs, path: &Path, work_dir: &Path) -> anyhow::Result<Ou
         runner.run(
             "pufferdb",
             "puffer-index TextIndex (SA/ISA rate 32, 4 layers) + line directory",
-            || {
-                let (engine, seconds) = puffer::load_text(&corpus, work_dir)?;
-                Ok((Box::new(engine) as Box<dyn Engine<Vec<u8>>>, seconds))
-            },
+            || puffer::load_text(&corpus, work_dir),
         )?;
     }
     if args.wants("sqlite") {
         runner.run(
             "sqlite",
             "SQLite FTS5 trigram (case_sensitive 1), one row per line",
-            || {
-                let (engine, seconds) = sqlite::load_text(&corpus, work_dir)?;
-                Ok((Box::new(engine) as Box<dyn Engine<Vec<u8>>>, seconds))
-            },
+            || sqlite::load_text(&corpus, work_dir),
         )?;
     }
     if args.wants("postgres") {
@@ -297,10 +289,7 @@ fn run_text(args: &PeersArgs, path: &Path, work_dir: &Path) -> anyhow::Result<Ou
                 runner.run(
                     "postgres",
                     "PostgreSQL pg_trgm GIN index, LIKE '%q%', one row per line",
-                    || {
-                        let (engine, seconds) = pg::load_text(&server, &corpus)?;
-                        Ok((Box::new(engine) as Box<dyn Engine<Vec<u8>>>, seconds))
-                    },
+                    || pg::load_text(&server, &corpus),
                 )?;
                 drop(server);
             }
@@ -312,13 +301,7 @@ fn run_text(args: &PeersArgs, path: &Path, work_dir: &Path) -> anyhow::Result<Ou
             Ok(program) => runner.run(
                 "ripgrep",
                 "rg -F -c -j1 over the corpus file, one process per query",
-                || {
-                    Ok((
-                        Box::new(ripgrep::text(program, corpus_file.clone()))
-                            as Box<dyn Engine<Vec<u8>>>,
-                        0.0,
-                    ))
-                },
+                || Ok((ripgrep::text(program, corpus_file.clone()), 0.0)),
             )?,
         }
     }
@@ -363,25 +346,16 @@ fn run_records(args: &PeersArgs, work_dir: &Path) -> anyhow::Result<Outcome> {
 
     let mut runner = Runner::new(&planned, Some(&table.row_of_key));
     if args.wants("pufferdb") {
-        runner.run("pufferdb", "puffer-store shard, one compacted segment (SA/ISA rate 32), every attribute searchable", || {
-            let (engine, seconds) = puffer::load_records(&table, work_dir)?;
-            Ok((Box::new(engine) as Box<dyn Engine<records::RecordQuery>>, seconds))
-        })?;
+        runner.run("pufferdb", "puffer-store shard, one compacted segment (SA/ISA rate 32), every attribute searchable", || puffer::load_records(&table, work_dir))?;
     }
     if args.wants("sqlite") {
-        runner.run("sqlite", "SQLite table + B-tree indexes (eq, range attributes) + FTS5 trigram external-content index (contains attributes)", || {
-            let (engine, seconds) = sqlite::load_records(&table, work_dir)?;
-            Ok((Box::new(engine) as Box<dyn Engine<records::RecordQuery>>, seconds))
-        })?;
+        runner.run("sqlite", "SQLite table + B-tree indexes (eq, range attributes) + FTS5 trigram external-content index (contains attributes)", || sqlite::load_records(&table, work_dir))?;
     }
     if args.wants("postgres") {
         match pg::PgServer::start() {
             Err(e) => runner.skip("postgres", format!("{e:#}")),
             Ok(server) => {
-                runner.run("postgres", "PostgreSQL table + B-tree indexes (eq, range attributes) + pg_trgm GIN indexes (contains attributes)", || {
-                    let (engine, seconds) = pg::load_records(&server, &table)?;
-                    Ok((Box::new(engine) as Box<dyn Engine<records::RecordQuery>>, seconds))
-                })?;
+                runner.run("postgres", "PostgreSQL table + B-tree indexes (eq, range attributes) + pg_trgm GIN indexes (contains attributes)", || pg::load_records(&server, &table))?;
                 drop(server);
             }
         }
@@ -392,13 +366,7 @@ fn run_records(args: &PeersArgs, work_dir: &Path) -> anyhow::Result<Outcome> {
             Ok(program) => runner.run(
                 "ripgrep",
                 "rg -F -c -j1 over one file per contains attribute (substring queries only)",
-                || {
-                    let (engine, seconds) = ripgrep::records(program, &table, work_dir)?;
-                    Ok((
-                        Box::new(engine) as Box<dyn Engine<records::RecordQuery>>,
-                        seconds,
-                    ))
-                },
+                || ripgrep::records(program, &table, work_dir),
             )?,
         }
     }

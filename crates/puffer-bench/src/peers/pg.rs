@@ -248,20 +248,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// Resident set size of process `pid`, in bytes (0 if unknown).
 fn process_rss_bytes(pid: i32) -> u64 {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return 0;
-    };
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .map_or(0, |kb| kb * 1024)
+    crate::stats::status_kb_field_bytes(&format!("/proc/{pid}/status"), "VmRSS:")
 }
 
 // ---------------------------------------------------------------------------------
