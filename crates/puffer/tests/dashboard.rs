@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use common::{collect, first_line};
+use common::{collect, ServeProcess};
 
 /// Virtual milliseconds Chromium lets the page run: about five one-second refreshes.
 const VIRTUAL_TIME_BUDGET_MS: u64 = 5000;
@@ -40,84 +40,10 @@ const COUNTRIES: &[&str] = &[
     "PRT", "GBR", "FRA", "ESP", "DEU", "IRL", "ITA", "BEL", "NLD", "USA",
 ];
 
-// ---------------------------------------------------------------------------------------
-// The server process
-// ---------------------------------------------------------------------------------------
-
-/// Environment variables the server reads; removed so the caller's cannot change a test.
-const SERVER_VARS: &[&str] = &[
-    "PUFFER_DATA",
-    "PUFFER_LISTEN",
-    "PUFFER_READ_TOKEN",
-    "PUFFER_WRITE_TOKEN",
-    "PUFFER_ADMIN_TOKEN",
-    "PUFFER_MAX_BODY_BYTES",
-    "PUFFER_MAX_BATCH_RECORDS",
-    "PUFFER_MAX_RESULT_ROWS",
-];
-
-/// A running `puffer serve --sample` on a temporary data directory; killed when dropped
-/// (its stderr is printed when a test fails).
-struct Server {
-    child: Child,
-    base: String,
-    stderr: Arc<Mutex<String>>,
-    _data: TempDir,
-}
-
-impl Server {
-    fn start(env: &[(&str, &str)]) -> Server {
-        let data = TempDir::new().expect("cannot create a temporary directory");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_puffer"));
-        command
-            .args(["serve", "--sample", "--listen", "127.0.0.1:0", "--data"])
-            .arg(data.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for var in SERVER_VARS {
-            command.env_remove(var);
-        }
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().expect("cannot start puffer serve");
-        let stderr = collect(child.stderr.take().expect("piped stderr"));
-        let first_line = first_line(child.stdout.take().expect("piped stdout"));
-        let mut server = Server {
-            child,
-            base: String::new(),
-            stderr,
-            _data: data,
-        };
-        let line = match first_line.recv_timeout(Duration::from_secs(60)) {
-            Ok(Some(line)) => line,
-            other => panic!(
-                "puffer serve printed no address ({other:?}); stderr:\n{}",
-                server.stderr()
-            ),
-        };
-        server.base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        server
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().expect("stderr lock").clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if thread::panicking() {
-            eprintln!("--- puffer serve stderr ---\n{}", self.stderr());
-        }
-    }
+/// `puffer serve --sample` on a fresh temporary data directory.
+fn sample_server(env: &[(&str, &str)]) -> ServeProcess {
+    let data = TempDir::new().expect("cannot create a temporary directory");
+    ServeProcess::start(data, &["--sample"], env)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -536,7 +462,7 @@ static CHROMIUM: Mutex<()> = Mutex::new(());
 
 #[test]
 fn dashboard_page_is_served_self_contained() {
-    let server = Server::start(&[]);
+    let server = sample_server(&[]);
     let response = agent()
         .get(&format!("{}/", server.base))
         .call()
@@ -562,7 +488,7 @@ fn dashboard_plots_a_running_load() {
         return;
     };
     let started = Instant::now();
-    let server = Server::start(&[]);
+    let server = sample_server(&[]);
     let load = Load::start(&server.base, LOAD_THREADS);
     let load_started = Instant::now();
     wait_for_load_in_history(&server.base);
@@ -729,7 +655,7 @@ fn dashboard_asks_for_a_token_and_uses_one_from_the_fragment() {
         return;
     };
     let token = "dashboard-read-token";
-    let server = Server::start(&[("PUFFER_READ_TOKEN", token)]);
+    let server = sample_server(&[("PUFFER_READ_TOKEN", token)]);
     let (without, with) = {
         let _one_at_a_time = CHROMIUM.lock().unwrap_or_else(|e| e.into_inner());
         let without = render(&chromium, &format!("{}/", server.base), None);

@@ -6,40 +6,22 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tempfile::TempDir;
 
-use common::{collect, first_line};
+use common::ServeProcess;
 
 // ---------------------------------------------------------------------------------------
 // The server process
 // ---------------------------------------------------------------------------------------
 
-/// Environment variables the server reads; removed so the caller's environment cannot
-/// change what a test sees.
-const SERVER_VARS: &[&str] = &[
-    "PUFFER_DATA",
-    "PUFFER_LISTEN",
-    "PUFFER_READ_TOKEN",
-    "PUFFER_WRITE_TOKEN",
-    "PUFFER_ADMIN_TOKEN",
-    "PUFFER_MAX_BODY_BYTES",
-    "PUFFER_MAX_BATCH_RECORDS",
-    "PUFFER_MAX_RESULT_ROWS",
-];
-
-/// A running `puffer serve` on a temporary data directory; killed when dropped (also
-/// while a failing test unwinds, when its stderr is printed).
+/// A running `puffer serve` on a temporary data directory, with HTTP clients for it.
 struct Server {
-    child: Child,
+    process: ServeProcess,
     base: String,
-    stderr: Arc<Mutex<String>>,
-    data: TempDir,
 }
 
 impl Server {
@@ -50,56 +32,14 @@ impl Server {
     }
 
     /// Stops the server and starts another on the same data directory.
-    fn restart(mut self) -> Server {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let data = TempDir::new().expect("cannot create a temporary directory");
-        let data = std::mem::replace(&mut self.data, data);
-        drop(self);
-        Server::start_in(data, &[])
+    fn restart(self) -> Server {
+        Server::start_in(self.process.stop(), &[])
     }
 
     fn start_in(data: TempDir, env: &[(&str, &str)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_puffer"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(data.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for var in SERVER_VARS {
-            command.env_remove(var);
-        }
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().expect("cannot start puffer serve");
-        let stderr = collect(child.stderr.take().expect("piped stderr"));
-        let first_line = first_line(child.stdout.take().expect("piped stdout"));
-        let mut server = Server {
-            child,
-            base: String::new(),
-            stderr,
-            data,
-        };
-        let line = match first_line.recv_timeout(Duration::from_secs(60)) {
-            Ok(Some(line)) => line,
-            other => panic!(
-                "puffer serve printed no address ({other:?}); stderr:\n{}",
-                server.stderr()
-            ),
-        };
-        server.base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        assert!(server.base.starts_with("http://127.0.0.1:"), "{line}");
-        server
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().expect("stderr lock").clone()
+        let process = ServeProcess::start(data, &[], env);
+        let base = process.base.clone();
+        Server { process, base }
     }
 
     /// A client presenting `token` (none: anonymous), keeping connections alive.
@@ -123,16 +63,6 @@ impl Server {
                 .max_idle_connections(idle_connections)
                 .max_idle_connections_per_host(idle_connections)
                 .build(),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if thread::panicking() {
-            eprintln!("--- puffer serve stderr ---\n{}", self.stderr());
         }
     }
 }

@@ -2,8 +2,103 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+/// Environment variables the server reads; removed so the caller's environment cannot
+/// change what a test sees.
+const SERVER_VARS: &[&str] = &[
+    "PUFFER_DATA",
+    "PUFFER_LISTEN",
+    "PUFFER_READ_TOKEN",
+    "PUFFER_WRITE_TOKEN",
+    "PUFFER_ADMIN_TOKEN",
+    "PUFFER_MAX_BODY_BYTES",
+    "PUFFER_MAX_BATCH_RECORDS",
+    "PUFFER_MAX_RESULT_ROWS",
+];
+
+/// A running `puffer serve` on a data directory, listening on a free local port; killed
+/// when dropped (also while a failing test unwinds, when its stderr is printed).
+pub struct ServeProcess {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    stderr: Arc<Mutex<String>>,
+    /// `None` once handed back by [`ServeProcess::stop`].
+    data: Option<TempDir>,
+}
+
+impl ServeProcess {
+    /// Starts `puffer serve` on `data` with extra arguments and environment variables,
+    /// and waits for the address it prints.
+    pub fn start(data: TempDir, extra_args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_puffer"));
+        command
+            .arg("serve")
+            .args(extra_args)
+            .args(["--listen", "127.0.0.1:0", "--data"])
+            .arg(data.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for var in SERVER_VARS {
+            command.env_remove(var);
+        }
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("cannot start puffer serve");
+        let stderr = collect(child.stderr.take().expect("piped stderr"));
+        let first_line = first_line(child.stdout.take().expect("piped stdout"));
+        let mut server = ServeProcess {
+            child,
+            base: String::new(),
+            stderr,
+            data: Some(data),
+        };
+        let line = match first_line.recv_timeout(Duration::from_secs(60)) {
+            Ok(Some(line)) => line,
+            other => panic!(
+                "puffer serve printed no address ({other:?}); stderr:\n{}",
+                server.stderr()
+            ),
+        };
+        server.base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        assert!(server.base.starts_with("http://127.0.0.1:"), "{line}");
+        server
+    }
+
+    /// What the server wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr lock").clone()
+    }
+
+    /// Stops the server and hands back its data directory.
+    pub fn stop(mut self) -> TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.data.take().expect("the data directory is still held")
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("--- puffer serve stderr ---\n{}", self.stderr());
+        }
+    }
+}
 
 /// Reads a pipe to its end on a thread, keeping the text.
 pub fn collect(pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
