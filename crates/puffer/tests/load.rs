@@ -2,14 +2,18 @@
 //! then queried with `puffer sql`, and every answer is checked against the rows the test
 //! wrote (the oracle).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
+
+use common::ServeProcess;
 
 fn puffer(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_puffer"))
@@ -444,44 +448,11 @@ fn an_existing_table_keeps_its_types_and_refuses_unknown_columns() {
     );
 }
 
-/// `puffer serve` on a free port, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(data: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_puffer"))
-            .args(["serve", "--data", data, "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cannot start puffer serve");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("stdout");
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Server { child, url }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn loading_through_a_server() {
     let fixture = Fixture::new();
-    let server = Server::start(&fixture.data());
-    let url = server.url.as_str();
+    let server = ServeProcess::start_on(Path::new(&fixture.data()), &[], &[]);
+    let url = server.base.as_str();
     let [csv, jsonl] = fixture.files();
     let printed = load_ok(&[
         "t",

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -29,7 +30,8 @@ pub struct ServeProcess {
     /// `http://127.0.0.1:<port>`.
     pub base: String,
     stderr: Arc<Mutex<String>>,
-    /// `None` once handed back by [`ServeProcess::stop`].
+    /// The temporary data directory it owns, if any (`None` once handed back by
+    /// [`ServeProcess::stop`]).
     data: Option<TempDir>,
 }
 
@@ -37,12 +39,19 @@ impl ServeProcess {
     /// Starts `puffer serve` on `data` with extra arguments and environment variables,
     /// and waits for the address it prints.
     pub fn start(data: TempDir, extra_args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        let mut server = ServeProcess::start_on(data.path(), extra_args, env);
+        server.data = Some(data);
+        server
+    }
+
+    /// Starts `puffer serve` on a data directory the caller keeps.
+    pub fn start_on(data: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_puffer"));
         command
             .arg("serve")
             .args(extra_args)
             .args(["--listen", "127.0.0.1:0", "--data"])
-            .arg(data.path())
+            .arg(data)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -59,7 +68,7 @@ impl ServeProcess {
             child,
             base: String::new(),
             stderr,
-            data: Some(data),
+            data: None,
         };
         let line = match first_line.recv_timeout(Duration::from_secs(60)) {
             Ok(Some(line)) => line,
@@ -82,7 +91,7 @@ impl ServeProcess {
         self.stderr.lock().expect("stderr lock").clone()
     }
 
-    /// Stops the server and hands back its data directory.
+    /// Stops the server and hands back the data directory it was started with.
     pub fn stop(mut self) -> TempDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
