@@ -250,6 +250,10 @@ impl Segment {
         Ok(out)
     }
 
+    fn corrupt_index(&self, detail: String) -> StoreError {
+        StoreError::corrupt(self.dir.join(index_file_name(self.id)), detail)
+    }
+
     fn corrupt_meta(&self, detail: String) -> StoreError {
         StoreError::corrupt(self.dir.join(meta_file_name(self.id)), detail)
     }
@@ -317,12 +321,8 @@ impl TextStage for Segment {
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
         let key = self.key(record)?;
         let text = self.record_text(record)?;
-        codec::decode_record(key, &text, types).map_err(|e| {
-            StoreError::corrupt(
-                self.dir.join(index_file_name(self.id)),
-                format!("record {record}: {e}"),
-            )
-        })
+        codec::decode_record(key, &text, types)
+            .map_err(|e| self.corrupt_index(format!("record {record}: {e}")))
     }
     fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>> {
         if let Some(long) = &self.long_fields {
@@ -349,20 +349,15 @@ impl TextStage for Segment {
         loop {
             let from = offset.saturating_sub(window);
             let before = self.index.extract(from, offset - from)?;
-            let place = codec::place_after(&before).map_err(|e| {
-                StoreError::corrupt(
-                    self.dir.join(index_file_name(self.id)),
-                    format!("before offset {offset}: {e}"),
-                )
-            })?;
+            let place = codec::place_after(&before)
+                .map_err(|e| self.corrupt_index(format!("before offset {offset}: {e}")))?;
             match place {
                 Place::Value(id) => return Ok(Some(id)),
                 Place::NotValue => return Ok(None),
                 Place::Unknown if from == 0 => {
-                    return Err(StoreError::corrupt(
-                        self.dir.join(index_file_name(self.id)),
-                        format!("no field marker before offset {offset}"),
-                    ))
+                    return Err(
+                        self.corrupt_index(format!("no field marker before offset {offset}"))
+                    )
                 }
                 Place::Unknown => window = window.saturating_mul(4),
             }
