@@ -24,7 +24,7 @@ const COMPRESSION_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// An SCU: the rows it puts. Each writer builds a batch's records just before writing
 /// it, as a server does with the records of a request (their building is timed too);
-/// records built long before are cold in the cache, which slowed validation by a third.
+/// records built long before are cold in the cache when the store validates them.
 struct Batch {
     rows: Range<u32>,
 }
