@@ -15,32 +15,40 @@ pub const READ_PADDING_BYTES: usize = 8;
 pub const MAX_PACKED_WIDTH_BITS: u32 = 56;
 
 /// An immutable byte range that shares its owner (a `Vec` or a memory map).
+///
+/// The range's address is resolved once, when the owner is wrapped: dereferencing is
+/// then a pointer and a length, with no call through the owner on the query paths.
 #[derive(Clone)]
 pub struct SharedBytes {
-    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
-    start: usize,
+    owner: Arc<dyn StableBytes>,
+    ptr: *const u8,
     len: usize,
 }
+
+/// Owners whose bytes never move or change while they live (a `Vec` that is never
+/// mutated again, a read-only memory map).
+pub trait StableBytes: AsRef<[u8]> + Send + Sync {}
+
+impl StableBytes for Vec<u8> {}
+impl StableBytes for memmap2::Mmap {}
+
+// SAFETY: `ptr` points into the bytes of `owner`, which are immutable, never move while
+// the owner lives (`StableBytes`), and are kept alive by the `Arc` this value holds.
+unsafe impl Send for SharedBytes {}
+// SAFETY: as above; the bytes are only ever read.
+unsafe impl Sync for SharedBytes {}
 
 impl SharedBytes {
     /// Wraps an owned vector.
     pub fn from_vec(bytes: Vec<u8>) -> Self {
-        let len = bytes.len();
-        SharedBytes {
-            owner: Arc::new(bytes),
-            start: 0,
-            len,
-        }
+        Self::from_owner(Arc::new(bytes))
     }
 
-    /// Wraps any shared owner of bytes (for example a memory map).
-    pub fn from_owner(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
-        let len = (*owner).as_ref().len();
-        SharedBytes {
-            owner,
-            start: 0,
-            len,
-        }
+    /// Wraps a shared owner of bytes (for example a memory map).
+    pub fn from_owner(owner: Arc<dyn StableBytes>) -> Self {
+        let bytes = (*owner).as_ref();
+        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        SharedBytes { owner, ptr, len }
     }
 
     /// A sub-range of this buffer; panics only on a programming error (callers validate ranges).
@@ -48,7 +56,8 @@ impl SharedBytes {
         assert!(start + len <= self.len, "slice out of range");
         SharedBytes {
             owner: self.owner.clone(),
-            start: self.start + start,
+            // SAFETY: `start + len <= self.len`, so the result stays inside the owner's bytes.
+            ptr: unsafe { self.ptr.add(start) },
             len,
         }
     }
@@ -56,8 +65,11 @@ impl SharedBytes {
 
 impl Deref for SharedBytes {
     type Target = [u8];
+    #[inline(always)]
     fn deref(&self) -> &[u8] {
-        &(*self.owner).as_ref()[self.start..self.start + self.len]
+        // SAFETY: `ptr..ptr + len` lies inside the owner's bytes, which live as long as
+        // `self` holds the `Arc` and never change (`StableBytes`).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 

@@ -122,10 +122,21 @@ pub struct Psi {
     /// Both contexts' lookup tables back to back, so the next table is selected by
     /// the previous entry's run bit without another pointer load.
     tables: Box<[u32]>,
-    /// Like `tables`, but an entry covers two symbols when both fit in the window
-    /// (see [`pair_tables`]); it halves the dependent lookups of a typical decode.
-    pair_tables: Box<[u32]>,
+    /// Like `tables`, but an entry covers every whole symbol that fits in the window
+    /// (see [`multi_tables`]); it cuts the dependent lookups of a typical decode to a few.
+    multi_tables: Box<[u32]>,
     header_mask: u64,
+}
+
+/// Decoding state inside one block: the value so far, the bit position and a local
+/// window of the stream, the code context, and the entries still to skip.
+struct BlockCursor {
+    value: u64,
+    pos: u64,
+    window: u64,
+    avail: u32,
+    context_offset: usize,
+    remaining: u64,
 }
 
 /// Byte sizes of Psi's parts.
@@ -180,7 +191,7 @@ impl Psi {
             headers,
             superblocks,
             stream,
-            pair_tables: pair_tables(&tables),
+            multi_tables: multi_tables(&tables),
             tables,
             column_hint,
             hint_shift,
@@ -222,7 +233,7 @@ impl Psi {
                     .map(HuffmanDecoder::heap_bytes)
                     .sum::<usize>()
                 + self.tables.len() * 4
-                + self.pair_tables.len() * 4
+                + self.multi_tables.len() * 4
                 + self.column_hint.len() * 2) as u64,
         }
     }
@@ -289,54 +300,90 @@ impl Psi {
         })
     }
 
+    /// A cursor at the start of `block`, to advance `k` entries.
+    #[inline(always)]
+    fn block_cursor(&self, block: u64, k: u64) -> BlockCursor {
+        let (value, pos) = self.block_header(block);
+        BlockCursor {
+            value,
+            pos,
+            window: peek_bits(&self.stream, pos),
+            avail: 64 - (pos & 7) as u32,
+            context_offset: 0,
+            remaining: k,
+        }
+    }
+
+    /// One multi-symbol lookup: decodes every whole symbol in the window when the entry is a fast one
+    /// that does not overshoot the target. Returns false, leaving the cursor as it was,
+    /// when the cursor is done or the entry needs the single-symbol path.
+    ///
+    /// A local bit window is refilled only when fewer bits remain than an entry may
+    /// consume, so the loop-carried dependency is one table load and a shift.
+    #[inline(always)]
+    fn multi_step(&self, cursor: &mut BlockCursor) -> bool {
+        if cursor.remaining == 0 {
+            return false;
+        }
+        if cursor.avail < huffman::TABLE_BITS {
+            cursor.window = peek_bits(&self.stream, cursor.pos);
+            cursor.avail = 64 - (cursor.pos & 7) as u32;
+        }
+        let table_mask = (1usize << huffman::TABLE_BITS) - 1;
+        let entry =
+            self.multi_tables[cursor.context_offset | (cursor.window as usize & table_mask)];
+        let (bits, count) = (entry & 15, u64::from((entry >> 4) & 0x1FFF));
+        if entry & huffman::ENTRY_SLOW != 0 || count > cursor.remaining {
+            return false;
+        }
+        cursor.context_offset = (((entry >> 30) & 1) as usize) << huffman::TABLE_BITS;
+        cursor.value += u64::from((entry >> 17) & 0x1FFF);
+        cursor.remaining -= count;
+        cursor.pos += u64::from(bits);
+        cursor.window >>= bits;
+        cursor.avail -= bits;
+        true
+    }
+
+    /// Runs a cursor to its target and returns the value there: multi-symbol steps where
+    /// they apply, single symbols where an entry is slow or would overshoot.
+    /// A target inside a run of ones leaves the cursor at the run's start (with
+    /// `remaining` still counting into it), so a later target can continue from there.
+    #[inline(always)]
+    fn run_cursor(&self, cursor: &mut BlockCursor) -> u64 {
+        while cursor.remaining > 0 {
+            if self.multi_step(cursor) {
+                continue;
+            }
+            let step = self.decode_step(cursor.context_offset >> huffman::TABLE_BITS, cursor.pos);
+            if step.count > cursor.remaining {
+                // Inside a run of ones.
+                return cursor.value + cursor.remaining;
+            }
+            cursor.context_offset = usize::from(step.delta == step.count) << huffman::TABLE_BITS;
+            cursor.value += step.delta;
+            cursor.remaining -= step.count;
+            cursor.pos += u64::from(step.bits);
+            cursor.avail = 0; // the window no longer matches `pos`: refill
+        }
+        cursor.value
+    }
+
     /// Value at position `k` of a block.
     #[inline(always)]
     fn decode_in_block(&self, block: u64, k: u64) -> u64 {
-        let (mut value, mut pos) = self.block_header(block);
-        let mut remaining = k;
-        // A local bit window, refilled only when fewer bits remain than a table entry
-        // may consume: the loop-carried dependency is then one table load and a shift.
-        let mut window = peek_bits(&self.stream, pos);
-        let mut avail = 64 - (pos & 7) as u32;
-        let mut context_offset = 0usize;
-        let table_mask = (1usize << huffman::TABLE_BITS) - 1;
-        // Pair entries decode two symbols per lookup in the common case; a slow entry,
-        // or a pair that overshoots the target, takes the single-symbol path below.
-        let mut use_pairs = true;
-        while remaining > 0 {
-            if use_pairs {
-                if avail < huffman::TABLE_BITS {
-                    window = peek_bits(&self.stream, pos);
-                    avail = 64 - (pos & 7) as u32;
-                }
-                let entry = self.pair_tables[context_offset | (window as usize & table_mask)];
-                if entry & huffman::ENTRY_SLOW == 0 {
-                    let (bits, count) = (entry & 15, u64::from((entry >> 4) & 0x1FFF));
-                    if count <= remaining {
-                        context_offset = (((entry >> 30) & 1) as usize) << huffman::TABLE_BITS;
-                        value += u64::from((entry >> 17) & 0x1FFF);
-                        remaining -= count;
-                        pos += u64::from(bits);
-                        window >>= bits;
-                        avail -= bits;
-                        continue;
-                    }
-                    // The last pair overshoots: finish one symbol at a time (at most two).
-                    use_pairs = false;
-                }
-            }
-            let step = self.decode_step(context_offset >> huffman::TABLE_BITS, pos);
-            if step.count > remaining {
-                // Inside a run of ones.
-                return value + remaining;
-            }
-            context_offset = usize::from(step.delta == step.count) << huffman::TABLE_BITS;
-            value += step.delta;
-            remaining -= step.count;
-            pos += u64::from(step.bits);
-            avail = 0; // the window no longer matches `pos`: refill
-        }
-        value
+        self.run_cursor(&mut self.block_cursor(block, k))
+    }
+
+    /// Values at positions of two blocks, decoded in one loop: each decode is a chain
+    /// of dependent table loads, so running two chains side by side overlaps their
+    /// latencies.
+    #[inline(always)]
+    fn decode_two_in_blocks(&self, a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+        let mut first = self.block_cursor(a.0, a.1);
+        let mut second = self.block_cursor(b.0, b.1);
+        while self.multi_step(&mut first) & self.multi_step(&mut second) {}
+        (self.run_cursor(&mut first), self.run_cursor(&mut second))
     }
 
     /// `psi[i]`.
@@ -353,11 +400,14 @@ impl Psi {
         // reads its (now cached) header and prefetches its stream bits, and lookup
         // `j - DECODE_AHEAD` decodes. Spacing the prefetches keeps the misses in flight
         // within what the memory system tracks, while each has time to arrive.
-        const STREAM_AHEAD: usize = 8;
-        const DECODE_AHEAD: usize = 16;
+        const STREAM_AHEAD: usize = 16;
+        const DECODE_AHEAD: usize = 32;
         let n = indices.len();
         scratch.clear();
         scratch.resize(n, (0, 0));
+        // Lookups before `group_end` were decoded with an earlier group.
+        let mut group_end = 0usize;
+        let mut waiting: Option<usize> = None;
         for j in 0..n + DECODE_AHEAD {
             if j < n {
                 let (block, k) = self.locate_entry(indices[j]);
@@ -383,9 +433,44 @@ impl Psi {
                 }
             }
             if let Some(t) = j.checked_sub(DECODE_AHEAD).filter(|&t| t < n) {
-                let (block, k) = scratch[t];
-                indices[t] = self.decode_in_block(block, k);
+                if t < group_end {
+                    continue; // decoded with its group
+                }
+                // Consecutive lookups in one block at nondecreasing positions (walks
+                // that start from one suffix range stay together for a few steps):
+                // one pass through the block serves them all.
+                let (block, first_k) = scratch[t];
+                let mut end = t + 1;
+                let mut last_k = first_k;
+                while end < n.min(j + 1) && scratch[end].0 == block && scratch[end].1 >= last_k {
+                    last_k = scratch[end].1;
+                    end += 1;
+                }
+                if end - t > 1 {
+                    let mut cursor = self.block_cursor(block, first_k);
+                    let mut at = first_k;
+                    for u in t..end {
+                        cursor.remaining += scratch[u].1 - at;
+                        at = scratch[u].1;
+                        indices[u] = self.run_cursor(&mut cursor);
+                    }
+                    group_end = end;
+                    continue;
+                }
+                // A lone lookup waits for a partner: two decodes run side by side.
+                match waiting.take() {
+                    Some(other) => {
+                        let (a, b) = self.decode_two_in_blocks(scratch[other], scratch[t]);
+                        indices[other] = a;
+                        indices[t] = b;
+                    }
+                    None => waiting = Some(t),
+                }
             }
+        }
+        if let Some(t) = waiting {
+            let (block, k) = scratch[t];
+            indices[t] = self.decode_in_block(block, k);
         }
     }
 
@@ -464,11 +549,12 @@ impl Psi {
     }
 }
 
-/// Pair entries: bits 0..4 = bits used, 4..17 = entries covered, 17..30 = value
+/// Multi-symbol entries: bits 0..4 = bits used, 4..17 = entries covered, 17..30 = value
 /// increase, bit 30 = context after, bit 31 = slow (the first symbol needs the slow path).
-/// An entry holds two symbols when the second one's code and mantissa also fit in the
-/// window's remaining bits (its entry then does not depend on bits past the window).
-fn pair_tables(tables: &[u32]) -> Box<[u32]> {
+/// An entry holds as many whole symbols as fit in the window: each further symbol's
+/// code and mantissa must lie within the window's remaining bits (its entry then does
+/// not depend on bits past the window).
+fn multi_tables(tables: &[u32]) -> Box<[u32]> {
     let size = 1usize << huffman::TABLE_BITS;
     let mut out = vec![0u32; tables.len()].into_boxed_slice();
     for context in 0..tables.len() / size {
@@ -479,22 +565,26 @@ fn pair_tables(tables: &[u32]) -> Box<[u32]> {
                 continue;
             }
             let one = HuffmanDecoder::full_step(first);
-            let after_first = ((first >> 30) & 1) as usize;
-            let mut pair = (one.bits, one.count, one.delta, after_first as u32);
-            let second = tables[after_first * size + (window >> one.bits)];
-            if second & huffman::ENTRY_SLOW == 0 {
-                let two = HuffmanDecoder::full_step(second);
-                if one.bits + two.bits <= huffman::TABLE_BITS {
-                    pair = (
-                        one.bits + two.bits,
-                        one.count + two.count,
-                        one.delta + two.delta,
-                        (second >> 30) & 1,
-                    );
+            let (mut bits, mut count, mut delta) = (one.bits, one.count, one.delta);
+            let mut context_after = (first >> 30) & 1;
+            loop {
+                let next = tables[context_after as usize * size + (window >> bits)];
+                if next & huffman::ENTRY_SLOW != 0 {
+                    break;
                 }
+                let step = HuffmanDecoder::full_step(next);
+                let fits = bits + step.bits <= huffman::TABLE_BITS
+                    && count + step.count < 1 << 13
+                    && delta + step.delta < 1 << 13;
+                if !fits {
+                    break;
+                }
+                bits += step.bits;
+                count += step.count;
+                delta += step.delta;
+                context_after = (next >> 30) & 1;
             }
-            let (bits, count, delta, context_after) = pair;
-            debug_assert!(bits < 16 && count < 1 << 13 && delta < 1 << 13);
+            debug_assert!(bits < 16);
             out[context * size + window] =
                 bits | ((count as u32) << 4) | ((delta as u32) << 17) | (context_after << 30);
         }

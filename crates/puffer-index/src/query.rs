@@ -106,8 +106,11 @@ impl QueryView<'_> {
             if indices.is_empty() {
                 break;
             }
-            let mut j = 0;
-            while j < indices.len() {
+            // Finished walks are removed keeping the others in order: walks from one
+            // suffix range then stay next to each other, and advance_all decodes
+            // neighbours in one block together.
+            let mut kept = 0;
+            for j in 0..indices.len() {
                 let (index, (slot, started)) = (indices[j], walks[j]);
                 let steps = round - started;
                 // Psi is one cycle through all entries and entry 0 is always sampled, so
@@ -115,35 +118,32 @@ impl QueryView<'_> {
                 if steps > self.psi.entries() {
                     return Err(INCONSISTENT.into());
                 }
-                match self.sa.get(&self.sa_layers, index) {
-                    Some(value) => {
-                        out[slot] = value.checked_sub(steps).ok_or(INCONSISTENT)?;
-                        indices.swap_remove(j);
-                        walks.swap_remove(j);
-                    }
-                    None => {
-                        if filling && self.sa.shape().slot(index).is_some() {
-                            pending_fills.push((slot, index, steps));
+                if let Some(value) = self.sa.get(&self.sa_layers, index) {
+                    out[slot] = value.checked_sub(steps).ok_or(INCONSISTENT)?;
+                    continue;
+                }
+                if filling && self.sa.shape().slot(index).is_some() {
+                    pending_fills.push((slot, index, steps));
+                }
+                if steps >= long_walk_steps {
+                    match visited.entry(index) {
+                        Entry::Occupied(seen) if seen.get().0 != slot => {
+                            let (target, target_steps) = *seen.get();
+                            links.push((slot, target, target_steps as i64 - steps as i64));
+                            continue;
                         }
-                        if steps >= long_walk_steps {
-                            match visited.entry(index) {
-                                Entry::Occupied(seen) if seen.get().0 != slot => {
-                                    let (target, target_steps) = *seen.get();
-                                    links.push((slot, target, target_steps as i64 - steps as i64));
-                                    indices.swap_remove(j);
-                                    walks.swap_remove(j);
-                                    continue;
-                                }
-                                Entry::Occupied(_) => return Err(INCONSISTENT.into()),
-                                Entry::Vacant(vacant) => {
-                                    vacant.insert((slot, steps));
-                                }
-                            }
+                        Entry::Occupied(_) => return Err(INCONSISTENT.into()),
+                        Entry::Vacant(vacant) => {
+                            vacant.insert((slot, steps));
                         }
-                        j += 1;
                     }
                 }
+                indices[kept] = index;
+                walks[kept] = (slot, started);
+                kept += 1;
             }
+            indices.truncate(kept);
+            walks.truncate(kept);
             self.psi.advance_all(&mut indices, &mut scratch);
             round += 1;
         }
@@ -246,7 +246,7 @@ impl QueryView<'_> {
         let base_rate = isa_shape.rate(0);
         let entries = self.text_len + 1;
         let segments = entries.div_ceil(base_rate);
-        let mut scratch = Vec::new();
+        let mut scratch = Vec::with_capacity(WALK_BATCH);
         let mut indices = Vec::new();
         let mut first_segment = 0u64;
         while first_segment < segments {
