@@ -68,9 +68,19 @@ struct ClientReport {
     errors: Vec<String>,
 }
 
+/// A response body as JSON. The body is read whole and parsed from memory: parsing
+/// from the reader goes byte by byte and costs the client more than the request.
+fn json_body(response: ureq::Response, url: &str) -> anyhow::Result<Value> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut response.into_reader(), &mut text)
+        .with_context(|| format!("{url}: reading the response"))?;
+    serde_json::from_str(&text).with_context(|| format!("{url}: the response is not JSON"))
+}
+
 fn post(agent: &ureq::Agent, url: &str, body: &Value) -> anyhow::Result<Value> {
-    match agent.post(url).send_json(body.clone()) {
-        Ok(response) => Ok(response.into_json()?),
+    let request = agent.post(url).set("Content-Type", "application/json");
+    match request.send_string(&body.to_string()) {
+        Ok(response) => json_body(response, url),
         Err(ureq::Error::Status(status, response)) => {
             let text = response.into_string().unwrap_or_default();
             bail!("{url}: status {status}: {text}")
@@ -81,7 +91,7 @@ fn post(agent: &ureq::Agent, url: &str, body: &Value) -> anyhow::Result<Value> {
 
 fn get(agent: &ureq::Agent, url: &str) -> anyhow::Result<Value> {
     match agent.get(url).call() {
-        Ok(response) => Ok(response.into_json()?),
+        Ok(response) => json_body(response, url),
         Err(ureq::Error::Status(status, response)) => {
             let text = response.into_string().unwrap_or_default();
             bail!("{url}: status {status}: {text}")
