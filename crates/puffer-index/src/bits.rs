@@ -27,10 +27,18 @@ pub struct SharedBytes {
 
 /// Owners whose bytes never move or change while they live (a `Vec` that is never
 /// mutated again, a read-only memory map).
-pub trait StableBytes: AsRef<[u8]> + Send + Sync {}
+///
+/// # Safety
+///
+/// `as_ref` must return the same bytes, at the same address, for as long as the owner
+/// lives, and nothing may change them: [`SharedBytes`] reads them through a pointer
+/// taken once.
+pub unsafe trait StableBytes: AsRef<[u8]> + Send + Sync {}
 
-impl StableBytes for Vec<u8> {}
-impl StableBytes for memmap2::Mmap {}
+// SAFETY: a `Vec` behind an `Arc` is never mutated, so its heap buffer stays put.
+unsafe impl StableBytes for Vec<u8> {}
+// SAFETY: a read-only map keeps its address until it is unmapped on drop.
+unsafe impl StableBytes for memmap2::Mmap {}
 
 // SAFETY: `ptr` points into the bytes of `owner`, which are immutable, never move while
 // the owner lives (`StableBytes`), and are kept alive by the `Arc` this value holds.
@@ -53,10 +61,14 @@ impl SharedBytes {
 
     /// A sub-range of this buffer; panics only on a programming error (callers validate ranges).
     pub fn slice(&self, start: usize, len: usize) -> Self {
-        assert!(start + len <= self.len, "slice out of range");
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "slice out of range"
+        );
         SharedBytes {
             owner: self.owner.clone(),
-            // SAFETY: `start + len <= self.len`, so the result stays inside the owner's bytes.
+            // SAFETY: `start <= self.len` and `len <= self.len - start` (checked without
+            // overflow above), so the result stays inside the owner's bytes.
             ptr: unsafe { self.ptr.add(start) },
             len,
         }
@@ -189,6 +201,22 @@ pub fn pack(values: impl IntoIterator<Item = u64>, width: u32) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slices_stay_inside_their_buffer() {
+        let bytes = SharedBytes::from_vec((0u8..16).collect());
+        let middle = bytes.slice(4, 8);
+        assert_eq!(&*middle, &[4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(&*middle.slice(6, 2), &[10, 11]);
+        // A start near usize::MAX must not wrap around the bound check.
+        let wrapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            bytes.slice(usize::MAX - 7, 16)
+        }));
+        assert!(wrapped.is_err());
+        let past_end =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| middle.slice(4, 5)));
+        assert!(past_end.is_err());
+    }
 
     #[test]
     fn packed_round_trip_matches_input() {

@@ -70,8 +70,9 @@ impl QueryView<'_> {
     /// Text offsets of suffix-array entries `start..end` (unsorted, in entry order).
     ///
     /// Up to [`WALK_BATCH`] walks along Psi run in lockstep, each until it meets an SA
-    /// sample; a finished walk is swapped out and the next entry of the range takes its
-    /// place, so the long tail of one walk overlaps with the start of others.
+    /// sample; a finished walk leaves the batch (the others keep their order) and the
+    /// next entry of the range takes its place, so the long tail of one walk overlaps
+    /// with the start of others.
     ///
     /// Walks are short on most text, but in long runs and periodic stretches the entries
     /// of consecutive positions can be a constant stride apart and skip every sampled
