@@ -314,9 +314,10 @@ impl Psi {
         }
     }
 
-    /// One multi-symbol lookup: decodes every whole symbol in the window when the entry is a fast one
-    /// that does not overshoot the target. Returns false, leaving the cursor as it was,
-    /// when the cursor is done or the entry needs the single-symbol path.
+    /// One multi-symbol lookup: decodes every whole symbol in the window when the entry
+    /// is a fast one that does not overshoot the target. Returns false, leaving the
+    /// cursor as it was, when the cursor is done or the entry needs the single-symbol
+    /// path.
     ///
     /// A local bit window is refilled only when fewer bits remain than an entry may
     /// consume, so the loop-carried dependency is one table load and a shift.
