@@ -12,6 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod blowfish;
 mod http_bench;
 mod index_bench;
+mod oracle;
 mod peers;
 mod plot;
 mod records;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+pub(super) use crate::oracle::Mismatches;
 use crate::stats::{quantile_us, round, status_kb_field_bytes};
 
 /// Resident set size of this process now, in bytes (Linux; 0 elsewhere).
@@ -18,7 +19,6 @@ pub(super) fn current_rss_bytes() -> u64 {
 pub(super) const SELECTIVE_MAX_ROWS: usize = 100;
 /// Queries of each class run once untimed before the timed pass (caches, page faults).
 const WARM_UP_PER_CLASS: usize = 10;
-const MISMATCH_EXAMPLES: usize = 20;
 
 /// What an engine found for one query.
 pub(super) enum Answer {
@@ -63,23 +63,6 @@ pub(super) trait Engine<Q> {
 
     /// Sizes on disk and in memory, after the queries.
     fn sizes(&mut self) -> anyhow::Result<Sizes>;
-}
-
-/// Disagreements with the oracle over all engines; the first few described.
-#[derive(Default)]
-pub(super) struct Mismatches {
-    pub(super) count: u64,
-    pub(super) examples: Vec<String>,
-}
-
-impl Mismatches {
-    pub(super) fn record(&mut self, what: String) {
-        self.count += 1;
-        eprintln!("mismatch: {what}");
-        if self.examples.len() < MISMATCH_EXAMPLES {
-            self.examples.push(what);
-        }
-    }
 }
 
 /// Latency figures of one query class on one engine.

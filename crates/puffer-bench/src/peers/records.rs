@@ -28,6 +28,7 @@ use super::queries::{
     draw_many, most_frequent, mutate, sample_substring, show_pattern, FREQUENT_QUERIES_MAX,
     LENGTH_CLASSES,
 };
+use crate::oracle::{order, within};
 
 /// Most attributes queried per kind of predicate.
 const COLUMNS_PER_KIND: usize = 3;
@@ -176,33 +177,6 @@ fn profile_columns(table: &ImportedTable) -> Vec<ColumnProfile> {
             }
         })
         .collect()
-}
-
-/// Order of two values of one column.
-fn order(a: &Value, b: &Value) -> std::cmp::Ordering {
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) | (Value::Timestamp(x), Value::Timestamp(y)) => x.cmp(y),
-        // Finite, and -0.0 was made 0.0: total_cmp is the numeric order.
-        (Value::Float(x), Value::Float(y)) => x.total_cmp(y),
-        (Value::String(x), Value::String(y)) => x.cmp(y),
-        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        _ => std::cmp::Ordering::Equal,
-    }
-}
-
-pub(super) fn within(value: &Value, lower: &Bound<Value>, upper: &Bound<Value>) -> bool {
-    use std::cmp::Ordering::{Greater, Less};
-    let above = match lower {
-        Bound::Included(bound) => order(value, bound) != Less,
-        Bound::Excluded(bound) => order(value, bound) == Greater,
-        Bound::Unbounded => true,
-    };
-    let below = match upper {
-        Bound::Included(bound) => order(value, bound) != Greater,
-        Bound::Excluded(bound) => order(value, bound) == Less,
-        Bound::Unbounded => true,
-    };
-    above && below
 }
 
 /// A value for messages.

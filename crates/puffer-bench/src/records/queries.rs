@@ -14,13 +14,14 @@ use serde_json::json;
 
 use super::table::Table;
 use super::RecordsArgs;
+pub(super) use crate::oracle::Mismatches;
+use crate::oracle::{order, within};
 use crate::stats::{quantile_us, round};
 
 const SEARCH_LIMIT: usize = 10;
 const RANGE_COUNT_QUERIES: usize = 50;
 /// Equality queries skip free-text columns, whose values are (nearly) unique.
 const EQ_MAX_AVERAGE_VALUE_BYTES: f64 = 40.0;
-const MISMATCH_EXAMPLES: usize = 20;
 const SLOWEST_SHOWN: usize = 3;
 
 // ---------------------------------------------------------------------------------
@@ -110,33 +111,6 @@ fn oracle_matches(table: &Table, case: &Case) -> anyhow::Result<Vec<u32>> {
         (Condition::Range(lower, upper), _) => within(value, lower, upper),
     };
     Ok(table.rows_with(case.column, holds))
-}
-
-/// Order of two values of one column.
-fn order(a: &Value, b: &Value) -> std::cmp::Ordering {
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) | (Value::Timestamp(x), Value::Timestamp(y)) => x.cmp(y),
-        // Finite, and -0.0 was made 0.0: total_cmp is the numeric order.
-        (Value::Float(x), Value::Float(y)) => x.total_cmp(y),
-        (Value::String(x), Value::String(y)) => x.cmp(y),
-        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        _ => panic!("values of one column have one type"),
-    }
-}
-
-fn within(value: &Value, lower: &Bound<Value>, upper: &Bound<Value>) -> bool {
-    use std::cmp::Ordering::{Greater, Less};
-    let above = match lower {
-        Bound::Included(bound) => order(value, bound) != Less,
-        Bound::Excluded(bound) => order(value, bound) == Greater,
-        Bound::Unbounded => true,
-    };
-    let below = match upper {
-        Bound::Included(bound) => order(value, bound) != Greater,
-        Bound::Excluded(bound) => order(value, bound) == Less,
-        Bound::Unbounded => true,
-    };
-    above && below
 }
 
 /// Columns eligible for a kind of query, each with the rows it can draw values from.
@@ -271,23 +245,6 @@ fn cut_needle(text: &[u8], rng: &mut StdRng) -> Option<Vec<u8>> {
         end -= 1;
     }
     (end - start >= 4).then(|| text.as_bytes()[start..end].to_vec())
-}
-
-/// Disagreements between the store and the oracle; the first few described.
-#[derive(Default)]
-pub(super) struct Mismatches {
-    pub(super) count: u64,
-    pub(super) examples: Vec<String>,
-}
-
-impl Mismatches {
-    pub(super) fn record(&mut self, what: String) {
-        self.count += 1;
-        if self.examples.len() < MISMATCH_EXAMPLES {
-            eprintln!("mismatch: {what}");
-            self.examples.push(what);
-        }
-    }
 }
 
 /// A value for messages: strings quoted and cut, timestamps in microseconds.
