@@ -3,12 +3,19 @@
 //! quantiles per operation, every answer checked (a get must return the key asked for, a
 //! search's rows must satisfy its predicate).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::stats::{quantile_us, round};
@@ -46,7 +53,8 @@ pub struct HttpArgs {
 
 /// What the clients work on: records sampled from the table.
 struct Workload {
-    url: String,
+    /// `host:port` of the server.
+    authority: String,
     table: String,
     key_column: String,
     records: Vec<Value>,
@@ -104,6 +112,13 @@ impl Workload {
     fn prepare(args: &HttpArgs) -> anyhow::Result<Workload> {
         let agent = ureq::AgentBuilder::new().build();
         let url = args.url.trim_end_matches('/').to_string();
+        let authority = url
+            .strip_prefix("http://")
+            .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+            .with_context(|| {
+                format!("--url must be http://HOST:PORT (no path, no TLS), got {url:?}")
+            })?
+            .to_string();
         let description = get(&agent, &format!("{url}/v1/tables/{}", args.table))
             .context("describing the table")?;
         let key_column = description["key"]
@@ -122,7 +137,7 @@ impl Workload {
             .map(|rank| 1.0 / (rank as f64).powf(args.zipf))
             .collect();
         Ok(Workload {
-            url,
+            authority,
             table: args.table.clone(),
             key_column,
             records,
@@ -179,26 +194,109 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
+/// One keep-alive HTTP/1.1 connection to the server.
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+async fn connect(authority: &str) -> anyhow::Result<Sender> {
+    let stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .with_context(|| format!("connecting to {authority}"))?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .with_context(|| format!("HTTP handshake with {authority}"))?;
+    tokio::spawn(async move {
+        // The connection ends when the sender is dropped or the server closes it; a
+        // failure shows up as an error of the next request.
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// Sends `request` and reads the whole body; a status other than 2xx is an error.
+async fn call(sender: &mut Sender, request: Request<Full<Bytes>>) -> anyhow::Result<Bytes> {
+    let what = format!("{} {}", request.method(), request.uri());
+    sender.ready().await.with_context(|| what.clone())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .with_context(|| what.clone())?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .with_context(|| format!("{what}: reading the response"))?
+        .to_bytes();
+    if !status.is_success() {
+        bail!(
+            "{what}: status {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    Ok(body)
+}
+
+/// A record as the client checks it: attribute names to their JSON text.
+type RawRow<'a> = HashMap<Cow<'a, str>, &'a RawValue>;
+
+#[derive(Deserialize)]
+struct GetAnswer<'a> {
+    #[serde(borrow)]
+    record: RawRow<'a>,
+}
+
+#[derive(Deserialize)]
+struct SearchAnswer<'a> {
+    #[serde(borrow)]
+    rows: Vec<RawRow<'a>>,
+}
+
+#[derive(Deserialize)]
+struct PutAnswer {
+    seq: u64,
+}
+
+fn request(
+    method: Method,
+    path: String,
+    authority: &str,
+    body: Option<String>,
+) -> Request<Full<Bytes>> {
+    let builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, authority);
+    let result = match body {
+        Some(body) => builder
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body))),
+        None => builder.body(Full::new(Bytes::new())),
+    };
+    result.expect("a request built from valid parts")
+}
+
 /// One operation; `Err` is a wrong answer or a failed request.
-fn run_one(
+async fn run_one(
     workload: &Workload,
-    agent: &ureq::Agent,
+    sender: &mut Sender,
     operation: Operation,
     record: &Value,
     rng: &mut StdRng,
 ) -> anyhow::Result<()> {
-    let key = record[&workload.key_column].as_str().context("a key")?;
-    let (url, table) = (&workload.url, &workload.table);
+    let key_value = &record[&workload.key_column];
+    let key = key_value.as_str().context("a key")?;
+    let (authority, table) = (&workload.authority, &workload.table);
     match operation {
         Operation::Get => {
-            let answer = get(
-                agent,
-                &format!("{url}/v1/tables/{table}/records/{}", percent_encode(key)),
-            )?;
+            let path = format!("/v1/tables/{table}/records/{}", percent_encode(key));
+            let body = call(sender, request(Method::GET, path, authority, None)).await?;
+            let answer: GetAnswer =
+                serde_json::from_slice(&body).context("the get answer is not a record")?;
+            let got = answer.record.get(workload.key_column.as_str());
             ensure!(
-                answer["record"][&workload.key_column] == key,
-                "get {key}: got {}",
-                answer["record"]
+                got.map(|raw| raw.get()) == Some(key_value.to_string().as_str()),
+                "get {key}: got key {got:?}"
             );
         }
         Operation::Search => {
@@ -207,37 +305,46 @@ fn run_one(
             if value.is_null() {
                 return Ok(());
             }
-            let body = json!({"where": {"eq": {column: value}}, "limit": 10, "columns": [column]});
-            let answer = post(agent, &format!("{url}/v1/tables/{table}/search"), &body)?;
-            let rows = answer["rows"].as_array().context("rows")?;
+            let query = json!({"where": {"eq": {column: value}}, "limit": 10, "columns": [column]});
+            let path = format!("/v1/tables/{table}/search");
+            let request = request(Method::POST, path, authority, Some(query.to_string()));
+            let body = call(sender, request).await?;
+            let answer: SearchAnswer =
+                serde_json::from_slice(&body).context("the search answer has no rows")?;
             ensure!(
-                !rows.is_empty(),
+                !answer.rows.is_empty(),
                 "search {column} = {value}: no rows, but {key} has it"
             );
-            for row in rows {
+            let expected = value.to_string();
+            for row in &answer.rows {
+                let got = row.get(column.as_str()).map(|raw| raw.get());
                 ensure!(
-                    row[column] == *value,
-                    "search {column} = {value}: row {row}"
+                    got == Some(expected.as_str()),
+                    "search {column} = {value}: a row has {got:?}"
                 );
             }
         }
         Operation::Put => {
             // Puts the record back as it is: traffic without changing the data.
-            let answer = post(
-                agent,
-                &format!("{url}/v1/tables/{table}/records"),
-                &json!([record]),
-            )?;
-            ensure!(answer["seq"].as_u64().is_some(), "put {key}: {answer}");
+            let path = format!("/v1/tables/{table}/records");
+            let body = json!([record]).to_string();
+            let answer = call(sender, request(Method::POST, path, authority, Some(body))).await?;
+            let answer: PutAnswer = serde_json::from_slice(&answer)
+                .with_context(|| format!("put {key}: the answer has no seq"))?;
+            ensure!(answer.seq > 0, "put {key}: acknowledged as seq 0");
         }
     }
     Ok(())
 }
 
-fn client(workload: &Workload, args: &HttpArgs, seed: u64, stop: &AtomicBool) -> ClientReport {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(30))
-        .build();
+/// One client: a connection that sends one request at a time until `deadline`,
+/// reconnecting after a failed request.
+async fn client(
+    workload: &Workload,
+    args: &HttpArgs,
+    seed: u64,
+    deadline: Instant,
+) -> ClientReport {
     let mut rng = StdRng::seed_from_u64(seed);
     let cumulative: Vec<f64> = workload
         .zipf_weights
@@ -248,16 +355,34 @@ fn client(workload: &Workload, args: &HttpArgs, seed: u64, stop: &AtomicBool) ->
         })
         .collect();
     let mut report = ClientReport::default();
-    while !stop.load(Ordering::Relaxed) {
+    let mut sender: Option<Sender> = None;
+    while Instant::now() < deadline {
         let mut operation = pick_operation(&mut rng, args);
         if operation == Operation::Search && workload.search_columns.is_empty() {
             operation = Operation::Get;
         }
         let record = workload.pick_record(&mut rng, &cumulative);
         let started = Instant::now();
-        let outcome = run_one(workload, &agent, operation, record, &mut rng);
+        let outcome = match sender.as_mut() {
+            Some(open) => run_one(workload, open, operation, record, &mut rng).await,
+            None => match connect(&workload.authority).await {
+                Ok(mut open) => {
+                    let outcome = run_one(workload, &mut open, operation, record, &mut rng).await;
+                    sender = Some(open);
+                    outcome
+                }
+                Err(e) => {
+                    // Do not spin on a server that refuses connections.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Err(e)
+                }
+            },
+        };
         report.latencies[operation as usize].push(started.elapsed());
         if let Err(e) = outcome {
+            if sender.as_ref().is_some_and(|s| s.is_closed()) {
+                sender = None;
+            }
             if report.errors.len() < 20 {
                 report.errors.push(format!("{e:#}"));
             } else {
@@ -266,6 +391,22 @@ fn client(workload: &Workload, args: &HttpArgs, seed: u64, stop: &AtomicBool) ->
         }
     }
     report
+}
+
+/// Drives `args.clients` connections from one thread: an event loop spends the client's
+/// CPU on requests rather than on switching between client threads, which on a small
+/// machine would take cores from the server being measured.
+fn drive_clients(workload: &Workload, args: &HttpArgs) -> anyhow::Result<Vec<ClientReport>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the client event loop")?;
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    runtime.block_on(async {
+        let clients =
+            (0..args.clients).map(|i| client(workload, args, args.seed + i as u64, deadline));
+        Ok(futures_util::future::join_all(clients).await)
+    })
 }
 
 pub fn run(args: &HttpArgs) -> anyhow::Result<()> {
@@ -278,22 +419,8 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<()> {
         "the percents exceed 100"
     );
     let workload = Workload::prepare(args)?;
-    let stop = AtomicBool::new(false);
     let started = Instant::now();
-    let reports: Vec<ClientReport> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..args.clients)
-            .map(|i| {
-                let (workload, stop) = (&workload, &stop);
-                scope.spawn(move || client(workload, args, args.seed + i as u64, stop))
-            })
-            .collect();
-        std::thread::sleep(Duration::from_secs(args.seconds));
-        stop.store(true, Ordering::Relaxed);
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a client panicked"))
-            .collect()
-    });
+    let reports = drive_clients(&workload, args)?;
     let elapsed = started.elapsed().as_secs_f64();
     let mut figures = serde_json::Map::new();
     figures.insert("experiment".into(), json!("http"));

@@ -241,7 +241,23 @@ impl Database {
         }
     }
 
+    /// Runs a SELECT for a thread that must not wait (an event loop): the answer if the
+    /// replicas it needs can run it on this thread now, `None` if it would have to wait
+    /// in a replica's queue (then run it with [`Database::execute`] on a thread that may).
+    pub fn select_now(&self, select: &Select) -> Result<Option<Answer>> {
+        self.select_with(select, false)
+    }
+
     fn select(&self, select: Select) -> Result<Answer> {
+        self.select_with(&select, true)?.ok_or_else(|| {
+            QueryError::Store(puffer_store::StoreError::Unavailable(
+                "a read allowed to wait for a replica got no answer".into(),
+            ))
+        })
+    }
+
+    /// The SELECT's answer; `None` only when `may_wait` is false and a replica is busy.
+    fn select_with(&self, select: &Select, may_wait: bool) -> Result<Option<Answer>> {
         let shard = self.table(&select.table)?;
         let schema = shard.schema();
         let read = ReadOptions {
@@ -250,8 +266,12 @@ impl Database {
         };
         let projection = match &select.output {
             Output::Count => {
-                let (count, snapshot) = shard.count(&select.predicate, read)?;
-                return Ok(Answer::Count { count, snapshot });
+                let counted = if may_wait {
+                    Some(shard.count(&select.predicate, read)?)
+                } else {
+                    shard.count_now(&select.predicate, read)?
+                };
+                return Ok(counted.map(|(count, snapshot)| Answer::Count { count, snapshot }));
             }
             Output::All => None,
             Output::Columns(columns) => Some(
@@ -268,21 +288,28 @@ impl Database {
                 .chain(schema.attributes.iter().map(|a| a.name.clone()))
                 .collect(),
         };
-        let SearchResult {
-            rows,
-            truncated,
-            snapshot,
-        } = shard.search(&Query {
-            predicate: select.predicate,
+        let query = Query {
+            predicate: select.predicate.clone(),
             projection,
             limit: select.limit,
             read,
-        })?;
-        Ok(Answer::Rows {
-            columns,
-            rows,
-            truncated,
-            snapshot,
-        })
+        };
+        let found = if may_wait {
+            Some(shard.search(&query)?)
+        } else {
+            shard.search_now(&query)?
+        };
+        Ok(found.map(
+            |SearchResult {
+                 rows,
+                 truncated,
+                 snapshot,
+             }| Answer::Rows {
+                columns,
+                rows,
+                truncated,
+                snapshot,
+            },
+        ))
     }
 }

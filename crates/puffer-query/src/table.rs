@@ -277,28 +277,75 @@ impl Table {
         Ok(last_seq)
     }
 
-    /// The record with `key`, read by a replica of its shard through that replica's queue.
+    /// The record with `key`, read by a replica of its shard: on this thread when the
+    /// replica has a free worker slot and nobody queued, otherwise through its queue.
     pub fn get(&self, key: &[u8], read: ReadOptions) -> Result<(Option<Record>, SnapshotInfo)> {
         let group = &self.groups[shard_of(key, self.layout.shards) as usize];
         let key = key.to_vec();
         Ok(group.execute(move |shard| shard.get(&key, read))??)
     }
 
+    /// [`Table::get`] for a thread that must not wait (an event loop): the answer if a
+    /// replica of the key's shard can read it on this thread now, `None` if the read
+    /// would have to wait in a queue.
+    pub fn get_now(
+        &self,
+        key: &[u8],
+        read: ReadOptions,
+    ) -> Result<Option<(Option<Record>, SnapshotInfo)>> {
+        let group = &self.groups[shard_of(key, self.layout.shards) as usize];
+        match group.try_execute_here(|shard| shard.get(key, read))? {
+            Ok(answer) => Ok(Some(answer?)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// [`Table::search`] for a thread that must not wait: the answer if the table has
+    /// one shard and a replica can run the search on this thread now, `None` otherwise.
+    pub fn search_now(&self, query: &Query) -> Result<Option<SearchResult>> {
+        let [group] = self.groups.as_slice() else {
+            return Ok(None);
+        };
+        match group.try_execute_here(|shard| shard.search(query))? {
+            Ok(answer) => Ok(Some(answer?)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// [`Table::count`] for a thread that must not wait, as [`Table::search_now`].
+    pub fn count_now(
+        &self,
+        predicate: &Predicate,
+        read: ReadOptions,
+    ) -> Result<Option<(u64, SnapshotInfo)>> {
+        let [group] = self.groups.as_slice() else {
+            return Ok(None);
+        };
+        match group.try_execute_here(|shard| shard.count(predicate, read))? {
+            Ok(answer) => Ok(Some(answer?)),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// Records matching the query over all shards, ascending by key.
     pub fn search(&self, query: &Query) -> Result<SearchResult> {
-        // Every shard works at once; answers are merged when all are in.
-        let pending = self
-            .groups
+        // Every shard works at once (the last on this thread); answers are merged when
+        // all are in.
+        let (last, others) = self.groups.split_last().expect("a table has a shard");
+        let pending = others
             .iter()
             .map(|group| {
                 let query = query.clone();
                 group.submit(move |shard| shard.search(&query))
             })
             .collect::<puffer_store::Result<Vec<_>>>()?;
-        let mut results = Vec::with_capacity(pending.len());
+        let query_here = query.clone();
+        let here = last.execute(move |shard| shard.search(&query_here))?;
+        let mut results = Vec::with_capacity(self.groups.len());
         for answer in pending {
             results.push(answer.wait()??);
         }
+        results.push(here?);
         if results.len() == 1 {
             return Ok(results.pop().expect("one result"));
         }
@@ -321,14 +368,16 @@ impl Table {
 
     /// Records matching `predicate` over all shards.
     pub fn count(&self, predicate: &Predicate, read: ReadOptions) -> Result<(u64, SnapshotInfo)> {
-        let pending = self
-            .groups
+        let (last, others) = self.groups.split_last().expect("a table has a shard");
+        let pending = others
             .iter()
             .map(|group| {
                 let predicate = predicate.clone();
                 group.submit(move |shard| shard.count(&predicate, read))
             })
             .collect::<puffer_store::Result<Vec<_>>>()?;
+        let predicate_here = predicate.clone();
+        let here = last.execute(move |shard| shard.count(&predicate_here, read))?;
         let mut total = 0;
         let mut snapshots = Vec::new();
         for answer in pending {
@@ -336,6 +385,9 @@ impl Table {
             total += count;
             snapshots.push(snapshot);
         }
+        let (count, snapshot) = here?;
+        total += count;
+        snapshots.push(snapshot);
         Ok((total, oldest(snapshots.into_iter())))
     }
 

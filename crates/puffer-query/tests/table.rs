@@ -212,3 +212,132 @@ fn bad_layouts_are_refused() {
     }
     assert!(db.table_names().is_empty());
 }
+
+#[test]
+fn reads_that_must_not_wait_answer_like_reads_that_may() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::new(
+        "id",
+        vec![
+            Attribute {
+                name: "city".into(),
+                attr_type: AttrType::String,
+            },
+            Attribute {
+                name: "price".into(),
+                attr_type: AttrType::Int,
+            },
+        ],
+    )
+    .unwrap();
+    let db = Database::open_with(dir.path(), options()).unwrap();
+    let one_shard = TableLayout {
+        shards: 1,
+        replicas: 2,
+    };
+    db.create_table_with("t", schema.clone(), one_shard)
+        .unwrap();
+    db.create_table_with(
+        "sharded",
+        schema,
+        TableLayout {
+            shards: 3,
+            replicas: 1,
+        },
+    )
+    .unwrap();
+    let table = db.table("t").unwrap();
+    let sharded = db.table("sharded").unwrap();
+    let cities = ["oslo", "rome", "lima"];
+    let mut model: BTreeMap<Vec<u8>, Record> = BTreeMap::new();
+    let mut rng = StdRng::seed_from_u64(11);
+    for step in 0..30 {
+        let mut ops = Vec::new();
+        for _ in 0..10 {
+            let key = format!("k{:03}", rng.gen_range(0..100));
+            let r = record(&key, cities[rng.gen_range(0..3)], rng.gen_range(0..100));
+            model.insert(r.key.clone(), r.clone());
+            ops.push(WriteOp::Put(r));
+        }
+        table.write(ops.clone()).unwrap();
+        sharded.write(ops).unwrap();
+        if step % 10 == 9 {
+            table.seal().unwrap();
+        }
+        let read = ReadOptions::default();
+        for key in ["k000", "k042", "k099"] {
+            // Nothing else runs: a replica always has a free slot.
+            let (got, _) = table.get_now(key.as_bytes(), read).unwrap().unwrap();
+            assert_eq!(got.as_ref(), model.get(key.as_bytes()), "get {key}");
+            let (got, _) = sharded.get_now(key.as_bytes(), read).unwrap().unwrap();
+            assert_eq!(got.as_ref(), model.get(key.as_bytes()), "sharded get {key}");
+        }
+        let city = cities[step % 3];
+        let predicate = Predicate::Eq("city".into(), Value::String(city.as_bytes().to_vec()));
+        let expected: Vec<Vec<u8>> = model
+            .values()
+            .filter(|r| r.values["city"] == Value::String(city.as_bytes().to_vec()))
+            .map(|r| r.key.clone())
+            .collect();
+        let query = Query {
+            predicate: predicate.clone(),
+            projection: None,
+            limit: None,
+            read,
+        };
+        let found = table.search_now(&query).unwrap().unwrap();
+        assert_eq!(keys_of(&found.rows), expected, "step {step}");
+        let (count, _) = table.count_now(&predicate, read).unwrap().unwrap();
+        assert_eq!(count, expected.len() as u64);
+        // A search over several shards needs their replicas at once: never run here.
+        assert!(sharded.search_now(&query).unwrap().is_none());
+        assert!(sharded.count_now(&predicate, read).unwrap().is_none());
+    }
+    // Every replica busy (one worker each): the reads give up instead of waiting.
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Arc::new(std::sync::Mutex::new(gate));
+    let mut blockers = Vec::new();
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
+    for slot in table.shards()[0].replicas() {
+        let (gate, started_tx) = (gate.clone(), started_tx.clone());
+        blockers.push(
+            slot.pool()
+                .submit(move |_| {
+                    started_tx.send(()).unwrap();
+                    gate.lock().unwrap().recv().unwrap();
+                })
+                .unwrap(),
+        );
+    }
+    for _ in 0..blockers.len() {
+        started.recv().unwrap();
+    }
+    let read = ReadOptions::default();
+    assert!(table.get_now(b"k000", read).unwrap().is_none());
+    let all = Query {
+        predicate: Predicate::All,
+        projection: None,
+        limit: None,
+        read,
+    };
+    assert!(table.search_now(&all).unwrap().is_none());
+    for _ in 0..blockers.len() {
+        release.send(()).unwrap();
+    }
+    for blocker in blockers {
+        blocker.recv().unwrap();
+    }
+    // Free again: the read that may wait and the one that may not agree with the model.
+    let rows = table.search(&all).unwrap().rows;
+    assert_eq!(rows, model.values().cloned().collect::<Vec<_>>());
+    // A worker frees its slot just after it answers: retry until it has.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let now = loop {
+        match table.search_now(&all).unwrap() {
+            Some(found) => break found,
+            None if std::time::Instant::now() < deadline => std::thread::yield_now(),
+            None => panic!("the replicas stayed busy with nothing running"),
+        }
+    };
+    assert_eq!(now.rows, rows);
+}

@@ -1,5 +1,8 @@
-//! The HTTP handlers. Store and index work is blocking (fsyncs, index walks), so each
-//! handler runs it on tokio's blocking pool.
+//! The HTTP handlers. Store and index work is blocking (fsyncs, index walks): most
+//! handlers run it through [`blocking`]. The two hot reads, a get by key and a limited
+//! search the index answers by locating a pattern, are short and bounded: they run on
+//! the event loop thread itself when a replica has a free worker slot (sparing the thread
+//! hand-offs, which cost more than the read), and through [`blocking`] when it has none.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -408,34 +411,46 @@ pub(crate) async fn get_record(
     require(role, Role::Read)?;
     let Query(params) = params?;
     let bound = freshness(params.freshness_s)?;
-    blocking(move || {
-        let shard = state.db.table(&table)?;
-        let schema = shard.schema();
-        let read = ReadOptions {
-            freshness: bound,
-            min_snapshot: 0,
-        };
-        let (found, info) = shard.get(key.as_bytes(), read)?;
-        let snapshot = snapshot_json(&info);
-        Ok(match found {
-            Some(record) => {
-                Json(json!({"record": record_json(&record, &schema), "snapshot": snapshot}))
-                    .into_response()
-            }
-            None => (
-                StatusCode::NOT_FOUND,
-                Json(json!({
-                    "code": "not_found",
-                    "message": format!("no record with key {key:?} in table {table:?}"),
-                    "retryable": false,
-                    "record": null,
-                    "snapshot": snapshot,
-                })),
-            )
-                .into_response(),
-        })
+    let read = ReadOptions {
+        freshness: bound,
+        min_snapshot: 0,
+    };
+    let shard = state.db.table(&table)?;
+    let answer = match shard.get_now(key.as_bytes(), read)? {
+        Some(answer) => answer,
+        None => {
+            let (shard, key) = (shard.clone(), key.clone());
+            blocking(move || Ok(shard.get(key.as_bytes(), read)?)).await?
+        }
+    };
+    get_response(&table, &key, &shard, answer)
+}
+
+fn get_response(
+    table: &str,
+    key: &str,
+    shard: &Table,
+    (found, info): (Option<puffer_store::Record>, puffer_store::SnapshotInfo),
+) -> Result<Response, ApiError> {
+    let schema = shard.schema();
+    let snapshot = snapshot_json(&info);
+    Ok(match found {
+        Some(record) => {
+            Json(json!({"record": record_json(&record, &schema), "snapshot": snapshot}))
+                .into_response()
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({
+                "code": "not_found",
+                "message": format!("no record with key {key:?} in table {table:?}"),
+                "retryable": false,
+                "record": null,
+                "snapshot": snapshot,
+            })),
+        )
+            .into_response(),
     })
-    .await
 }
 
 pub(crate) async fn delete_record(
@@ -480,30 +495,62 @@ pub(crate) async fn search(
     require(role, Role::Read)?;
     let request: SearchRequest = parse_json(&body?)?;
     let bound = freshness(request.freshness_s)?;
+    let shard = state.db.table(&table)?;
+    let schema = shard.schema();
+    let predicate = match &request.condition {
+        None => puffer_store::Predicate::All,
+        Some(json) => predicate_from_json(json, &schema)?,
+    };
+    let output = match (request.count, request.columns) {
+        (true, _) => Output::Count,
+        (false, None) => Output::All,
+        (false, Some(columns)) => Output::Columns(columns),
+    };
+    let mut statement = Statement::Select(Select {
+        table,
+        output,
+        predicate,
+        limit: request.limit,
+        freshness: bound,
+    });
+    check_sizes(&state, &mut statement)?;
+    if let Statement::Select(select) = &statement {
+        if short_search(select) {
+            if let Some(answer) = state.db.select_now(select)? {
+                return Ok(answer_response(answer, Some(&schema), request.format));
+            }
+        }
+    }
     blocking(move || {
-        let shard = state.db.table(&table)?;
-        let schema = shard.schema();
-        let predicate = match &request.condition {
-            None => puffer_store::Predicate::All,
-            Some(json) => predicate_from_json(json, &schema)?,
-        };
-        let output = match (request.count, request.columns) {
-            (true, _) => Output::Count,
-            (false, None) => Output::All,
-            (false, Some(columns)) => Output::Columns(columns),
-        };
-        let mut statement = Statement::Select(Select {
-            table,
-            output,
-            predicate,
-            limit: request.limit,
-            freshness: bound,
-        });
-        check_sizes(&state, &mut statement)?;
         let answer = state.db.execute(statement)?;
         Ok(answer_response(answer, Some(&schema), request.format))
     })
     .await
+}
+
+/// Most rows a search may ask for and still run on the event loop thread.
+const EVENT_LOOP_MAX_ROWS: usize = 100;
+/// Most values of an `IN` a search may hold and still run on the event loop thread.
+const EVENT_LOOP_MAX_IN_VALUES: usize = 16;
+
+/// Whether a search is short enough for the event loop thread: a few rows, found by
+/// locating patterns in the compressed index (equality, `IN`, prefix, and conjunctions
+/// of them), never a count (which may visit every match) or a scan.
+fn short_search(select: &Select) -> bool {
+    fn located(predicate: &puffer_store::Predicate) -> bool {
+        use puffer_store::Predicate as P;
+        match predicate {
+            P::Eq(..) | P::Prefix(..) => true,
+            P::In(_, values) => values.len() <= EVENT_LOOP_MAX_IN_VALUES,
+            P::And(all) => !all.is_empty() && all.iter().all(located),
+            _ => false,
+        }
+    }
+    !matches!(select.output, Output::Count)
+        && select
+            .limit
+            .is_some_and(|limit| limit <= EVENT_LOOP_MAX_ROWS)
+        && located(&select.predicate)
 }
 
 pub(crate) async fn health() -> Json<JsonValue> {

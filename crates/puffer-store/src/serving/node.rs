@@ -191,12 +191,32 @@ impl<R: LayeredReplica> ShardGroup<R> {
         })
     }
 
-    /// Runs `job` on a replica chosen by the scheduler and waits for the answer.
+    /// Runs `job` on a replica chosen by the scheduler and waits for the answer (on this
+    /// thread when the replica has a free worker slot and nobody queued).
     pub fn execute<T: Send + 'static>(
         &self,
         job: impl FnOnce(&R) -> T + Send + 'static,
     ) -> Result<T> {
-        self.submit(job)?.wait()
+        let slot = self.route();
+        let response = slot.pool.execute(job)?;
+        self.report(slot.replica, response.queue_length);
+        Ok(response.value)
+    }
+
+    /// Runs `job` on this thread, now, on a replica chosen by the scheduler if that
+    /// replica has a free worker slot and nobody queued; otherwise gives `job` back.
+    pub fn try_execute_here<T, F: FnOnce(&R) -> T>(
+        &self,
+        job: F,
+    ) -> Result<std::result::Result<T, F>> {
+        let slot = self.route();
+        Ok(match slot.pool.try_run_here(job)? {
+            Ok(response) => {
+                self.report(slot.replica, response.queue_length);
+                Ok(response.value)
+            }
+            Err(job) => Err(job),
+        })
     }
 
     /// Shares of queries each replica gets now.

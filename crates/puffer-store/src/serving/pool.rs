@@ -3,6 +3,12 @@
 //! The queue is what the adaptivity runtime watches: requests wait here when they arrive
 //! faster than the workers answer. It is bounded; a full queue refuses a request at once
 //! with a retryable [`StoreError::Overloaded`] rather than absorbing it.
+//!
+//! A replica runs at most `threads` requests at once: each running request holds one of
+//! `threads` worker slots. A request that waits for its answer ([`ReplicaPool::execute`])
+//! and finds a slot free and nobody queued runs on the caller's thread under that slot,
+//! sparing two thread hand-offs, which cost more than a short query; otherwise it waits
+//! in the queue for a worker, exactly as a submitted request does.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -37,11 +43,20 @@ pub struct PoolCounters {
     pub busy_nanos: u64,
 }
 
+/// What the queue's mutex guards.
+struct QueueState<R> {
+    jobs: VecDeque<Job<R>>,
+    /// Worker slots in use (jobs running on workers or on callers' threads).
+    running: usize,
+}
+
 struct Shared<R> {
     replica: R,
     name: String,
     capacity: usize,
-    queue: Mutex<VecDeque<Job<R>>>,
+    threads: usize,
+    queue: Mutex<QueueState<R>>,
+    /// Signalled when a job is queued or a slot is released.
     work_ready: Condvar,
     queue_length: AtomicUsize,
     closed: AtomicBool,
@@ -72,11 +87,16 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
                 "request queue of {name}: capacity must be at least 1"
             )));
         }
+        let threads = threads.max(1);
         let shared = Arc::new(Shared {
             replica,
             name,
             capacity,
-            queue: Mutex::new(VecDeque::new()),
+            threads,
+            queue: Mutex::new(QueueState {
+                jobs: VecDeque::new(),
+                running: 0,
+            }),
             work_ready: Condvar::new(),
             queue_length: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -85,7 +105,6 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
             completed: AtomicU64::new(0),
             busy_nanos: AtomicU64::new(0),
         });
-        let threads = threads.max(1);
         let mut workers = Vec::with_capacity(threads);
         for worker in 0..threads {
             let for_worker = shared.clone();
@@ -123,14 +142,53 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
         Ok(receiver)
     }
 
-    /// Queues `job` and waits for its response.
+    /// Runs `job` and waits for its response: on this thread when a worker slot is free
+    /// and no request is queued, otherwise through the queue.
     pub fn execute<T: Send + 'static>(
         &self,
         job: impl FnOnce(&R) -> T + Send + 'static,
     ) -> Result<Response<T>> {
-        self.submit(job)?.recv().map_err(|_| {
-            StoreError::Unavailable(format!("{} failed to answer the request", self.shared.name))
-        })
+        match self.try_run_here(job)? {
+            Ok(response) => Ok(response),
+            Err(job) => self.submit(job)?.recv().map_err(|_| self.failed()),
+        }
+    }
+
+    /// Runs `job` on this thread if a worker slot is free and no request is queued;
+    /// otherwise gives `job` back untouched (`Err(job)`), so a caller that must not wait
+    /// (an event loop thread) can hand it to a thread that may.
+    pub fn try_run_here<T, F: FnOnce(&R) -> T>(
+        &self,
+        job: F,
+    ) -> Result<std::result::Result<Response<T>, F>> {
+        let shared = &self.shared;
+        {
+            let mut state = shared.queue.lock().expect("request queue poisoned");
+            if shared.closed.load(Ordering::Relaxed) {
+                return Err(StoreError::Unavailable(format!(
+                    "{} is shut down",
+                    shared.name
+                )));
+            }
+            if !state.jobs.is_empty() || state.running >= shared.threads {
+                return Ok(Err(job));
+            }
+            state.running += 1;
+            shared.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+        let started = Instant::now();
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&shared.replica)));
+        shared.finish_job(started);
+        let value = outcome.map_err(|_| self.failed())?;
+        Ok(Ok(Response {
+            value,
+            queue_length: shared.queue_length.load(Ordering::Relaxed),
+        }))
+    }
+
+    fn failed(&self) -> StoreError {
+        StoreError::Unavailable(format!("{} failed to answer the request", self.shared.name))
     }
 
     /// Queues a job that gets the queue length at its completion (fire and forget).
@@ -140,24 +198,26 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
 
     fn enqueue(&self, job: Job<R>) -> Result<()> {
         let shared = &self.shared;
-        let mut queue = shared.queue.lock().expect("request queue poisoned");
+        let mut state = shared.queue.lock().expect("request queue poisoned");
         if shared.closed.load(Ordering::Relaxed) {
             return Err(StoreError::Unavailable(format!(
                 "{} is shut down",
                 shared.name
             )));
         }
-        if queue.len() >= shared.capacity {
+        if state.jobs.len() >= shared.capacity {
             shared.refused.fetch_add(1, Ordering::Relaxed);
             return Err(StoreError::Overloaded(format!(
                 "the request queue of {} is full ({} requests); retry later",
                 shared.name, shared.capacity
             )));
         }
-        queue.push_back(job);
-        shared.queue_length.store(queue.len(), Ordering::Relaxed);
+        state.jobs.push_back(job);
+        shared
+            .queue_length
+            .store(state.jobs.len(), Ordering::Relaxed);
         shared.accepted.fetch_add(1, Ordering::Relaxed);
-        drop(queue);
+        drop(state);
         shared.work_ready.notify_one();
         Ok(())
     }
@@ -210,21 +270,43 @@ impl<R: Send + Sync + 'static> Drop for ReplicaPool<R> {
     }
 }
 
+impl<R> Shared<R> {
+    /// Releases a worker slot after a job ran, counts the job, and wakes a worker if
+    /// requests wait for the slot.
+    fn finish_job(&self, started: Instant) {
+        self.busy_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.queue.lock().expect("request queue poisoned");
+        state.running -= 1;
+        let waiting = !state.jobs.is_empty();
+        drop(state);
+        if waiting {
+            self.work_ready.notify_one();
+        }
+    }
+}
+
 fn serve<R>(shared: &Shared<R>) {
     loop {
         let job = {
-            let mut queue = shared.queue.lock().expect("request queue poisoned");
+            let mut state = shared.queue.lock().expect("request queue poisoned");
             loop {
-                if let Some(job) = queue.pop_front() {
-                    shared.queue_length.store(queue.len(), Ordering::Relaxed);
-                    break job;
+                if state.running < shared.threads {
+                    if let Some(job) = state.jobs.pop_front() {
+                        state.running += 1;
+                        shared
+                            .queue_length
+                            .store(state.jobs.len(), Ordering::Relaxed);
+                        break job;
+                    }
                 }
-                if shared.closed.load(Ordering::Relaxed) {
+                if shared.closed.load(Ordering::Relaxed) && state.jobs.is_empty() {
                     return;
                 }
-                queue = shared
+                state = shared
                     .work_ready
-                    .wait(queue)
+                    .wait(state)
                     .expect("request queue poisoned");
             }
         };
@@ -236,10 +318,7 @@ fn serve<R>(shared: &Shared<R>) {
             job(&shared.replica, queue_length.load(Ordering::Relaxed))
         }));
         let _ = outcome;
-        shared
-            .busy_nanos
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        shared.completed.fetch_add(1, Ordering::Relaxed);
+        shared.finish_job(started);
     }
 }
 
@@ -290,6 +369,100 @@ mod tests {
             pool.submit(|r| *r),
             Err(StoreError::Unavailable(_))
         ));
+    }
+
+    #[test]
+    fn a_free_slot_runs_the_job_here_and_a_busy_one_gives_it_back() {
+        let pool = ReplicaPool::start("test replica", 5u64, 1, 4).unwrap();
+        let caller = std::thread::current().id();
+        // Free: runs on this thread, counted like a queued job.
+        let here = pool
+            .try_run_here(|r| (*r, std::thread::current().id()))
+            .unwrap()
+            .unwrap_or_else(|_| panic!("the slot was free"));
+        assert_eq!(here.value, (5, caller));
+        let through_execute = pool.execute(|r| r + 1).unwrap();
+        assert_eq!(through_execute.value, 6);
+        // Busy: the one slot is held by a blocked job on the worker.
+        let (gate_tx, gate_rx) = mpsc::channel::<()>();
+        let (started_tx, started_rx) = mpsc::channel::<()>();
+        let blocker = pool
+            .submit(move |r| {
+                started_tx.send(()).unwrap();
+                gate_rx.recv().unwrap();
+                *r
+            })
+            .unwrap();
+        started_rx.recv().unwrap();
+        let given_back = pool.try_run_here(|r| r * 100).unwrap();
+        let job = match given_back {
+            Err(job) => job,
+            Ok(response) => panic!("ran although the slot was busy: {}", response.value),
+        };
+        // The job given back still works, through the queue, once the slot frees.
+        let queued = pool.submit(job).unwrap();
+        assert_eq!(pool.queue_length(), 1);
+        gate_tx.send(()).unwrap();
+        assert_eq!(blocker.recv().unwrap().value, 5);
+        assert_eq!(queued.recv().unwrap().value, 500);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.counters().completed < 4 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let counters = pool.counters();
+        assert_eq!((counters.accepted, counters.completed), (4, 4));
+        pool.shutdown();
+        assert!(matches!(
+            pool.try_run_here(|r| *r),
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+
+    #[test]
+    fn no_more_jobs_run_at_once_than_the_replica_has_threads() {
+        use std::sync::atomic::AtomicUsize;
+        let threads = 2;
+        let pool = Arc::new(
+            ReplicaPool::start(
+                "test replica",
+                (AtomicUsize::new(0), AtomicUsize::new(0)),
+                threads,
+                1024,
+            )
+            .unwrap(),
+        );
+        // Each job counts itself in and out; the high-water mark is the concurrency seen.
+        fn job(state: &(AtomicUsize, AtomicUsize)) {
+            let now = state.0.fetch_add(1, Ordering::SeqCst) + 1;
+            state.1.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+            state.0.fetch_sub(1, Ordering::SeqCst);
+        }
+        std::thread::scope(|scope| {
+            for _ in 0..6 {
+                let pool = pool.clone();
+                scope.spawn(move || {
+                    for i in 0..40 {
+                        if i % 2 == 0 {
+                            pool.execute(job).unwrap();
+                        } else if let Err(j) = pool.try_run_here(job).unwrap() {
+                            pool.execute(j).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let high_water = pool.replica().1.load(Ordering::SeqCst);
+        // A queued job is counted just after it answered: wait for the count.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.counters().completed < 240 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(
+            (1..=threads).contains(&high_water),
+            "{high_water} jobs ran at once on a replica of {threads} threads"
+        );
+        assert_eq!(pool.counters().completed, 240);
     }
 
     #[test]
