@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use puffer_store::schema::{display_key, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use puffer_store::schema::{display_key, StoredRecord, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use puffer_store::timestamp::parse_timestamp_micros;
 use puffer_store::{AttrType, Attribute, Record, Schema, Value};
 
@@ -144,6 +144,21 @@ impl ImportedRow {
             }
         }
         record
+    }
+
+    /// The row as a store record by attribute id (for [`WriteOp::PutFields`]), ids
+    /// being those of [`ImportedTable::schema`].
+    ///
+    /// [`WriteOp::PutFields`]: puffer_store::WriteOp::PutFields
+    pub fn to_fields(&self) -> StoredRecord {
+        let fields = (0u16..)
+            .zip(&self.values)
+            .filter_map(|(id, value)| value.as_ref().map(|v| (id, v.clone())))
+            .collect();
+        StoredRecord {
+            key: self.key.clone(),
+            fields,
+        }
     }
 }
 

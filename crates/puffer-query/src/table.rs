@@ -246,6 +246,7 @@ impl Table {
             for op in ops {
                 let key = match &op {
                     WriteOp::Put(record) => &record.key,
+                    WriteOp::PutFields(record) => &record.key,
                     WriteOp::Delete(key) => key,
                     // A schema change applies to every shard, in the same place.
                     WriteOp::AddAttribute(_) => {

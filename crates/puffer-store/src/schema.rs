@@ -268,65 +268,108 @@ impl Schema {
     /// Validates a caller's record against the schema and converts it (moving its values).
     pub fn validate(&self, record: Record) -> Result<StoredRecord> {
         let Record { key, values } = record;
-        let invalid = |field: &str, reason: String| StoreError::InvalidRecord {
-            key: display_key(&key),
-            field: field.to_string(),
-            reason,
-        };
-        if key.is_empty() {
-            return Err(invalid(&self.key, "the key is missing or empty".into()));
-        }
-        if key.len() > MAX_KEY_BYTES {
-            return Err(invalid(
-                &self.key,
-                format!(
-                    "the key is {} bytes; the limit is {MAX_KEY_BYTES}",
-                    key.len()
-                ),
-            ));
-        }
+        self.check_key(&key)?;
         let mut fields = Vec::with_capacity(values.len());
         for (name, value) in values {
             let Some(id) = self.id_of(&name) else {
-                return Err(invalid(
-                    &name,
-                    format!(
+                return Err(StoreError::InvalidRecord {
+                    key: display_key(&key),
+                    field: name,
+                    reason: format!(
                         "unknown attribute (the table has: {})",
                         self.attribute_names()
                     ),
-                ));
+                });
             };
-            let expected = self.attributes[id as usize].attr_type;
-            if value.attr_type() != expected {
-                return Err(invalid(
-                    &name,
-                    format!(
-                        "expected a {} value, got a {}",
-                        expected.name(),
-                        value.attr_type().name()
-                    ),
-                ));
-            }
-            let value = match value {
-                Value::String(bytes) if bytes.len() > MAX_VALUE_BYTES => {
-                    return Err(invalid(
-                        &name,
-                        format!(
-                            "the value is {} bytes; the limit is {MAX_VALUE_BYTES}",
-                            bytes.len()
-                        ),
-                    ))
-                }
-                Value::Float(f) if !f.is_finite() => {
-                    return Err(invalid(&name, format!("{f} is not a finite number")))
-                }
-                Value::Float(f) if f == 0.0 && f.is_sign_negative() => Value::Float(0.0),
-                other => other,
-            };
-            fields.push((id, value));
+            fields.push((id, self.check_value(&key, id, value)?));
         }
         fields.sort_by_key(|(id, _)| *id);
         Ok(StoredRecord { key, fields })
+    }
+
+    /// Validates a record whose values are already by attribute id (a loader that
+    /// resolved the names once, with [`Schema::id_of`]): ids strictly ascending, each an
+    /// attribute of this schema, values of its type, as [`Schema::validate`] checks them.
+    pub fn validate_fields(&self, record: StoredRecord) -> Result<StoredRecord> {
+        let StoredRecord { key, fields } = record;
+        self.check_key(&key)?;
+        let mut checked = Vec::with_capacity(fields.len());
+        let mut previous: Option<u16> = None;
+        for (id, value) in fields {
+            if id as usize >= self.attributes.len() {
+                return Err(StoreError::InvalidRecord {
+                    key: display_key(&key),
+                    field: format!("attribute id {id}"),
+                    reason: format!(
+                        "no such attribute (the table has ids 0 to {})",
+                        self.attributes.len() as i64 - 1
+                    ),
+                });
+            }
+            if previous.is_some_and(|p| p >= id) {
+                return Err(StoreError::InvalidRecord {
+                    key: display_key(&key),
+                    field: self.attributes[id as usize].name.clone(),
+                    reason: "values by id must be in ascending id order, each id once".into(),
+                });
+            }
+            previous = Some(id);
+            checked.push((id, self.check_value(&key, id, value)?));
+        }
+        Ok(StoredRecord {
+            key,
+            fields: checked,
+        })
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        let reason = if key.is_empty() {
+            "the key is missing or empty".to_string()
+        } else if key.len() > MAX_KEY_BYTES {
+            format!(
+                "the key is {} bytes; the limit is {MAX_KEY_BYTES}",
+                key.len()
+            )
+        } else {
+            return Ok(());
+        };
+        Err(StoreError::InvalidRecord {
+            key: display_key(key),
+            field: self.key.clone(),
+            reason,
+        })
+    }
+
+    /// `value` checked for attribute `id` (which exists): its type, its size, a finite
+    /// float; -0.0 becomes 0.0 so that equal numbers encode equally.
+    fn check_value(&self, key: &[u8], id: u16, value: Value) -> Result<Value> {
+        let attribute = &self.attributes[id as usize];
+        let invalid = |reason: String| StoreError::InvalidRecord {
+            key: display_key(key),
+            field: attribute.name.clone(),
+            reason,
+        };
+        let expected = attribute.attr_type;
+        if value.attr_type() != expected {
+            return Err(invalid(format!(
+                "expected a {} value, got a {}",
+                expected.name(),
+                value.attr_type().name()
+            )));
+        }
+        Ok(match value {
+            Value::String(bytes) if bytes.len() > MAX_VALUE_BYTES => {
+                return Err(invalid(format!(
+                    "the value is {} bytes; the limit is {MAX_VALUE_BYTES}",
+                    bytes.len()
+                )))
+            }
+            Value::Float(f) if !f.is_finite() => {
+                return Err(invalid(format!("{f} is not a finite number")))
+            }
+            Value::Float(f) if f == 0.0 && f.is_sign_negative() => Value::Float(0.0),
+            other => other,
+        })
     }
 
     /// Converts a stored record back to named values (for answers).
@@ -353,4 +396,98 @@ fn check_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn schema() -> Schema {
+        let attribute = |name: &str, attr_type| Attribute {
+            name: name.into(),
+            attr_type,
+        };
+        Schema::new(
+            "id",
+            vec![
+                attribute("city", AttrType::String),
+                attribute("price", AttrType::Int),
+                attribute("rating", AttrType::Float),
+                attribute("open", AttrType::Bool),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A value of the attribute's type, or (`wrong`) of another type.
+    fn value_of(id: u16, seed: i64, wrong: bool) -> Value {
+        match (id + u16::from(wrong)) % 4 {
+            0 => Value::String(format!("c{seed}").into_bytes()),
+            1 => Value::Int(seed),
+            2 => Value::Float(if seed % 5 == 0 {
+                -0.0
+            } else {
+                seed as f64 / 4.0
+            }),
+            _ => Value::Bool(seed % 2 == 0),
+        }
+    }
+
+    proptest! {
+        /// By id or by name, a record is accepted or refused alike, and stored alike.
+        #[test]
+        fn values_by_id_validate_as_values_by_name(
+            present in prop::collection::vec(any::<bool>(), 4),
+            wrong_type in prop::option::of(0u16..4),
+            seeds in prop::collection::vec(-1000i64..1000, 4),
+            empty_key in any::<bool>(),
+        ) {
+            let schema = schema();
+            let key = if empty_key { Vec::new() } else { b"k1".to_vec() };
+            let mut by_name = Record::new(key.clone());
+            let mut fields = Vec::new();
+            for id in 0..4u16 {
+                if present[id as usize] {
+                    let value = value_of(id, seeds[id as usize], wrong_type == Some(id));
+                    by_name
+                        .values
+                        .insert(schema.attributes[id as usize].name.clone(), value.clone());
+                    fields.push((id, value));
+                }
+            }
+            let named = schema.validate(by_name);
+            let direct = schema.validate_fields(StoredRecord { key, fields });
+            match (named, direct) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => prop_assert!(false, "by name {:?}, by id {:?}", a, b),
+            }
+        }
+    }
+
+    #[test]
+    fn values_by_id_must_name_attributes_in_ascending_order() {
+        let schema = schema();
+        let record = |fields: Vec<(u16, Value)>| StoredRecord {
+            key: b"k".to_vec(),
+            fields,
+        };
+        let unknown = schema
+            .validate_fields(record(vec![(4, Value::Int(1))]))
+            .unwrap_err();
+        assert!(unknown.to_string().contains("attribute id 4"), "{unknown}");
+        let unordered = schema
+            .validate_fields(record(vec![(1, Value::Int(1)), (0, Value::str("a"))]))
+            .unwrap_err();
+        assert!(unordered.to_string().contains("ascending"), "{unordered}");
+        let repeated = schema
+            .validate_fields(record(vec![(1, Value::Int(1)), (1, Value::Int(2))]))
+            .unwrap_err();
+        assert!(repeated.to_string().contains("ascending"), "{repeated}");
+        let nan = schema
+            .validate_fields(record(vec![(2, Value::Float(f64::NAN))]))
+            .unwrap_err();
+        assert!(nan.to_string().contains("finite"), "{nan}");
+    }
 }

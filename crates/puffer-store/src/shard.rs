@@ -76,6 +76,10 @@ impl Default for ShardOptions {
 pub enum WriteOp {
     /// Insert or replace.
     Put(Record),
+    /// Insert or replace, values by attribute id ([`Schema::id_of`]; ids are never
+    /// reused, so ids resolved once stay valid while attributes are added). Spares a
+    /// loader building a map of names per row and the shard looking every name up.
+    PutFields(StoredRecord),
     /// Delete by key (a missing key is not an error).
     Delete(Vec<u8>),
     /// Add an attribute to the schema.
@@ -696,6 +700,7 @@ fn validate_records(ops: Vec<WriteOp>, schema: &Schema) -> Result<Vec<Op>> {
     for op in ops {
         out.push(match op {
             WriteOp::Put(record) => Op::Put(schema.validate(record)?),
+            WriteOp::PutFields(record) => Op::Put(schema.validate_fields(record)?),
             WriteOp::Delete(key) => {
                 if key.is_empty() || key.len() > crate::schema::MAX_KEY_BYTES {
                     return Err(StoreError::InvalidRecord {

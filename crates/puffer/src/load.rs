@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use puffer_query::database::check_table_name;
 use puffer_query::import::{self, ImportedRow, ImportedTable, KeySource, NewColumns, Typing};
@@ -129,6 +129,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     if !table.added.is_empty() {
         destination.add_attributes(&table.added)?;
     }
+    destination.check_ids(&table.schema)?;
     let written = write_batches(&destination, &table, args.batch_rows)?;
     let seconds = started.elapsed().as_secs_f64();
     let mut notes = vec![format!(
@@ -378,6 +379,24 @@ impl Destination {
         }
     }
 
+    /// Direct writes go by attribute id: the table's attributes must have the ids the
+    /// import gave them (they do unless the table changed since it was read).
+    fn check_ids(&self, schema: &Schema) -> anyhow::Result<()> {
+        let Destination::Direct { db, table } = self else {
+            return Ok(());
+        };
+        let actual = db.table(table)?.schema();
+        for (id, attribute) in schema.attributes.iter().enumerate() {
+            let found = actual.attributes.get(id).map(|a| a.name.as_str());
+            ensure!(
+                found == Some(attribute.name.as_str()),
+                "table {table:?} changed while loading: attribute {id} is {found:?}, expected {:?}",
+                attribute.name
+            );
+        }
+        Ok(())
+    }
+
     /// Writes one batch as one SCU; `Some` when the store is overloaded (nothing written).
     fn write(&self, schema: &Schema, batch: &[ImportedRow]) -> anyhow::Result<Option<Overloaded>> {
         match self {
@@ -404,7 +423,7 @@ impl Destination {
             Destination::Direct { db, table } => {
                 let ops = batch
                     .iter()
-                    .map(|row| WriteOp::Put(row.to_record(&schema.attributes)))
+                    .map(|row| WriteOp::PutFields(row.to_fields()))
                     .collect();
                 match db.table(table)?.write(ops) {
                     Ok(_) => Ok(None),

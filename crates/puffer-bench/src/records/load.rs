@@ -23,14 +23,16 @@ const COMPRESSION_TIMEOUT: Duration = Duration::from_secs(120);
 // Load: writer threads, and a monitor of the watermarks.
 
 /// An SCU: the rows it puts. Each writer builds a batch's records just before writing
-/// it, as a server does with the records of a request (their building is timed too);
-/// records built long before are cold in the cache when the store validates them.
+/// it, as `puffer load` does (their building is timed too): values by attribute id
+/// (`WriteOp::PutFields`), the way a loader that resolved the columns once writes.
+/// Records built long before would be cold in the cache when the store validates them.
 struct Batch {
     rows: Range<u32>,
 }
 
 fn put_ops(table: &Table, rows: Range<u32>) -> Vec<WriteOp> {
-    rows.map(|row| WriteOp::Put(table.record(row))).collect()
+    rows.map(|row| WriteOp::PutFields(table.rows[row as usize].to_fields()))
+        .collect()
 }
 
 /// One acknowledged SCU.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use puffer_query::import::{self, ImportedRow};
-use puffer_store::{Attribute, Record, Value};
+use puffer_store::{Attribute, Value};
 
 pub(super) use puffer_query::import::KeySource;
 
@@ -23,10 +23,6 @@ pub(super) struct Table {
 }
 
 impl Table {
-    pub(super) fn record(&self, row: u32) -> Record {
-        self.rows[row as usize].to_record(&self.attributes)
-    }
-
     pub(super) fn value(&self, row: u32, column: usize) -> Option<&Value> {
         self.rows[row as usize].values[column].as_ref()
     }
