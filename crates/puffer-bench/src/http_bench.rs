@@ -194,6 +194,9 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
+/// Longest wait for one answer before the request counts as an error.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One keep-alive HTTP/1.1 connection to the server.
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
@@ -363,25 +366,28 @@ async fn client(
         }
         let record = workload.pick_record(&mut rng, &cumulative);
         let started = Instant::now();
-        let outcome = match sender.as_mut() {
-            Some(open) => run_one(workload, open, operation, record, &mut rng).await,
-            None => match connect(&workload.authority).await {
-                Ok(mut open) => {
-                    let outcome = run_one(workload, &mut open, operation, record, &mut rng).await;
-                    sender = Some(open);
-                    outcome
-                }
-                Err(e) => {
-                    // Do not spin on a server that refuses connections.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    Err(e)
-                }
-            },
+        let attempt = async {
+            let mut open = match sender.take() {
+                Some(open) => open,
+                None => connect(&workload.authority).await?,
+            };
+            run_one(workload, &mut open, operation, record, &mut rng).await?;
+            // Kept only after a request that went well: after any failure the next
+            // request starts on a fresh connection.
+            sender = Some(open);
+            anyhow::Ok(())
+        };
+        let outcome = match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(anyhow::anyhow!(
+                "{operation:?}: no answer within {REQUEST_TIMEOUT:?}"
+            )),
         };
         report.latencies[operation as usize].push(started.elapsed());
         if let Err(e) = outcome {
-            if sender.as_ref().is_some_and(|s| s.is_closed()) {
-                sender = None;
+            if sender.is_none() {
+                // Do not spin on a server that refuses connections.
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
             if report.errors.len() < 20 {
                 report.errors.push(format!("{e:#}"));

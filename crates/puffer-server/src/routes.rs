@@ -1,6 +1,6 @@
 //! The HTTP handlers. Store and index work is blocking (fsyncs, index walks): most
 //! handlers run it through [`blocking`]. The two hot reads, a get by key and a limited
-//! search the index answers by locating a pattern, are short and bounded: they run on
+//! search the index answers by locating one value, are short and bounded: they run on
 //! the event loop thread itself when a replica has a free worker slot (sparing the thread
 //! hand-offs, which cost more than the read), and through [`blocking`] when it has none.
 
@@ -515,7 +515,7 @@ pub(crate) async fn search(
     });
     check_sizes(&state, &mut statement)?;
     if let Statement::Select(select) = &statement {
-        if short_search(select) {
+        if short_search(select, &schema.key) {
             if let Some(answer) = state.db.select_now(select)? {
                 return Ok(answer_response(answer, Some(&schema), request.format));
             }
@@ -533,24 +533,23 @@ const EVENT_LOOP_MAX_ROWS: usize = 100;
 /// Most values of an `IN` a search may hold and still run on the event loop thread.
 const EVENT_LOOP_MAX_IN_VALUES: usize = 16;
 
-/// Whether a search is short enough for the event loop thread: a few rows, found by
-/// locating patterns in the compressed index (equality, `IN`, prefix, and conjunctions
-/// of them), never a count (which may visit every match) or a scan.
-fn short_search(select: &Select) -> bool {
-    fn located(predicate: &puffer_store::Predicate) -> bool {
-        use puffer_store::Predicate as P;
-        match predicate {
-            P::Eq(..) | P::Prefix(..) => true,
-            P::In(_, values) => values.len() <= EVENT_LOOP_MAX_IN_VALUES,
-            P::And(all) => !all.is_empty() && all.iter().all(located),
-            _ => false,
-        }
-    }
-    !matches!(select.output, Output::Count)
+/// Whether a search is short enough for the event loop thread: a few rows found by
+/// locating one value (equality, or a short `IN`) of an attribute in the compressed
+/// index, whose matches are exact, so the work ends with the limit. Not a count (it may
+/// visit every match), a conjunction (it may walk many matches that fail the other
+/// conditions), a condition on the key, or anything answered by a scan.
+fn short_search(select: &Select, key: &str) -> bool {
+    use puffer_store::Predicate as P;
+    let located = match &select.predicate {
+        P::Eq(attribute, _) => attribute != key,
+        P::In(attribute, values) => attribute != key && values.len() <= EVENT_LOOP_MAX_IN_VALUES,
+        _ => false,
+    };
+    located
+        && !matches!(select.output, Output::Count)
         && select
             .limit
             .is_some_and(|limit| limit <= EVENT_LOOP_MAX_ROWS)
-        && located(&select.predicate)
 }
 
 pub(crate) async fn health() -> Json<JsonValue> {

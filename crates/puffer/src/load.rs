@@ -385,14 +385,23 @@ impl Destination {
         let Destination::Direct { db, table } = self else {
             return Ok(());
         };
-        let actual = db.table(table)?.schema();
-        for (id, attribute) in schema.attributes.iter().enumerate() {
-            let found = actual.attributes.get(id).map(|a| a.name.as_str());
-            ensure!(
-                found == Some(attribute.name.as_str()),
-                "table {table:?} changed while loading: attribute {id} is {found:?}, expected {:?}",
-                attribute.name
-            );
+        // Every replica of every shard: a schema change that reached only some of them
+        // would give the same name different ids.
+        for group in db.table(table)?.shards() {
+            for slot in group.replicas() {
+                let actual = slot.pool().replica().schema();
+                for (id, attribute) in schema.attributes.iter().enumerate() {
+                    let found = actual.attributes.get(id).map(|a| a.name.as_str());
+                    ensure!(
+                        found == Some(attribute.name.as_str()),
+                        "table {table:?} shard {} replica {}: attribute {id} is {found:?}, \
+                         expected {:?}; load through a server (by name) instead",
+                        group.shard,
+                        slot.replica,
+                        attribute.name
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -33,13 +33,13 @@ pub struct Response<T> {
 /// Counters of a pool since it started; the runtime differences them every `delta`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolCounters {
-    /// Requests accepted into the queue.
+    /// Requests accepted (queued, or run at once on a caller's thread).
     pub accepted: u64,
     /// Requests refused because the queue was full.
     pub refused: u64,
     /// Requests answered.
     pub completed: u64,
-    /// Nanoseconds workers spent answering.
+    /// Nanoseconds spent answering (by workers and on callers' threads).
     pub busy_nanos: u64,
 }
 
@@ -255,7 +255,12 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
 
     /// Stops accepting, answers what is queued, and joins the workers.
     pub fn shutdown(&self) {
-        self.shared.closed.store(true, Ordering::Relaxed);
+        {
+            // Under the lock: a worker between checking `closed` and waiting would
+            // otherwise miss the wake-up and never exit.
+            let _state = self.shared.queue.lock().expect("request queue poisoned");
+            self.shared.closed.store(true, Ordering::Relaxed);
+        }
         self.shared.work_ready.notify_all();
         let workers = std::mem::take(&mut *self.workers.lock().expect("worker list poisoned"));
         for worker in workers {
