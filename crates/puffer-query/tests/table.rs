@@ -31,18 +31,9 @@ fn record(key: &str, city: &str, price: i64) -> Record {
     record
 }
 
-fn keys_of(rows: &[Record]) -> Vec<Vec<u8>> {
-    rows.iter().map(|r| r.key.clone()).collect()
-}
-
-#[test]
-fn sharded_replicated_tables_match_a_model() {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = TableLayout {
-        shards: 3,
-        replicas: 2,
-    };
-    let schema = Schema::new(
+/// Key `id`, a string `city` and an int `price`.
+fn city_price_schema() -> Schema {
+    Schema::new(
         "id",
         vec![
             Attribute {
@@ -55,7 +46,21 @@ fn sharded_replicated_tables_match_a_model() {
             },
         ],
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn keys_of(rows: &[Record]) -> Vec<Vec<u8>> {
+    rows.iter().map(|r| r.key.clone()).collect()
+}
+
+#[test]
+fn sharded_replicated_tables_match_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = TableLayout {
+        shards: 3,
+        replicas: 2,
+    };
+    let schema = city_price_schema();
     let mut model: BTreeMap<Vec<u8>, Record> = BTreeMap::new();
     let cities = ["oslo", "rome", "lima", "kyiv"];
     let mut rng = StdRng::seed_from_u64(7);
@@ -216,20 +221,7 @@ fn bad_layouts_are_refused() {
 #[test]
 fn reads_that_must_not_wait_answer_like_reads_that_may() {
     let dir = tempfile::tempdir().unwrap();
-    let schema = Schema::new(
-        "id",
-        vec![
-            Attribute {
-                name: "city".into(),
-                attr_type: AttrType::String,
-            },
-            Attribute {
-                name: "price".into(),
-                attr_type: AttrType::Int,
-            },
-        ],
-    )
-    .unwrap();
+    let schema = city_price_schema();
     let db = Database::open_with(dir.path(), options()).unwrap();
     let one_shard = TableLayout {
         shards: 1,

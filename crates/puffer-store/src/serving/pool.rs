@@ -332,6 +332,15 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Waits (at most 10 s) until `count` jobs are counted as completed: a worker
+    /// counts a job just after the job has answered.
+    fn wait_for_completed<R: Send + Sync + 'static>(pool: &ReplicaPool<R>, count: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.counters().completed < count && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+    }
+
     #[test]
     fn answers_in_order_and_refuses_when_full() {
         let pool = ReplicaPool::start("test replica", 10u64, 1, 2).unwrap();
@@ -359,11 +368,7 @@ mod tests {
         assert_eq!((b.value, b.queue_length), (12, 0));
         let answered = pool.execute(|r| r * 2).unwrap();
         assert_eq!((answered.value, answered.queue_length), (20, 0));
-        // A worker counts a job after the job has answered, so wait for the count.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pool.counters().completed < 4 && Instant::now() < deadline {
-            std::thread::yield_now();
-        }
+        wait_for_completed(&pool, 4);
         let counters = pool.counters();
         assert_eq!(
             (counters.accepted, counters.refused, counters.completed),
@@ -410,10 +415,7 @@ mod tests {
         gate_tx.send(()).unwrap();
         assert_eq!(blocker.recv().unwrap().value, 5);
         assert_eq!(queued.recv().unwrap().value, 500);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pool.counters().completed < 4 && Instant::now() < deadline {
-            std::thread::yield_now();
-        }
+        wait_for_completed(&pool, 4);
         let counters = pool.counters();
         assert_eq!((counters.accepted, counters.completed), (4, 4));
         pool.shutdown();
@@ -458,11 +460,7 @@ mod tests {
             }
         });
         let high_water = pool.replica().1.load(Ordering::SeqCst);
-        // A queued job is counted just after it answered: wait for the count.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pool.counters().completed < 240 && Instant::now() < deadline {
-            std::thread::yield_now();
-        }
+        wait_for_completed(&pool, 240);
         assert!(
             (1..=threads).contains(&high_water),
             "{high_water} jobs ran at once on a replica of {threads} threads"
