@@ -49,6 +49,16 @@ fn city_price_schema() -> Schema {
     .unwrap()
 }
 
+/// The model's keys whose `city` is `city`, ascending: what an equality search answers.
+fn keys_in_city(model: &BTreeMap<Vec<u8>, Record>, city: &str) -> Vec<Vec<u8>> {
+    let wanted = Value::String(city.as_bytes().to_vec());
+    model
+        .values()
+        .filter(|r| r.values.get("city") == Some(&wanted))
+        .map(|r| r.key.clone())
+        .collect()
+}
+
 fn keys_of(rows: &[Record]) -> Vec<Vec<u8>> {
     rows.iter().map(|r| r.key.clone()).collect()
 }
@@ -89,11 +99,7 @@ fn sharded_replicated_tables_match_a_model() {
             }
             let city = cities[step % 4];
             let predicate = Predicate::Eq("city".into(), Value::String(city.as_bytes().to_vec()));
-            let expected: Vec<Vec<u8>> = model
-                .values()
-                .filter(|r| r.values.get("city") == Some(&Value::String(city.as_bytes().to_vec())))
-                .map(|r| r.key.clone())
-                .collect();
+            let expected = keys_in_city(&model, city);
             let query = Query {
                 predicate: predicate.clone(),
                 projection: None,
@@ -266,11 +272,7 @@ fn reads_that_must_not_wait_answer_like_reads_that_may() {
         }
         let city = cities[step % 3];
         let predicate = Predicate::Eq("city".into(), Value::String(city.as_bytes().to_vec()));
-        let expected: Vec<Vec<u8>> = model
-            .values()
-            .filter(|r| r.values["city"] == Value::String(city.as_bytes().to_vec()))
-            .map(|r| r.key.clone())
-            .collect();
+        let expected = keys_in_city(&model, city);
         let query = Query {
             predicate: predicate.clone(),
             projection: None,
