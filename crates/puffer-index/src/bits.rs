@@ -109,6 +109,44 @@ pub fn peek_bits(bytes: &[u8], bit_pos: u64) -> u64 {
     read_u64_le(bytes, (bit_pos >> 3) as usize) >> (bit_pos & 7)
 }
 
+/// Reads the stream backward: bit `i` of the result is stream bit `end_bit - 1 - i`, for
+/// at least 57 bits (bits before the start of the stream read as zero).
+#[inline(always)]
+pub fn peek_bits_rev(bytes: &[u8], end_bit: u64) -> u64 {
+    let Some(last) = end_bit.checked_sub(1) else {
+        return 0;
+    };
+    let last_byte = (last >> 3) as usize;
+    // Eight bytes ending with the one that holds `last`: `last` is bit 56 + (last & 7).
+    let word = if last_byte >= 7 {
+        read_u64_le(bytes, last_byte - 7)
+    } else {
+        bytes[..=last_byte]
+            .iter()
+            .enumerate()
+            .fold(0u64, |w, (i, &b)| {
+                w | u64::from(b) << (8 * (i + 7 - last_byte))
+            })
+    };
+    (word << (7 - (last & 7))).reverse_bits()
+}
+
+/// Number of valid bits [`peek_bits_rev`] returns at `end_bit`.
+#[inline(always)]
+pub fn peek_bits_rev_valid(end_bit: u64) -> u32 {
+    57 + (end_bit.wrapping_sub(1) & 7) as u32
+}
+
+/// The low `width` bits of `value` in reverse order (`width` <= 64).
+#[inline(always)]
+pub fn reverse_low_bits(value: u64, width: u32) -> u64 {
+    if width == 0 {
+        0
+    } else {
+        value.reverse_bits() >> (64 - width)
+    }
+}
+
 /// Mask of the lowest `width` bits (`width` <= 64).
 #[inline(always)]
 pub fn low_mask(width: u32) -> u64 {
@@ -234,6 +272,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn backward_peeks_read_the_bits_in_reverse() {
+        let mut writer = BitWriter::new();
+        let mut model = Vec::new();
+        for i in 0..300u64 {
+            let bit = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) & 1;
+            writer.push(bit, 1);
+            model.push(bit);
+        }
+        let bytes = writer.into_padded_bytes();
+        for end in 0..=model.len() as u64 {
+            let window = peek_bits_rev(&bytes, end);
+            let valid = u64::from(peek_bits_rev_valid(end)).min(64);
+            for i in 0..valid {
+                let want = if i < end {
+                    model[(end - 1 - i) as usize]
+                } else {
+                    0
+                };
+                assert_eq!((window >> i) & 1, want, "end {end} bit {i}");
+            }
+        }
+        assert_eq!(reverse_low_bits(0b0011, 4), 0b1100);
+        assert_eq!(reverse_low_bits(0b1, 1), 0b1);
+        assert_eq!(reverse_low_bits(5, 0), 0);
     }
 
     #[test]

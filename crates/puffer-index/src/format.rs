@@ -1,4 +1,4 @@
-//! The index file format (version 1), documented byte by byte in `docs/format.md`.
+//! The index file format (version 2), documented byte by byte in `docs/format.md`.
 //!
 //! A 64-byte header, a section table, then 8-byte aligned sections, each with its own
 //! CRC-32. Opening maps the file and verifies every checksum and every structural
@@ -19,7 +19,7 @@ use crate::psi::{Psi, PsiLayout, CODE_CONTEXTS, NUM_COLUMNS};
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"PUFFERIX";
 /// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const HEADER_BYTES: usize = 64;
 const SECTION_ENTRY_BYTES: usize = 32;
 const MAX_SECTIONS: usize = 64;

@@ -6,12 +6,20 @@
 //! - symbol `2(L-1) + h` in `0..=111`: a gap `g >= 2` with `2^L <= g < 2^(L+1)` whose bit
 //!   `L-1` is `h`, followed by the `L-1` low bits of `g` (the mantissa);
 //! - symbol `112 + j` in `112..=124`: a run of `r` gaps equal to one, `2^j <= r < 2^(j+1)`,
-//!   followed by the `j` low bits of `r`.
+//!   followed by the `j` low bits of `r`;
+//! - symbol `125`: a run of gaps equal to one through the end of the part being coded
+//!   (its length is what is left of the part), with no mantissa.
 
 /// Size of the alphabet.
 pub const NUM_SYMBOLS: usize = 128;
 /// First run symbol.
 pub const RUN_SYMBOL_BASE: usize = 112;
+/// A run through the end of the coded part: its length is implied.
+pub const END_RUN_SYMBOL: usize = 125;
+/// Entries (and value increase) a decoded end-of-part run reports: at least what any
+/// reader has left to move inside one part (blocks hold at most 4096 entries), so
+/// readers stop inside it, or at its end when exactly that many are left.
+pub const END_RUN_COUNT: u64 = 4095;
 /// Longest code the builder emits.
 pub const MAX_CODE_LEN_BITS: u32 = 24;
 /// Bits resolved by one table lookup.
@@ -24,7 +32,9 @@ const ENTRY_LONG: u32 = 1 << 30;
 /// Mantissa length of a symbol.
 #[inline(always)]
 pub fn mantissa_bits(symbol: usize) -> u32 {
-    if symbol >= RUN_SYMBOL_BASE {
+    if symbol == END_RUN_SYMBOL {
+        0
+    } else if symbol >= RUN_SYMBOL_BASE {
         (symbol - RUN_SYMBOL_BASE) as u32
     } else {
         (symbol / 2) as u32
@@ -146,7 +156,7 @@ pub fn validate_lengths(lengths: &[u8; NUM_SYMBOLS]) -> Result<(), String> {
             ));
         }
         if len > 0 {
-            if symbol > RUN_SYMBOL_BASE + 12 {
+            if symbol > END_RUN_SYMBOL {
                 return Err(format!("symbol {symbol} is outside the alphabet"));
             }
             kraft += 1u64 << (MAX_CODE_LEN_BITS - len);
@@ -206,7 +216,8 @@ pub struct Step {
     pub bits: u32,
     /// Value increase over the covered entries.
     pub delta: u64,
-    /// Entries covered (1 for a gap, the run length for a run).
+    /// Entries covered (1 for a gap, the run length for a run; [`END_RUN_COUNT`] for a
+    /// run through the end of the part, with `delta` the same).
     pub count: u64,
 }
 
@@ -236,7 +247,11 @@ impl HuffmanDecoder {
                 for mantissa in 0..(1u32 << mant_len) {
                     let low = lsb_code | (mantissa << len);
                     let total = len + mant_len;
-                    let delta = symbol_base(symbol) as u32 + mantissa;
+                    let delta = if symbol == END_RUN_SYMBOL {
+                        END_RUN_COUNT as u32
+                    } else {
+                        symbol_base(symbol) as u32 + mantissa
+                    };
                     let count = if is_run(symbol) { delta } else { 1 };
                     let run_flag = u32::from(is_run(symbol)) << 30;
                     let entry = total | (count << 5) | (delta << 17) | run_flag;
@@ -315,15 +330,33 @@ impl HuffmanDecoder {
     /// Decodes a step whose entry is slow: mantissa too long for the table, or a long code.
     #[cold]
     pub fn slow_step(&self, bytes: &[u8], bit_pos: u64, entry: u32) -> Option<Step> {
+        self.slow_step_by(
+            |offset| crate::bits::peek_bits(bytes, bit_pos + offset),
+            entry,
+        )
+    }
+
+    /// [`HuffmanDecoder::slow_step`] over any bit source: `peek(offset)` returns at least
+    /// 57 bits of the step, starting `offset` bits after its first bit, in reading order
+    /// (so a stream read backward decodes the same way).
+    #[cold]
+    pub fn slow_step_by(&self, peek: impl Fn(u64) -> u64, entry: u32) -> Option<Step> {
         let (symbol, code_len) = if entry & ENTRY_LONG == 0 {
             (((entry >> 8) & 0xFF) as usize, entry & 31)
         } else {
-            self.decode_long(crate::bits::peek_bits(bytes, bit_pos))?
+            self.decode_long(peek(0))?
         };
+        if symbol == END_RUN_SYMBOL {
+            // Longer than anything left: readers stop inside it.
+            return Some(Step {
+                bits: code_len,
+                delta: END_RUN_COUNT,
+                count: END_RUN_COUNT,
+            });
+        }
         let mant_len = mantissa_bits(symbol);
         // A long mantissa may not fit the first window: read it from its own position.
-        let mantissa = crate::bits::peek_bits(bytes, bit_pos + u64::from(code_len))
-            & crate::bits::low_mask(mant_len);
+        let mantissa = peek(u64::from(code_len)) & crate::bits::low_mask(mant_len);
         let value = symbol_base(symbol) + mantissa;
         let count = if is_run(symbol) { value } else { 1 };
         Some(Step {

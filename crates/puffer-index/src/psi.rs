@@ -5,8 +5,16 @@
 //! and every block stores its first value in a header and the remaining gaps in a
 //! Huffman-coded bit stream (see [`crate::huffman`]): gaps of one, which dominate on
 //! real text, are coded as runs. Headers pack `(first_value, bit offset relative to its
-//! superblock)`; superblocks hold absolute bit offsets. Random access decodes at most
-//! one block; column-wise rank (`count_less`) binary-searches block headers first.
+//! superblock)`; superblocks hold absolute bit offsets. Column-wise rank (`count_less`)
+//! binary-searches block headers first.
+//!
+//! A block with a successor in its column is coded in two halves: the first half
+//! forward from the block's header, the second half backward from the next block's
+//! header (its steps written last first, bits reversed, so that the next block's bit
+//! offset is where reading starts). A lookup then decodes at most half a block, from
+//! whichever header is nearer, for no extra stored bits: the gap into the next block's
+//! first value is coded instead of the gap into the middle entry, and a run that ends a
+//! half is coded without its length (the reader knows how much is left).
 
 use crate::bits::{self, peek_bits, BitWriter, SharedBytes};
 use crate::huffman::{self, HuffmanDecoder, HuffmanEncoder, Step, NUM_SYMBOLS};
@@ -131,12 +139,23 @@ pub struct Psi {
 /// Decoding state inside one block: the value so far, the bit position and a local
 /// window of the stream, the code context, and the entries still to skip.
 struct BlockCursor {
+    /// Reading the stream backward (a block's second half, from the next header).
+    backward: bool,
     value: u64,
     pos: u64,
     window: u64,
     avail: u32,
     context_offset: usize,
     remaining: u64,
+}
+
+/// Where the decode of one Psi entry starts: a block header, how many entries to move
+/// from its value, and in which direction.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Lookup {
+    header_block: u64,
+    steps: u64,
+    backward: bool,
 }
 
 /// Byte sizes of Psi's parts.
@@ -198,12 +217,15 @@ impl Psi {
             decoders,
             header_mask,
         };
-        // Every block must start inside the stream; this keeps decoding in bounds.
+        // Every block must start inside the stream, after the block before it (a second
+        // half is read backward from the next block's start); this keeps decoding in bounds.
+        let mut previous_pos = 0;
         for block in 0..psi.layout.blocks() {
             let (first, pos) = psi.block_header(block);
-            if pos > psi.layout.stream_bits || first >= psi.layout.entries {
+            if pos > psi.layout.stream_bits || first >= psi.layout.entries || pos < previous_pos {
                 return Err(format!("block {block} header out of range"));
             }
+            previous_pos = pos;
         }
         Ok(psi)
     }
@@ -271,27 +293,60 @@ impl Psi {
         (first, base + relative)
     }
 
-    /// (block, position within block) of entry `i`.
+    /// Where the decode of entry `i` starts: the first half of a block (and all of the
+    /// last block of a column) is read forward from the block's header; the second half
+    /// of any other block backward from the next block's header.
     #[inline(always)]
-    fn locate_entry(&self, i: u64) -> (u64, u64) {
+    fn locate_entry(&self, i: u64) -> Lookup {
         let c = self.column_of(i);
         let offset = i - self.layout.column_starts[c];
-        (
-            self.layout.column_first_block[c] + (offset >> self.block_shift),
-            offset & (self.layout.block_len - 1),
-        )
+        let block = self.layout.column_first_block[c] + (offset >> self.block_shift);
+        let k = offset & (self.layout.block_len - 1);
+        if k >= self.layout.block_len / 2 && block + 1 < self.layout.column_first_block[c + 1] {
+            Lookup {
+                header_block: block + 1,
+                steps: self.layout.block_len - k,
+                backward: true,
+            }
+        } else {
+            Lookup {
+                header_block: block,
+                steps: k,
+                backward: false,
+            }
+        }
     }
 
+    /// The stream window at `pos` in reading order: forward from `pos`, or backward from
+    /// just before `pos`; and how many of its bits are valid.
     #[inline(always)]
-    fn decode_step(&self, context: usize, bit_pos: u64) -> Step {
+    fn window(&self, backward: bool, pos: u64) -> (u64, u32) {
+        if backward {
+            (
+                bits::peek_bits_rev(&self.stream, pos),
+                bits::peek_bits_rev_valid(pos),
+            )
+        } else {
+            (peek_bits(&self.stream, pos), 64 - (pos & 7) as u32)
+        }
+    }
+
+    /// One step (a gap or a run) at `pos`, read in the given direction.
+    #[inline(always)]
+    fn decode_step(&self, backward: bool, context: usize, pos: u64) -> Step {
         // A bit pattern that is no code can only come from a corrupt stream, which the
         // section checksum rejects at load; fall back to a unit step to stay in bounds.
-        let window = peek_bits(&self.stream, bit_pos) as usize & ((1 << huffman::TABLE_BITS) - 1);
+        let window = self.window(backward, pos).0 as usize & ((1 << huffman::TABLE_BITS) - 1);
         let entry = self.tables[(context << huffman::TABLE_BITS) | window];
         let step = if entry & huffman::ENTRY_SLOW == 0 {
             Some(HuffmanDecoder::full_step(entry))
+        } else if backward {
+            self.decoders[context].slow_step_by(
+                |offset| bits::peek_bits_rev(&self.stream, pos.saturating_sub(offset)),
+                entry,
+            )
         } else {
-            self.decoders[context].slow_step(&self.stream, bit_pos, entry)
+            self.decoders[context].slow_step(&self.stream, pos, entry)
         };
         step.unwrap_or(Step {
             bits: 1,
@@ -300,17 +355,32 @@ impl Psi {
         })
     }
 
-    /// A cursor at the start of `block`, to advance `k` entries.
+    /// A cursor at the header a lookup starts from.
     #[inline(always)]
-    fn block_cursor(&self, block: u64, k: u64) -> BlockCursor {
-        let (value, pos) = self.block_header(block);
+    fn cursor(&self, lookup: Lookup) -> BlockCursor {
+        let (value, pos) = self.block_header(lookup.header_block);
+        let (window, avail) = self.window(lookup.backward, pos);
         BlockCursor {
+            backward: lookup.backward,
             value,
             pos,
-            window: peek_bits(&self.stream, pos),
-            avail: 64 - (pos & 7) as u32,
+            window,
+            avail,
             context_offset: 0,
-            remaining: k,
+            remaining: lookup.steps,
+        }
+    }
+
+    /// Moves a cursor by one decoded step (`bits` read, value changed by `delta`).
+    #[inline(always)]
+    fn advance_cursor(cursor: &mut BlockCursor, bits: u32, delta: u64) {
+        if cursor.backward {
+            // Saturating: a corrupt stream (which checksums reject) must not wrap around.
+            cursor.value = cursor.value.wrapping_sub(delta);
+            cursor.pos = cursor.pos.saturating_sub(u64::from(bits));
+        } else {
+            cursor.value = cursor.value.wrapping_add(delta);
+            cursor.pos += u64::from(bits);
         }
     }
 
@@ -327,8 +397,7 @@ impl Psi {
             return false;
         }
         if cursor.avail < huffman::TABLE_BITS {
-            cursor.window = peek_bits(&self.stream, cursor.pos);
-            cursor.avail = 64 - (cursor.pos & 7) as u32;
+            (cursor.window, cursor.avail) = self.window(cursor.backward, cursor.pos);
         }
         let table_mask = (1usize << huffman::TABLE_BITS) - 1;
         let entry =
@@ -338,9 +407,8 @@ impl Psi {
             return false;
         }
         cursor.context_offset = (((entry >> 30) & 1) as usize) << huffman::TABLE_BITS;
-        cursor.value += u64::from((entry >> 17) & 0x1FFF);
+        Self::advance_cursor(cursor, bits, u64::from((entry >> 17) & 0x1FFF));
         cursor.remaining -= count;
-        cursor.pos += u64::from(bits);
         cursor.window >>= bits;
         cursor.avail -= bits;
         true
@@ -356,47 +424,74 @@ impl Psi {
             if self.multi_step(cursor) {
                 continue;
             }
-            let step = self.decode_step(cursor.context_offset >> huffman::TABLE_BITS, cursor.pos);
+            let step = self.decode_step(
+                cursor.backward,
+                cursor.context_offset >> huffman::TABLE_BITS,
+                cursor.pos,
+            );
             if step.count > cursor.remaining {
                 // Inside a run of ones.
-                return cursor.value + cursor.remaining;
+                return if cursor.backward {
+                    cursor.value.wrapping_sub(cursor.remaining)
+                } else {
+                    cursor.value.wrapping_add(cursor.remaining)
+                };
             }
             cursor.context_offset = usize::from(step.delta == step.count) << huffman::TABLE_BITS;
-            cursor.value += step.delta;
+            Self::advance_cursor(cursor, step.bits, step.delta);
             cursor.remaining -= step.count;
-            cursor.pos += u64::from(step.bits);
             cursor.avail = 0; // the window no longer matches `pos`: refill
         }
         cursor.value
     }
 
-    /// Value at position `k` of a block.
+    /// The value a lookup leads to.
     #[inline(always)]
-    fn decode_in_block(&self, block: u64, k: u64) -> u64 {
-        self.run_cursor(&mut self.block_cursor(block, k))
+    fn decode(&self, lookup: Lookup) -> u64 {
+        self.run_cursor(&mut self.cursor(lookup))
     }
 
-    /// Values at positions of two blocks, decoded in one loop: each decode is a chain
-    /// of dependent table loads, so running two chains side by side overlaps their
-    /// latencies.
+    /// Two lookups decoded in one loop: each decode is a chain of dependent table
+    /// loads, so running two chains side by side overlaps their latencies.
     #[inline(always)]
-    fn decode_two_in_blocks(&self, a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
-        let mut first = self.block_cursor(a.0, a.1);
-        let mut second = self.block_cursor(b.0, b.1);
+    fn decode_two(&self, a: Lookup, b: Lookup) -> (u64, u64) {
+        let mut first = self.cursor(a);
+        let mut second = self.cursor(b);
         while self.multi_step(&mut first) & self.multi_step(&mut second) {}
         (self.run_cursor(&mut first), self.run_cursor(&mut second))
+    }
+
+    /// Lookups `group` (same header, same direction, steps nondecreasing in the order
+    /// given) decoded by one pass of one cursor.
+    #[inline(always)]
+    fn decode_group(
+        &self,
+        lookups: &[Lookup],
+        indices: &mut [u64],
+        group: impl Iterator<Item = usize>,
+    ) {
+        let mut cursor: Option<BlockCursor> = None;
+        let mut at = 0;
+        for u in group {
+            let cursor = cursor.get_or_insert_with(|| {
+                at = lookups[u].steps;
+                self.cursor(lookups[u])
+            });
+            cursor.remaining += lookups[u].steps - at;
+            at = lookups[u].steps;
+            indices[u] = self.run_cursor(cursor);
+        }
     }
 
     /// `psi[i]`.
     #[inline]
     pub fn get(&self, i: u64) -> u64 {
-        let (block, k) = self.locate_entry(i);
-        self.decode_in_block(block, k)
+        self.decode(self.locate_entry(i))
     }
 
     /// Replaces every `indices[j]` by `psi[indices[j]]`, overlapping the memory
     /// accesses of independent lookups (prefetch all headers, then all streams, then decode).
-    pub fn advance_all(&self, indices: &mut [u64], scratch: &mut Vec<(u64, u64)>) {
+    pub fn advance_all(&self, indices: &mut [u64], scratch: &mut Vec<Lookup>) {
         // A software pipeline: lookup `j` prefetches its header, lookup `j - HEADER_AHEAD`
         // reads its (now cached) header and prefetches its stream bits, and lookup
         // `j - DECODE_AHEAD` decodes. Spacing the prefetches keeps the misses in flight
@@ -405,13 +500,14 @@ impl Psi {
         const DECODE_AHEAD: usize = 32;
         let n = indices.len();
         scratch.clear();
-        scratch.resize(n, (0, 0));
+        scratch.resize(n, Lookup::default());
         // Lookups before `group_end` were decoded with an earlier group.
         let mut group_end = 0usize;
         let mut waiting: Option<usize> = None;
         for j in 0..n + DECODE_AHEAD {
             if j < n {
-                let (block, k) = self.locate_entry(indices[j]);
+                let lookup = self.locate_entry(indices[j]);
+                let block = lookup.header_block;
                 prefetch(
                     &self.headers,
                     (block * self.layout.header_width() as u64 / 8) as usize,
@@ -420,40 +516,57 @@ impl Psi {
                     &self.superblocks,
                     ((block >> self.superblock_shift) * 8) as usize,
                 );
-                scratch[j] = (block, k);
+                scratch[j] = lookup;
             }
             if let Some(t) = j.checked_sub(STREAM_AHEAD).filter(|&t| t < n) {
-                let (block, k) = scratch[t];
-                let (_, pos) = self.block_header(block);
-                let first_byte = (pos / 8) as usize;
-                prefetch(&self.stream, first_byte);
-                // Decoding `k` entries reads a few bits each: fetch the next line too when
-                // the walk through the block likely crosses into it.
-                if k > 16 {
-                    prefetch(&self.stream, first_byte + 64);
+                let lookup = scratch[t];
+                let (_, pos) = self.block_header(lookup.header_block);
+                // Decoding `steps` entries reads a few bits each: fetch the next line too
+                // when the walk through the block likely crosses into it.
+                let far = lookup.steps > 16;
+                if lookup.backward {
+                    let last_byte = (pos.saturating_sub(1) / 8) as usize;
+                    prefetch(&self.stream, last_byte.saturating_sub(7));
+                    if far {
+                        prefetch(&self.stream, last_byte.saturating_sub(64));
+                    }
+                } else {
+                    let first_byte = (pos / 8) as usize;
+                    prefetch(&self.stream, first_byte);
+                    if far {
+                        prefetch(&self.stream, first_byte + 64);
+                    }
                 }
             }
             if let Some(t) = j.checked_sub(DECODE_AHEAD).filter(|&t| t < n) {
                 if t < group_end {
                     continue; // decoded with its group
                 }
-                // Consecutive lookups in one block at nondecreasing positions (walks
-                // that start from one suffix range stay together for a few steps):
-                // one pass through the block serves them all.
-                let (block, first_k) = scratch[t];
+                // Consecutive lookups from one header in one direction, in the order of
+                // their steps (walks that start from one suffix range stay together for a
+                // few steps): one pass of one cursor serves them all. Entries in the
+                // back half of a block come in increasing order, so their steps from the
+                // next header decrease.
+                let first = scratch[t];
                 let mut end = t + 1;
-                let mut last_k = first_k;
-                while end < n.min(j + 1) && scratch[end].0 == block && scratch[end].1 >= last_k {
-                    last_k = scratch[end].1;
+                let mut last_steps = first.steps;
+                while end < n.min(j + 1)
+                    && scratch[end].header_block == first.header_block
+                    && scratch[end].backward == first.backward
+                    && (if first.backward {
+                        scratch[end].steps <= last_steps
+                    } else {
+                        scratch[end].steps >= last_steps
+                    })
+                {
+                    last_steps = scratch[end].steps;
                     end += 1;
                 }
                 if end - t > 1 {
-                    let mut cursor = self.block_cursor(block, first_k);
-                    let mut at = first_k;
-                    for u in t..end {
-                        cursor.remaining += scratch[u].1 - at;
-                        at = scratch[u].1;
-                        indices[u] = self.run_cursor(&mut cursor);
+                    if first.backward {
+                        self.decode_group(scratch, indices, (t..end).rev());
+                    } else {
+                        self.decode_group(scratch, indices, t..end);
                     }
                     group_end = end;
                     continue;
@@ -461,7 +574,7 @@ impl Psi {
                 // A lone lookup waits for a partner: two decodes run side by side.
                 match waiting.take() {
                     Some(other) => {
-                        let (a, b) = self.decode_two_in_blocks(scratch[other], scratch[t]);
+                        let (a, b) = self.decode_two(scratch[other], scratch[t]);
                         indices[other] = a;
                         indices[t] = b;
                     }
@@ -470,8 +583,7 @@ impl Psi {
             }
         }
         if let Some(t) = waiting {
-            let (block, k) = scratch[t];
-            indices[t] = self.decode_in_block(block, k);
+            indices[t] = self.decode(scratch[t]);
         }
     }
 
@@ -509,8 +621,9 @@ impl Psi {
             }
             let block = blocks_below - 1;
             let block_entries = (size - block * self.layout.block_len).min(self.layout.block_len);
+            let has_next = blocks_below < blocks;
             block * self.layout.block_len
-                + self.count_less_in_block(first_block + block, block_entries, bound)
+                + self.count_less_in_block(first_block + block, block_entries, has_next, bound)
         };
         let low_rank = rank(low_blocks, low);
         let high_rank = if high == low {
@@ -521,32 +634,103 @@ impl Psi {
         (low_rank, high_rank)
     }
 
-    fn count_less_in_block(&self, block: u64, block_entries: u64, bound: u64) -> u64 {
+    /// Entries of `block` below `bound`, given that its first value is below `bound`
+    /// and (when `has_next`) the next block's first value is not. The half that likely
+    /// holds `bound` (by where it falls between the two first values) is read first;
+    /// the other only when the bound is past it.
+    fn count_less_in_block(
+        &self,
+        block: u64,
+        block_entries: u64,
+        has_next: bool,
+        bound: u64,
+    ) -> u64 {
+        if !has_next {
+            return self.count_below_forward(block, block_entries, bound).0;
+        }
+        let half = self.layout.block_len / 2;
+        let first = self.block_header(block).0;
+        let next_first = self.block_header(block + 1).0;
+        if bound - first > (next_first - first) / 2 {
+            let (above, all_above) = self.count_above_backward(block + 1, half, bound);
+            if !all_above {
+                return self.layout.block_len - above;
+            }
+            self.count_below_forward(block, half, bound).0
+        } else {
+            let (below, all_below) = self.count_below_forward(block, half, bound);
+            if !all_below {
+                return below;
+            }
+            self.layout.block_len - self.count_above_backward(block + 1, half, bound).0
+        }
+    }
+
+    /// Of the first `entries` entries of `block` (read forward; the first is below
+    /// `bound`), how many are below `bound`, and whether all are.
+    fn count_below_forward(&self, block: u64, entries: u64, bound: u64) -> (u64, bool) {
         let (mut value, mut pos) = self.block_header(block);
         debug_assert!(value < bound);
         let mut counted = 1u64;
         let mut context = 0usize;
-        while counted < block_entries {
-            let step = self.decode_step(context, pos);
+        while counted < entries {
+            let step = self.decode_step(false, context, pos);
             context = usize::from(step.delta == step.count);
             if step.delta == step.count {
-                // A run of +1 steps: values value+1 ..= value+count.
-                let below = (bound - 1 - value).min(step.count);
+                // A run of +1 steps: values value+1 ..= value+count (a run through
+                // the end of the part covers what is left of it).
+                let count = step.count.min(entries - counted);
+                let below = (bound - 1 - value).min(count);
                 counted += below;
-                if below < step.count {
-                    break;
+                if below < count {
+                    return (counted, false);
                 }
-                value += step.count;
+                value += count;
             } else {
                 if value + step.delta >= bound {
-                    break;
+                    return (counted, false);
                 }
                 value += step.delta;
                 counted += 1;
             }
             pos += u64::from(step.bits);
         }
-        counted.min(block_entries)
+        (counted.min(entries), true)
+    }
+
+    /// Of the `entries` entries before block `next_block` (the second half of the block
+    /// before it, read backward from its first value, which is at least `bound`), how
+    /// many are at least `bound`, and whether all are.
+    fn count_above_backward(&self, next_block: u64, entries: u64, bound: u64) -> (u64, bool) {
+        let (mut value, mut pos) = self.block_header(next_block);
+        let (mut seen, mut at_or_above) = (0u64, 0u64);
+        let mut context = 0usize;
+        while seen < entries {
+            let step = self.decode_step(true, context, pos);
+            context = usize::from(step.delta == step.count);
+            let count = step.count.min(entries - seen);
+            if step.delta == step.count {
+                // Entries below: value-1 ..= value-count; those >= bound are the first
+                // `value - bound` of them.
+                let above = value.saturating_sub(bound).min(count);
+                at_or_above += above;
+                if above < count {
+                    return (at_or_above, false);
+                }
+                value -= count;
+            } else {
+                match value.checked_sub(step.delta) {
+                    Some(below) if below >= bound => {
+                        value = below;
+                        at_or_above += 1;
+                    }
+                    _ => return (at_or_above, false),
+                }
+            }
+            seen += count;
+            pos = pos.saturating_sub(u64::from(step.bits));
+        }
+        (at_or_above, true)
     }
 }
 
@@ -569,6 +753,9 @@ fn multi_tables(tables: &[u32]) -> Box<[u32]> {
             let (mut bits, mut count, mut delta) = (one.bits, one.count, one.delta);
             let mut context_after = (first >> 30) & 1;
             loop {
+                if count >= huffman::END_RUN_COUNT {
+                    break; // an end-of-part run: what follows belongs to another part
+                }
                 let next = tables[context_after as usize * size + (window >> bits)];
                 if next & huffman::ENTRY_SLOW != 0 {
                     break;
@@ -640,9 +827,16 @@ fn prefetch(bytes: &[u8], byte_pos: usize) {
 #[derive(Clone, Default)]
 struct ColumnState {
     entries: u64,
+    /// The last value pushed.
     prev: u64,
+    /// The last value whose gap is coded forward (or the block's first value).
+    coded_prev: u64,
     run: u64,
     after_run: bool,
+    /// Values of the current block's second half, held until it is known whether
+    /// another block follows in the column (then they are coded backward from its first
+    /// value) or not (then forward, like the first half).
+    second_half: Vec<u64>,
     writer: BitWriter,
     /// (first value, local bit offset) per block.
     blocks: Vec<(u64, u64)>,
@@ -657,6 +851,10 @@ pub struct PsiBuilder {
     freqs: [[u64; NUM_SYMBOLS]; CODE_CONTEXTS],
     code_lengths: [[u8; NUM_SYMBOLS]; CODE_CONTEXTS],
     encoders: Option<[HuffmanEncoder; CODE_CONTEXTS]>,
+    /// Steps of one backward half in reading order, then their (code, length,
+    /// mantissa, length); both reused.
+    back_steps: Vec<(usize, u64, u32)>,
+    back_codes: Vec<(u64, u32, u64, u32)>,
 }
 
 impl PsiBuilder {
@@ -668,6 +866,8 @@ impl PsiBuilder {
             freqs: [[0; NUM_SYMBOLS]; CODE_CONTEXTS],
             code_lengths: [[0; NUM_SYMBOLS]; CODE_CONTEXTS],
             encoders: None,
+            back_steps: Vec::new(),
+            back_codes: Vec::new(),
         }
     }
 
@@ -685,13 +885,98 @@ impl PsiBuilder {
         }
     }
 
-    fn flush_run(&mut self, c: usize) {
+    /// Codes a pending run: with its length before a gap step, or (`at_part_end`) as a
+    /// run through the end of the part, whose length the reader knows.
+    fn flush_run(&mut self, c: usize, at_part_end: bool) {
         let run = self.columns[c].run;
         if run > 0 {
-            let (symbol, mantissa, bits) = huffman::run_symbol(run);
+            let (symbol, mantissa, bits) = if at_part_end {
+                (huffman::END_RUN_SYMBOL, 0, 0)
+            } else {
+                huffman::run_symbol(run)
+            };
             self.emit(c, symbol, mantissa, bits);
             self.columns[c].run = 0;
         }
+    }
+
+    /// Codes the gap into `value` forward.
+    fn code_forward(&mut self, c: usize, value: u64) {
+        let gap = value - self.columns[c].coded_prev;
+        self.columns[c].coded_prev = value;
+        if gap == 1 {
+            self.columns[c].run += 1;
+        } else {
+            self.flush_run(c, false);
+            let (symbol, mantissa, bits) = huffman::gap_symbol(gap);
+            self.emit(c, symbol, mantissa, bits);
+        }
+    }
+
+    /// Codes the held second half of column `c`'s current block backward from
+    /// `next_first`, the first value of the block after it: the steps, in reading order
+    /// from `next_first` down, are written last step first with every bit reversed, so
+    /// a reader starting at the next block's bit offset and going down meets them in
+    /// order, each code before its mantissa.
+    fn code_second_half_backward(&mut self, c: usize, next_first: u64) {
+        self.flush_run(c, true);
+        let mut steps = std::mem::take(&mut self.back_steps);
+        steps.clear();
+        let half = std::mem::take(&mut self.columns[c].second_half);
+        let mut above = next_first;
+        let mut run = 0u64;
+        for &value in half.iter().rev() {
+            let gap = above - value;
+            above = value;
+            if gap == 1 {
+                run += 1;
+                continue;
+            }
+            if run > 0 {
+                steps.push(huffman::run_symbol(run));
+                run = 0;
+            }
+            steps.push(huffman::gap_symbol(gap));
+        }
+        if run > 0 {
+            steps.push((huffman::END_RUN_SYMBOL, 0, 0));
+        }
+        let mut after_run = false;
+        let mut coded = std::mem::take(&mut self.back_codes);
+        coded.clear();
+        for &(symbol, mantissa, mantissa_bits) in &steps {
+            let context = usize::from(after_run);
+            after_run = huffman::is_run(symbol);
+            match &self.encoders {
+                None => self.freqs[context][symbol] += 1,
+                Some(encoders) => {
+                    let (code, len) = encoders[context].code(symbol);
+                    coded.push((u64::from(code), len, mantissa, mantissa_bits));
+                }
+            }
+        }
+        let writer = &mut self.columns[c].writer;
+        for &(code, len, mantissa, mantissa_bits) in coded.iter().rev() {
+            writer.push(
+                bits::reverse_low_bits(mantissa, mantissa_bits),
+                mantissa_bits,
+            );
+            writer.push(bits::reverse_low_bits(code, len), len);
+        }
+        self.back_steps = steps;
+        self.back_codes = coded;
+        let mut half = half;
+        half.clear();
+        self.columns[c].second_half = half;
+    }
+
+    /// Ends column `c`'s last block: its held second half is coded forward.
+    fn end_column(&mut self, c: usize) {
+        let half = std::mem::take(&mut self.columns[c].second_half);
+        for &value in &half {
+            self.code_forward(c, value);
+        }
+        self.flush_run(c, true);
     }
 
     /// Feeds the next value of column `c`.
@@ -700,33 +985,34 @@ impl PsiBuilder {
         let state = &mut self.columns[c];
         let position = state.entries;
         state.entries += 1;
-        let prev = state.prev;
+        debug_assert!(
+            position == 0 || value > state.prev,
+            "psi must increase within a column"
+        );
         state.prev = value;
-        if position.is_multiple_of(self.block_len) {
-            self.flush_run(c);
-            self.columns[c].after_run = false;
+        let k = position & (self.block_len - 1);
+        if k == 0 {
+            if position > 0 {
+                self.code_second_half_backward(c, value);
+            }
+            let state = &mut self.columns[c];
+            state.after_run = false;
+            state.coded_prev = value;
             if self.encoders.is_some() {
-                let state = &mut self.columns[c];
                 let local = state.writer.len_bits();
                 state.blocks.push((value, local));
             }
-            return;
-        }
-        debug_assert!(value > prev, "psi must increase within a column");
-        let gap = value - prev;
-        if gap == 1 {
-            self.columns[c].run += 1;
+        } else if k < self.block_len / 2 {
+            self.code_forward(c, value);
         } else {
-            self.flush_run(c);
-            let (symbol, mantissa, bits) = huffman::gap_symbol(gap);
-            self.emit(c, symbol, mantissa, bits);
+            state.second_half.push(value);
         }
     }
 
     /// Ends the counting pass and fixes the code; the next pass must feed the same values.
     pub fn start_encoding(&mut self) {
         for c in 0..NUM_COLUMNS {
-            self.flush_run(c);
+            self.end_column(c);
         }
         self.code_lengths = [
             huffman::code_lengths(&self.freqs[0]),
@@ -748,7 +1034,7 @@ impl PsiBuilder {
             "finish called before start_encoding"
         );
         for c in 0..NUM_COLUMNS {
-            self.flush_run(c);
+            self.end_column(c);
         }
         let mut column_starts = Vec::with_capacity(NUM_COLUMNS + 1);
         let mut column_first_block = Vec::with_capacity(NUM_COLUMNS + 1);
@@ -825,5 +1111,94 @@ impl PsiBuilder {
             SharedBytes::from_vec(stream.into_padded_bytes()),
         )
         .expect("a freshly built psi is consistent")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Columns of strictly increasing values below `entries`, mixing runs of +1 (coded
+    /// as run steps) with small and large gaps, built through both passes.
+    fn columns_strategy() -> impl Strategy<Value = (Vec<Vec<u64>>, u64)> {
+        (
+            prop::collection::vec((0usize..4, 0usize..300, any::<u64>()), 1..6),
+            0u32..7,
+        )
+            .prop_map(|(specs, block_log2)| {
+                let mut columns = vec![Vec::new(); NUM_COLUMNS];
+                for (slot, (kind, size, seed)) in specs.into_iter().enumerate() {
+                    let mut x = seed | 1;
+                    let mut value = x % 7;
+                    for _ in 0..size {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        columns[1 + slot * 40].push(value);
+                        value += match (kind, x % 8) {
+                            (0, _) => 1,
+                            (1, 0..=5) => 1,
+                            (2, _) => 1 + x % 3,
+                            _ => 1 + (x >> 8) % 64,
+                        };
+                    }
+                }
+                // Entries must exceed every value: count them all, then pad the sentinel column.
+                let max = columns.iter().flatten().max().copied().unwrap_or(0);
+                let total: u64 = columns.iter().map(|c| c.len() as u64).sum();
+                let pad = (max + 1).saturating_sub(total);
+                columns[0] = (0..pad.max(1)).collect();
+                (columns, 2u64 << block_log2)
+            })
+    }
+
+    fn build(columns: &[Vec<u64>], block_len: u64) -> Psi {
+        let mut builder = PsiBuilder::new(block_len);
+        for (c, values) in columns.iter().enumerate() {
+            values.iter().for_each(|&v| builder.push(c, v));
+        }
+        builder.start_encoding();
+        for (c, values) in columns.iter().enumerate() {
+            values.iter().for_each(|&v| builder.push(c, v));
+        }
+        builder.finish()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every entry, one by one and in batches (in order, reversed: the back halves
+        /// of blocks are read from the next block's header), and every column rank,
+        /// against the plain values.
+        #[test]
+        fn entries_and_ranks_match_the_plain_values((columns, block_len) in columns_strategy()) {
+            let psi = build(&columns, block_len);
+            let plain: Vec<u64> = columns.iter().flatten().copied().collect();
+            prop_assert_eq!(psi.entries(), plain.len() as u64);
+            for (i, &want) in plain.iter().enumerate() {
+                prop_assert_eq!(psi.get(i as u64), want, "entry {} block_len {}", i, block_len);
+            }
+            let mut scratch = Vec::new();
+            for order in [false, true] {
+                let mut indices: Vec<u64> = (0..plain.len() as u64).collect();
+                if order {
+                    indices.reverse();
+                }
+                let want: Vec<u64> = indices.iter().map(|&i| plain[i as usize]).collect();
+                psi.advance_all(&mut indices, &mut scratch);
+                prop_assert_eq!(indices, want);
+            }
+            for (c, values) in columns.iter().enumerate() {
+                let probes = values.iter().flat_map(|&v| [v, v + 1]).chain([0, 1, u64::MAX / 2]);
+                for bound in probes {
+                    let want = values.iter().filter(|&&v| v < bound).count() as u64;
+                    prop_assert_eq!(psi.count_less(c, bound), want, "column {} bound {}", c, bound);
+                    let high = bound.saturating_add(5);
+                    let want_high = values.iter().filter(|&&v| v < high).count() as u64;
+                    prop_assert_eq!(psi.count_less_pair(c, bound, high), (want, want_high));
+                }
+            }
+        }
     }
 }

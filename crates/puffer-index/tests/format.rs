@@ -9,7 +9,7 @@ use std::path::Path;
 
 use puffer_index::{BuildOptions, Construction, IndexError, TextIndex, FORMAT_VERSION, MAGIC};
 
-// Layout facts of format version 1 (see `src/format.rs`): a 64-byte header (magic,
+// Layout facts of format version 2 (see `src/format.rs`): a 64-byte header (magic,
 // version u32, section count u32, text length u64, header CRC u32 at 24..28), then one
 // 32-byte table entry per section (kind u32, aux u32, offset u64, len u64, crc u32, pad).
 const HEADER_BYTES: usize = 64;
