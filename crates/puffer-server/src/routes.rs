@@ -15,13 +15,13 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use puffer_query::{Answer, Output, Select, Statement, Table, TableLayout};
 use puffer_store::{AttrType, Attribute, ReadOptions, Schema};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as JsonValue};
 
 use crate::auth::{require, Role};
 use crate::error::ApiError;
 use crate::values::{
-    answer_json, predicate_from_json, record_from_json, record_json, snapshot_json,
+    answer_json, predicate_from_json, record_from_json, snapshot_json, RecordJson, RecordsJson,
 };
 use crate::AppState;
 
@@ -99,7 +99,47 @@ fn csv_field(text: &str) -> String {
     }
 }
 
+/// `{"record", "snapshot"}`: a found record.
+#[derive(Serialize)]
+struct GetBody<'a> {
+    record: RecordJson<'a>,
+    snapshot: JsonValue,
+}
+
+/// `{"columns", "rows", "truncated", "snapshot"}`: rows in the JSON format (the same
+/// object `answer_json` builds, written without a JSON tree per record).
+#[derive(Serialize)]
+struct RowsBody<'a> {
+    columns: &'a [String],
+    rows: RecordsJson<'a>,
+    truncated: bool,
+    snapshot: JsonValue,
+}
+
 fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> Response {
+    if let (
+        Format::Json,
+        Answer::Rows {
+            columns,
+            rows,
+            truncated,
+            snapshot,
+        },
+        Some(schema),
+    ) = (format, &answer, schema)
+    {
+        // The common case, written straight from the records.
+        return Json(RowsBody {
+            columns,
+            rows: RecordsJson {
+                records: rows,
+                key_column: &schema.key,
+            },
+            truncated: *truncated,
+            snapshot: snapshot_json(snapshot),
+        })
+        .into_response();
+    }
     let body = answer_json(&answer, schema);
     let (Answer::Rows { columns, .. }, Some(rows)) = (&answer, body["rows"].as_array()) else {
         return Json(body).into_response();
@@ -435,10 +475,14 @@ fn get_response(
     let schema = shard.schema();
     let snapshot = snapshot_json(&info);
     Ok(match found {
-        Some(record) => {
-            Json(json!({"record": record_json(&record, &schema), "snapshot": snapshot}))
-                .into_response()
-        }
+        Some(record) => Json(GetBody {
+            record: RecordJson {
+                record: &record,
+                key_column: &schema.key,
+            },
+            snapshot,
+        })
+        .into_response(),
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({
@@ -588,3 +632,112 @@ pub(crate) fn type_names() -> Vec<&'static str> {
 
 /// Texts currently loaded, by name.
 pub(crate) type Texts = std::sync::RwLock<BTreeMap<String, puffer_index::TextIndex>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use puffer_store::{Record, SnapshotInfo, Value};
+    use serde_json::Map;
+
+    /// Records with every value type, non-UTF-8 bytes, escapes and non-finite floats.
+    fn records() -> Vec<Record> {
+        let mut out = Vec::new();
+        for i in 0..40i64 {
+            let mut record = Record::new(format!("k\"{i}\\\u{e9}").into_bytes());
+            record
+                .values
+                .insert("s".into(), Value::String(vec![b'a', 0xff, b'\n', i as u8]));
+            record
+                .values
+                .insert("n".into(), Value::Int(i * -7_000_000_001));
+            let float = [0.5, -0.0, 1e300, f64::NAN, f64::INFINITY][i as usize % 5];
+            record
+                .values
+                .insert("f".into(), Value::Float(float * i as f64));
+            record.values.insert("b".into(), Value::Bool(i % 2 == 0));
+            if i % 3 == 0 {
+                record
+                    .values
+                    .insert("t".into(), Value::Timestamp(i * 86_400_000_123));
+            }
+            out.push(record);
+        }
+        out
+    }
+
+    /// The oracle: the JSON tree built field by field, as the answer once was.
+    fn record_tree(record: &Record, key_column: &str) -> JsonValue {
+        let mut object = Map::new();
+        object.insert(
+            key_column.to_string(),
+            JsonValue::String(String::from_utf8_lossy(&record.key).into_owned()),
+        );
+        for (name, value) in &record.values {
+            let json = match value {
+                Value::String(bytes) => {
+                    JsonValue::String(String::from_utf8_lossy(bytes).into_owned())
+                }
+                Value::Int(x) => json!(x),
+                Value::Float(x) => json!(x),
+                Value::Bool(b) => json!(b),
+                Value::Timestamp(micros) => {
+                    JsonValue::String(puffer_store::timestamp::format_timestamp_micros(*micros))
+                }
+            };
+            object.insert(name.clone(), json);
+        }
+        JsonValue::Object(object)
+    }
+
+    #[test]
+    fn records_written_directly_read_back_as_the_json_tree() {
+        let rows = records();
+        let snapshot = SnapshotInfo {
+            snapshot: 9,
+            age: Duration::from_millis(3),
+            read_log: true,
+        };
+        let columns = vec!["id".to_string(), "s".to_string()];
+        let body = RowsBody {
+            columns: &columns,
+            rows: RecordsJson {
+                records: &rows,
+                key_column: "id",
+            },
+            truncated: true,
+            snapshot: snapshot_json(&snapshot),
+        };
+        let written: JsonValue =
+            serde_json::from_slice(&serde_json::to_vec(&body).unwrap()).unwrap();
+        let want = json!({
+            "columns": columns,
+            "rows": rows.iter().map(|r| record_tree(r, "id")).collect::<Vec<_>>(),
+            "truncated": true,
+            "snapshot": snapshot_json(&snapshot),
+        });
+        assert_eq!(written, want);
+        let answer = Answer::Rows {
+            columns: columns.clone(),
+            rows: rows.clone(),
+            truncated: true,
+            snapshot,
+        };
+        let schema = Schema::new("id", Vec::new()).unwrap();
+        assert_eq!(answer_json(&answer, Some(&schema)), want);
+        for record in &rows {
+            let get = GetBody {
+                record: RecordJson {
+                    record,
+                    key_column: "id",
+                },
+                snapshot: json!(1),
+            };
+            let written: JsonValue =
+                serde_json::from_slice(&serde_json::to_vec(&get).unwrap()).unwrap();
+            assert_eq!(
+                written,
+                json!({"record": record_tree(record, "id"), "snapshot": 1})
+            );
+        }
+    }
+}

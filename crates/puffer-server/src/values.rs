@@ -4,7 +4,8 @@ use std::ops::Bound;
 
 use puffer_store::timestamp::{format_timestamp_micros, parse_timestamp_micros};
 use puffer_store::{AttrType, Predicate, Record, Schema, SnapshotInfo, Value};
-use serde_json::{json, Map, Value as Json};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{json, Value as Json};
 
 use crate::error::ApiError;
 
@@ -22,26 +23,68 @@ pub fn snapshot_json(info: &SnapshotInfo) -> Json {
 
 /// A value as JSON (timestamps as RFC 3339; non-UTF-8 strings lossily).
 pub fn value_json(value: &Value) -> Json {
-    match value {
-        Value::String(bytes) => Json::String(String::from_utf8_lossy(bytes).into_owned()),
-        Value::Int(x) => json!(x),
-        Value::Float(x) => json!(x),
-        Value::Bool(b) => json!(b),
-        Value::Timestamp(micros) => Json::String(format_timestamp_micros(*micros)),
+    serde_json::to_value(ValueJson(value)).expect("a value always serializes")
+}
+
+/// Serializes a value the way [`value_json`] shows it, without building a JSON tree.
+struct ValueJson<'a>(&'a Value);
+
+impl Serialize for ValueJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::String(bytes) => serializer.serialize_str(&String::from_utf8_lossy(bytes)),
+            Value::Int(x) => serializer.serialize_i64(*x),
+            Value::Float(x) => serializer.serialize_f64(*x),
+            Value::Bool(b) => serializer.serialize_bool(*b),
+            Value::Timestamp(micros) => serializer.serialize_str(&format_timestamp_micros(*micros)),
+        }
+    }
+}
+
+/// A record as a JSON object (the key column, then the present attributes), serialized
+/// straight from the record: answers are written without a JSON tree per record.
+pub struct RecordJson<'a> {
+    /// The record.
+    pub record: &'a Record,
+    /// The name of the table's key column.
+    pub key_column: &'a str,
+}
+
+impl Serialize for RecordJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1 + self.record.values.len()))?;
+        map.serialize_entry(self.key_column, &String::from_utf8_lossy(&self.record.key))?;
+        for (name, value) in &self.record.values {
+            map.serialize_entry(name, &ValueJson(value))?;
+        }
+        map.end()
+    }
+}
+
+/// Records as a JSON array of [`RecordJson`] objects.
+pub struct RecordsJson<'a> {
+    /// The records.
+    pub records: &'a [Record],
+    /// The name of the table's key column.
+    pub key_column: &'a str,
+}
+
+impl Serialize for RecordsJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.records.iter().map(|record| RecordJson {
+            record,
+            key_column: self.key_column,
+        }))
     }
 }
 
 /// A record as a JSON object: the key column, then the present attributes.
 pub fn record_json(record: &Record, schema: &Schema) -> Json {
-    let mut object = Map::new();
-    object.insert(
-        schema.key.clone(),
-        Json::String(String::from_utf8_lossy(&record.key).into_owned()),
-    );
-    for (name, value) in &record.values {
-        object.insert(name.clone(), value_json(value));
-    }
-    Json::Object(object)
+    serde_json::to_value(RecordJson {
+        record,
+        key_column: &schema.key,
+    })
+    .expect("a record always serializes")
 }
 
 fn type_of_column(schema: &Schema, column: &str) -> Result<AttrType, ApiError> {
