@@ -44,7 +44,9 @@ pub fn mantissa_bits(symbol: usize) -> u32 {
 /// Smallest value a symbol stands for (a gap, or a run length).
 #[inline(always)]
 pub fn symbol_base(symbol: usize) -> u64 {
-    if symbol >= RUN_SYMBOL_BASE {
+    if symbol == END_RUN_SYMBOL {
+        END_RUN_COUNT
+    } else if symbol >= RUN_SYMBOL_BASE {
         1u64 << (symbol - RUN_SYMBOL_BASE)
     } else {
         (2 + (symbol as u64 & 1)) << (symbol / 2)
@@ -214,7 +216,8 @@ fn canonical_codes(lengths: &[u8; NUM_SYMBOLS]) -> Vec<(usize, u32, u32)> {
 pub struct Step {
     /// Bits consumed (code and mantissa).
     pub bits: u32,
-    /// Value increase over the covered entries.
+    /// Value change over the covered entries (an increase read forward, a decrease read
+    /// backward).
     pub delta: u64,
     /// Entries covered (1 for a gap, the run length for a run; [`END_RUN_COUNT`] for a
     /// run through the end of the part, with `delta` the same).
@@ -247,11 +250,7 @@ impl HuffmanDecoder {
                 for mantissa in 0..(1u32 << mant_len) {
                     let low = lsb_code | (mantissa << len);
                     let total = len + mant_len;
-                    let delta = if symbol == END_RUN_SYMBOL {
-                        END_RUN_COUNT as u32
-                    } else {
-                        symbol_base(symbol) as u32 + mantissa
-                    };
+                    let delta = symbol_base(symbol) as u32 + mantissa;
                     let count = if is_run(symbol) { delta } else { 1 };
                     let run_flag = u32::from(is_run(symbol)) << 30;
                     let entry = total | (count << 5) | (delta << 17) | run_flag;
@@ -346,14 +345,6 @@ impl HuffmanDecoder {
         } else {
             self.decode_long(peek(0))?
         };
-        if symbol == END_RUN_SYMBOL {
-            // Longer than anything left: readers stop inside it.
-            return Some(Step {
-                bits: code_len,
-                delta: END_RUN_COUNT,
-                count: END_RUN_COUNT,
-            });
-        }
         let mant_len = mantissa_bits(symbol);
         // A long mantissa may not fit the first window: read it from its own position.
         let mantissa = peek(u64::from(code_len)) & crate::bits::low_mask(mant_len);

@@ -11,10 +11,12 @@
 //! A block with a successor in its column is coded in two halves: the first half
 //! forward from the block's header, the second half backward from the next block's
 //! header (its steps written last first, bits reversed, so that the next block's bit
-//! offset is where reading starts). A lookup then decodes at most half a block, from
-//! whichever header is nearer, for no extra stored bits: the gap into the next block's
-//! first value is coded instead of the gap into the middle entry, and a run that ends a
-//! half is coded without its length (the reader knows how much is left).
+//! offset is where reading starts). A lookup then decodes at most half a block (except
+//! in the last block of a column, read forward only), from whichever header is nearer,
+//! for about the same number of bits: the gap into the next block's first value is
+//! coded instead of the gap into the middle entry, and a run that ends a half is coded
+//! without its length (the reader knows how much is left), which pays for splitting the
+//! runs that cross the middle.
 
 use crate::bits::{self, peek_bits, BitWriter, SharedBytes};
 use crate::huffman::{self, HuffmanDecoder, HuffmanEncoder, Step, NUM_SYMBOLS};
@@ -217,8 +219,9 @@ impl Psi {
             decoders,
             header_mask,
         };
-        // Every block must start inside the stream, after the block before it (a second
-        // half is read backward from the next block's start); this keeps decoding in bounds.
+        // Every block must start inside the stream, and no earlier than the block before
+        // it (a second half is read backward from the next block's start): a header that
+        // breaks either is refused here, not found out by a decode.
         let mut previous_pos = 0;
         for block in 0..psi.layout.blocks() {
             let (first, pos) = psi.block_header(block);
@@ -375,7 +378,8 @@ impl Psi {
     #[inline(always)]
     fn advance_cursor(cursor: &mut BlockCursor, bits: u32, delta: u64) {
         if cursor.backward {
-            // Saturating: a corrupt stream (which checksums reject) must not wrap around.
+            // Positions saturate and values wrap: even a crafted stream cannot make a
+            // backward read leave the buffer or overflow.
             cursor.value = cursor.value.wrapping_sub(delta);
             cursor.pos = cursor.pos.saturating_sub(u64::from(bits));
         } else {
@@ -525,8 +529,9 @@ impl Psi {
                 // when the walk through the block likely crosses into it.
                 let far = lookup.steps > 16;
                 if lookup.backward {
+                    // The first bits read are the ones just before `pos`.
                     let last_byte = (pos.saturating_sub(1) / 8) as usize;
-                    prefetch(&self.stream, last_byte.saturating_sub(7));
+                    prefetch(&self.stream, last_byte);
                     if far {
                         prefetch(&self.stream, last_byte.saturating_sub(64));
                     }
@@ -752,16 +757,17 @@ fn multi_tables(tables: &[u32]) -> Box<[u32]> {
             let one = HuffmanDecoder::full_step(first);
             let (mut bits, mut count, mut delta) = (one.bits, one.count, one.delta);
             let mut context_after = (first >> 30) & 1;
-            loop {
-                if count >= huffman::END_RUN_COUNT {
-                    break; // an end-of-part run: what follows belongs to another part
-                }
+            // An end-of-part run ends an entry: what follows it belongs to another part.
+            while count < huffman::END_RUN_COUNT {
                 let next = tables[context_after as usize * size + (window >> bits)];
                 if next & huffman::ENTRY_SLOW != 0 {
                     break;
                 }
                 let step = HuffmanDecoder::full_step(next);
-                let fits = bits + step.bits <= huffman::TABLE_BITS
+                // Nor is one added after other symbols: the entry's count would then
+                // exceed anything a reader has left, and readers would never take it.
+                let fits = step.count < huffman::END_RUN_COUNT
+                    && bits + step.bits <= huffman::TABLE_BITS
                     && count + step.count < 1 << 13
                     && delta + step.delta < 1 << 13;
                 if !fits {
@@ -827,7 +833,7 @@ fn prefetch(bytes: &[u8], byte_pos: usize) {
 #[derive(Clone, Default)]
 struct ColumnState {
     entries: u64,
-    /// The last value pushed.
+    /// The last value pushed (to check that values increase).
     prev: u64,
     /// The last value whose gap is coded forward (or the block's first value).
     coded_prev: u64,
@@ -1163,6 +1169,69 @@ mod tests {
             values.iter().for_each(|&v| builder.push(c, v));
         }
         builder.finish()
+    }
+
+    /// Checks every entry (alone and batched) and every rank against the plain values.
+    fn check_against_plain(psi: &Psi, columns: &[Vec<u64>]) {
+        let plain: Vec<u64> = columns.iter().flatten().copied().collect();
+        assert_eq!(psi.entries(), plain.len() as u64);
+        for (i, &want) in plain.iter().enumerate() {
+            assert_eq!(psi.get(i as u64), want, "entry {i}");
+        }
+        let mut indices: Vec<u64> = (0..plain.len() as u64).rev().collect();
+        psi.advance_all(&mut indices, &mut Vec::new());
+        assert!(indices.iter().eq(plain.iter().rev()), "batched lookups");
+        for (c, values) in columns.iter().enumerate() {
+            for bound in values.iter().flat_map(|&v| [v, v + 1]) {
+                let want = values.partition_point(|&v| v < bound) as u64;
+                assert_eq!(psi.count_less(c, bound), want, "column {c} bound {bound}");
+            }
+        }
+    }
+
+    /// The limits of a run that ends a part: with 4096-entry blocks, a last block whose
+    /// entries after the first are one run (4095 entries, as many as the run reports),
+    /// and a single end-of-part run among many gaps, whose code is then longer than a
+    /// table lookup resolves (the slow path).
+    #[test]
+    fn end_of_part_runs_at_their_limits() {
+        let block_len = 4096u64;
+        let mut columns = vec![Vec::new(); NUM_COLUMNS];
+        // Column 1: three blocks and a bit of varied gaps; the first block's first half
+        // ends in a run.
+        let (mut value, mut x) = (0u64, 0x2545_F491_4F6C_DD1Du64);
+        for i in 0..3 * block_len + 100 {
+            columns[1].push(value);
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let in_run = (block_len / 2 - 40..block_len / 2).contains(&(i + 1));
+            // Gaps whose octave is geometric: a skewed code, deep enough that the two
+            // end-of-part runs get codes longer than a table lookup.
+            let octave = (x >> 8).trailing_zeros().min(12);
+            value += if in_run {
+                1
+            } else {
+                (2 + (x >> 40) % 2) << octave
+            };
+        }
+        // Column 2: one block of 4096 entries, 1 then a run of 4095.
+        let start = value + 10;
+        columns[2] = (start..start + block_len).collect();
+        // Enough entries that every value is below their number, in two columns of gaps
+        // of two (odd and even values): no runs anywhere else.
+        let entries = start + block_len;
+        let rest = entries - columns[1].len() as u64 - block_len;
+        columns[0] = (0..rest / 2).map(|j| 2 * j + 1).collect();
+        columns[3] = (0..rest - rest / 2).map(|j| 2 * j).collect();
+        let psi = build(&columns, block_len);
+        let end_run_code = psi.layout.code_lengths[0][huffman::END_RUN_SYMBOL]
+            .max(psi.layout.code_lengths[1][huffman::END_RUN_SYMBOL]);
+        assert!(
+            u32::from(end_run_code) > huffman::TABLE_BITS,
+            "the rare end-of-part run should take the slow path (code length {end_run_code})"
+        );
+        check_against_plain(&psi, &columns);
     }
 
     proptest! {
