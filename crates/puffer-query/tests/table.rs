@@ -59,6 +59,21 @@ fn keys_in_city(model: &BTreeMap<Vec<u8>, Record>, city: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A search for the records of `city` (all of them), and its answer from the model.
+fn city_query(
+    model: &BTreeMap<Vec<u8>, Record>,
+    city: &str,
+    read: ReadOptions,
+) -> (Query, Vec<Vec<u8>>) {
+    let query = Query {
+        predicate: Predicate::Eq("city".into(), Value::String(city.as_bytes().to_vec())),
+        projection: None,
+        limit: None,
+        read,
+    };
+    (query, keys_in_city(model, city))
+}
+
 fn keys_of(rows: &[Record]) -> Vec<Vec<u8>> {
     rows.iter().map(|r| r.key.clone()).collect()
 }
@@ -98,14 +113,8 @@ fn sharded_replicated_tables_match_a_model() {
                 table.seal().unwrap();
             }
             let city = cities[step % 4];
-            let predicate = Predicate::Eq("city".into(), Value::String(city.as_bytes().to_vec()));
-            let expected = keys_in_city(&model, city);
-            let query = Query {
-                predicate: predicate.clone(),
-                projection: None,
-                limit: None,
-                read: ReadOptions::default(),
-            };
+            let (query, expected) = city_query(&model, city, ReadOptions::default());
+            let predicate = query.predicate.clone();
             let found = table.search(&query).unwrap();
             assert_eq!(keys_of(&found.rows), expected, "step {step}");
             assert!(!found.truncated);
@@ -271,14 +280,8 @@ fn reads_that_must_not_wait_answer_like_reads_that_may() {
             assert_eq!(got.as_ref(), model.get(key.as_bytes()), "sharded get {key}");
         }
         let city = cities[step % 3];
-        let predicate = Predicate::Eq("city".into(), Value::String(city.as_bytes().to_vec()));
-        let expected = keys_in_city(&model, city);
-        let query = Query {
-            predicate: predicate.clone(),
-            projection: None,
-            limit: None,
-            read,
-        };
+        let (query, expected) = city_query(&model, city, read);
+        let predicate = query.predicate.clone();
         let found = table.search_now(&query).unwrap().unwrap();
         assert_eq!(keys_of(&found.rows), expected, "step {step}");
         let (count, _) = table.count_now(&predicate, read).unwrap().unwrap();
