@@ -341,6 +341,35 @@ mod tests {
         }
     }
 
+    /// Waits for `completed` jobs, checks the counters, then shuts the pool down and
+    /// checks that every way in refuses as unavailable.
+    fn check_counts_then_shut_down(
+        pool: &ReplicaPool<u64>,
+        accepted: u64,
+        refused: u64,
+        completed: u64,
+    ) {
+        wait_for_completed(pool, completed);
+        let counters = pool.counters();
+        assert_eq!(
+            (counters.accepted, counters.refused, counters.completed),
+            (accepted, refused, completed)
+        );
+        pool.shutdown();
+        assert!(matches!(
+            pool.submit(|r| *r),
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(matches!(
+            pool.execute(|r| *r),
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(matches!(
+            pool.try_run_here(|r| *r),
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+
     #[test]
     fn answers_in_order_and_refuses_when_full() {
         let pool = ReplicaPool::start("test replica", 10u64, 1, 2).unwrap();
@@ -368,17 +397,7 @@ mod tests {
         assert_eq!((b.value, b.queue_length), (12, 0));
         let answered = pool.execute(|r| r * 2).unwrap();
         assert_eq!((answered.value, answered.queue_length), (20, 0));
-        wait_for_completed(&pool, 4);
-        let counters = pool.counters();
-        assert_eq!(
-            (counters.accepted, counters.refused, counters.completed),
-            (4, 1, 4)
-        );
-        pool.shutdown();
-        assert!(matches!(
-            pool.submit(|r| *r),
-            Err(StoreError::Unavailable(_))
-        ));
+        check_counts_then_shut_down(&pool, 4, 1, 4);
     }
 
     #[test]
@@ -415,14 +434,7 @@ mod tests {
         gate_tx.send(()).unwrap();
         assert_eq!(blocker.recv().unwrap().value, 5);
         assert_eq!(queued.recv().unwrap().value, 500);
-        wait_for_completed(&pool, 4);
-        let counters = pool.counters();
-        assert_eq!((counters.accepted, counters.completed), (4, 4));
-        pool.shutdown();
-        assert!(matches!(
-            pool.try_run_here(|r| *r),
-            Err(StoreError::Unavailable(_))
-        ));
+        check_counts_then_shut_down(&pool, 4, 0, 4);
     }
 
     #[test]
