@@ -401,6 +401,7 @@ impl Table {
                 total.disk_bytes += stats.disk_bytes;
                 total.memory_bytes += stats.memory_bytes;
                 total.key_directory_bytes += stats.key_directory_bytes;
+                total.record_cache += stats.record_cache;
                 if slot.replica == 0 {
                     total.segment_records += stats.segment_records;
                     total.segments += stats.segments;

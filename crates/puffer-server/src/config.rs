@@ -8,6 +8,9 @@ use serde::Deserialize;
 use crate::error::ApiError;
 
 /// Everything the server can be told.
+/// Largest `record_cache_mb` (a typo of a few zeros should not take the machine's memory).
+pub const MAX_RECORD_CACHE_MB: u64 = 64 << 10;
+
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
@@ -27,6 +30,9 @@ pub struct ServerConfig {
     pub max_text_bytes: usize,
     /// Requests served at once; more are refused with 429 `overloaded`.
     pub max_concurrent_requests: usize,
+    /// Per shard replica, MiB of record texts kept decompressed for repeated reads
+    /// (0: every read extracts from the compressed segment).
+    pub record_cache_mb: u64,
     /// Bearer token for reads (none: auth off unless another token is set).
     pub read_token: Option<String>,
     /// Bearer token for reads and record writes.
@@ -155,6 +161,7 @@ impl Default for ServerConfig {
             max_pattern_bytes: 4096,
             max_text_bytes: 1 << 30,
             max_concurrent_requests: 256,
+            record_cache_mb: puffer_store::ShardOptions::default().record_cache_bytes >> 20,
             read_token: None,
             write_token: None,
             admin_token: None,
@@ -182,7 +189,7 @@ impl ServerConfig {
 
     /// Applies `PUFFER_DATA`, `PUFFER_LISTEN`, `PUFFER_READ_TOKEN`, `PUFFER_WRITE_TOKEN`,
     /// `PUFFER_ADMIN_TOKEN`, `PUFFER_MAX_BODY_BYTES`, `PUFFER_MAX_BATCH_RECORDS`,
-    /// `PUFFER_MAX_RESULT_ROWS`, `PUFFER_MAX_CONCURRENT_REQUESTS`.
+    /// `PUFFER_MAX_RESULT_ROWS`, `PUFFER_MAX_CONCURRENT_REQUESTS`, `PUFFER_RECORD_CACHE_MB`.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ApiError> {
         let number = |name: &str, text: String| {
             text.parse::<usize>()
@@ -218,11 +225,57 @@ impl ServerConfig {
                 *slot = number(name, text)?;
             }
         }
+        if let Some(text) = var("PUFFER_RECORD_CACHE_MB") {
+            self.record_cache_mb = number("PUFFER_RECORD_CACHE_MB", text)? as u64;
+        }
         Ok(())
     }
 
     /// Whether any token is configured (then every /v1 request needs one).
     pub fn auth_enabled(&self) -> bool {
         self.read_token.is_some() || self.write_token.is_some() || self.admin_token.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn environment_overrides_the_record_cache_and_bad_numbers_are_named() {
+        let mut config = ServerConfig::default();
+        config
+            .apply_env(env(&[("PUFFER_RECORD_CACHE_MB", "0")]))
+            .unwrap();
+        assert_eq!(config.record_cache_mb, 0);
+        let error = config
+            .apply_env(env(&[("PUFFER_RECORD_CACHE_MB", "lots")]))
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("PUFFER_RECORD_CACHE_MB=lots"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_oversized_record_cache_is_refused_before_anything_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            data_dir: dir.path().join("data"),
+            record_cache_mb: MAX_RECORD_CACHE_MB + 1,
+            ..ServerConfig::default()
+        };
+        let error = crate::AppState::open(config).err().expect("refused");
+        assert!(error.to_string().contains("record_cache_mb"), "{error}");
+        assert!(!dir.path().join("data").exists());
     }
 }

@@ -40,7 +40,15 @@ pub struct AppState {
 impl AppState {
     /// Opens the data directory: every table and every text.
     pub fn open(config: ServerConfig) -> Result<Arc<AppState>, ApiError> {
-        let options = config.adapt.database_options()?;
+        let mut options = config.adapt.database_options()?;
+        if config.record_cache_mb > config::MAX_RECORD_CACHE_MB {
+            return Err(ApiError::invalid(format!(
+                "record_cache_mb is at most {}, got {}",
+                config::MAX_RECORD_CACHE_MB,
+                config.record_cache_mb
+            )));
+        }
+        options.shard.record_cache_bytes = config.record_cache_mb << 20;
         let db = Database::open_with(&config.data_dir, options)?;
         let state = Arc::new(AppState {
             db,

@@ -69,6 +69,13 @@ fn describe(name: &str, table: &Table) -> Result<JsonValue, ApiError> {
             "segments": stats.segments,
             "sorted_batches": stats.sorted_batches,
             "log_tables": stats.log_tables,
+            "record_cache": {
+                "bytes": stats.record_cache.bytes,
+                "capacity_bytes": stats.record_cache.capacity_bytes,
+                "entries": stats.record_cache.entries,
+                "hits": stats.record_cache.hits,
+                "misses": stats.record_cache.misses,
+            },
         },
         "watermarks": {
             "published": marks.published,

@@ -37,6 +37,7 @@ pub mod keydir;
 pub mod manifest;
 pub mod memtable;
 pub mod query;
+pub mod record_cache;
 pub mod schema;
 pub mod segment;
 pub mod serving;

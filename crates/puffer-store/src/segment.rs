@@ -23,6 +23,7 @@ use crate::error::{Result, StoreError};
 use crate::fields::{encode_long_fields, LongFields, LONG_FIELD_MIN_BYTES};
 use crate::fs::{write_file_atomic, write_file_atomic_with, Fs, FsWriter};
 use crate::keydir::{encode_keys, KeyDirectory};
+use crate::record_cache::RecordCache;
 use crate::schema::{AttrType, StoredRecord};
 use crate::stage::{Deletions, TextStage};
 
@@ -55,6 +56,8 @@ pub struct Segment {
     /// Last SCU whose records may be in the segment.
     pub max_seq: u64,
     dir: PathBuf,
+    /// The shard's cache of extracted record texts (none: every read extracts).
+    record_cache: Option<Arc<RecordCache>>,
 }
 
 /// The index file of segment `id`.
@@ -177,6 +180,7 @@ impl Segment {
             deletions: Arc::new(Deletions::default()),
             max_seq: facts.max_seq,
             dir: dir.to_path_buf(),
+            record_cache: None,
         };
         if let Some(name) = deletions {
             for record in read_deletions(&dir.join(name), facts.records)? {
@@ -184,6 +188,13 @@ impl Segment {
             }
         }
         Ok(segment)
+    }
+
+    /// The segment reading record texts through `cache` (shared by the shard's segments,
+    /// which is why entries are keyed by segment id).
+    pub fn with_record_cache(mut self, cache: Option<Arc<RecordCache>>) -> Segment {
+        self.record_cache = cache;
+        self
     }
 
     /// Writes the records deleted as of `checkpoint` to a new deletions file; returns its
@@ -320,9 +331,21 @@ impl TextStage for Segment {
     }
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
         let key = self.key(record)?;
-        let text = self.record_text(record)?;
-        codec::decode_record(key, &text, types)
-            .map_err(|e| self.corrupt_index(format!("record {record}: {e}")))
+        let decode = |key, text: &[u8]| {
+            codec::decode_record(key, text, types)
+                .map_err(|e| self.corrupt_index(format!("record {record}: {e}")))
+        };
+        let Some(cache) = &self.record_cache else {
+            return decode(key, &self.record_text(record)?);
+        };
+        if let Some(text) = cache.get(self.id, record) {
+            return decode(key, &text);
+        }
+        let text: Arc<[u8]> = self.record_text(record)?.into();
+        let decoded = decode(key, &text)?;
+        // Only a text that decoded is kept.
+        cache.insert(self.id, record, text);
+        Ok(decoded)
     }
     fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>> {
         if let Some(long) = &self.long_fields {

@@ -22,6 +22,7 @@ use crate::fs::{Fs, RealFs};
 use crate::manifest::{Manifest, SegmentEntry};
 use crate::memtable::MemTable;
 use crate::query::{count_text, search_mem, search_text, Compiled, Predicate};
+use crate::record_cache::{RecordCache, RecordCacheStats};
 use crate::schema::{display_key, AttrType, Attribute, Record, Schema, StoredRecord};
 use crate::segment::{self, Segment};
 use crate::sorted::SortedBatch;
@@ -50,6 +51,9 @@ pub struct ShardOptions {
     pub background: bool,
     /// Build options of segment indexes.
     pub index: BuildOptions,
+    /// Bound of the cache of record texts extracted from segments (0: no cache). Hot
+    /// records under skewed reads are then extracted once instead of on every read.
+    pub record_cache_bytes: u64,
 }
 
 impl Default for ShardOptions {
@@ -67,6 +71,7 @@ impl Default for ShardOptions {
                 threads: 1,
                 ..BuildOptions::default()
             },
+            record_cache_bytes: 4 << 20,
         }
     }
 }
@@ -162,6 +167,8 @@ pub struct ShardStats {
     pub sorted_batches: usize,
     /// Log tables (active and frozen).
     pub log_tables: usize,
+    /// The record cache (all zero when it is off); its bytes count in `memory_bytes`.
+    pub record_cache: RecordCacheStats,
 }
 
 struct StageSet {
@@ -230,6 +237,8 @@ struct Shared {
     wake: [(Mutex<bool>, Condvar); 2],
     /// The manifest's checkpoint (readable without waiting for a compaction).
     checkpoint: AtomicU64,
+    /// Record texts extracted from the segments (shared by all of them).
+    record_cache: Option<Arc<RecordCache>>,
     /// Held while the shard is open, so that no second open writes the same files.
     _lock: std::fs::File,
 }
@@ -300,13 +309,11 @@ impl Shard {
                 m
             }
         };
+        let record_cache = RecordCache::new(options.record_cache_bytes);
         let mut segments = Vec::new();
         for entry in &manifest.segments {
-            segments.push(Arc::new(Segment::open(
-                dir,
-                entry.id,
-                entry.deletions.as_deref(),
-            )?));
+            let segment = Segment::open(dir, entry.id, entry.deletions.as_deref())?;
+            segments.push(Arc::new(segment.with_record_cache(record_cache.clone())));
         }
         let scus = wal::replay(&wal_dir, manifest.checkpoint)?;
         if let Some(first) = scus.first() {
@@ -346,6 +353,7 @@ impl Shard {
                 (Mutex::new(false), Condvar::new()),
             ],
             checkpoint: AtomicU64::new(checkpoint),
+            record_cache,
             _lock: lock,
             options,
         });
@@ -635,7 +643,18 @@ impl Shard {
         for table in set.log_tables() {
             stats.memory_bytes += table.memory_bytes();
         }
+        stats.record_cache = self.record_cache_stats();
+        stats.memory_bytes += stats.record_cache.bytes;
         Ok(stats)
+    }
+
+    /// Counters of the record cache (all zero when it is off).
+    pub fn record_cache_stats(&self) -> RecordCacheStats {
+        self.shared
+            .record_cache
+            .as_ref()
+            .map(|c| c.stats())
+            .unwrap_or_default()
     }
 
     /// The segments (for layer management).
@@ -1189,7 +1208,9 @@ impl Shared {
                 &self.options.index,
             )
             .inspect_err(|e| self.stop(format!("writing segment {id} failed: {e}")))?;
-            Some(Arc::new(segment))
+            Some(Arc::new(
+                segment.with_record_cache(self.record_cache.clone()),
+            ))
         };
         drop(records);
         let merged_ids: Vec<u64> = merged_segments.iter().map(|s| s.id).collect();

@@ -31,10 +31,18 @@ fn options() -> ShardOptions {
 }
 
 fn open(dir: &std::path::Path, clock: &ManualClock) -> Shard {
+    open_caching(dir, clock, ShardOptions::default().record_cache_bytes)
+}
+
+/// Opens with a record cache of `record_cache_bytes` (0: none; small: constant eviction).
+fn open_caching(dir: &std::path::Path, clock: &ManualClock, record_cache_bytes: u64) -> Shard {
     Shard::open_with(
         dir,
         schema(),
-        options(),
+        ShardOptions {
+            record_cache_bytes,
+            ..options()
+        },
         Arc::new(RealFs),
         Arc::new(clock.clone()),
     )
@@ -205,7 +213,9 @@ fn run_seed(seed: u64, steps: usize) {
         clock: clock.clone(),
         last_snapshot: 0,
     };
-    let mut shard = open(dir.path(), &clock);
+    // Reads through no cache, a cache that evicts all the time, and a roomy one.
+    let cache_bytes = [0, 600, 4 << 20][seed as usize % 3];
+    let mut shard = open_caching(dir.path(), &clock, cache_bytes);
     for _ in 0..steps {
         match run.rng.below(20) {
             0..=6 => run.write(&shard),
@@ -216,7 +226,7 @@ fn run_seed(seed: u64, steps: usize) {
             }
             9 => {
                 drop(shard);
-                shard = open(dir.path(), &clock);
+                shard = open_caching(dir.path(), &clock, cache_bytes);
             }
             10 => clock.advance_micros(run.rng.below(2_000_000)),
             _ => run.query(&shard),

@@ -47,13 +47,22 @@ pub struct Workload {
     pub input_bytes: u64,
 }
 
+/// Shards of the experiments read every record from the compressed index: a cache of
+/// hot records would hide what the sample layers buy, which is what is measured.
+fn replica_options() -> ShardOptions {
+    ShardOptions {
+        record_cache_bytes: 0,
+        ..ShardOptions::default()
+    }
+}
+
 /// Reads `input`, loads it into a shard under `work_dir/source` and compacts it.
 pub fn prepare(input: &Path, work_dir: &Path, seed: u64) -> anyhow::Result<Workload> {
     let table = read_table(&[input.to_path_buf()], KeySource::RowNumber)
         .map_err(|e| anyhow::anyhow!("reading {}: {}", input.display(), e.message()))?;
     ensure!(!table.is_empty(), "{} has no rows", input.display());
     let shard_dir = work_dir.join("source");
-    let shard = Shard::open(&shard_dir, table.schema.clone(), ShardOptions::default())
+    let shard = Shard::open(&shard_dir, table.schema.clone(), replica_options())
         .with_context(|| format!("opening {}", shard_dir.display()))?;
     for chunk in (0..table.len()).collect::<Vec<_>>().chunks(2000) {
         let ops = chunk
@@ -113,11 +122,7 @@ impl Workload {
     /// Opens a separate copy of the shard in `dir` (copied from the source directory).
     pub fn open_copy(&self, dir: &Path) -> anyhow::Result<Shard> {
         copy_dir(&self.shard_dir, dir)?;
-        Ok(Shard::open(
-            dir,
-            self.schema.clone(),
-            ShardOptions::default(),
-        )?)
+        Ok(Shard::open(dir, self.schema.clone(), replica_options())?)
     }
 
     /// A sampler of term indexes with Zipf popularity (skew `skew`).

@@ -34,10 +34,12 @@ impl LayeredReplica for Shard {
     }
 
     fn other_memory_bytes(&self) -> u64 {
-        self.segments()
+        let segments: u64 = self
+            .segments()
             .iter()
             .map(|s| s.memory_bytes() - s.index().footprint().total_bytes())
-            .sum()
+            .sum();
+        segments + self.record_cache_stats().bytes
     }
 }
 

@@ -21,6 +21,8 @@ const SERVER_VARS: &[&str] = &[
     "PUFFER_MAX_BODY_BYTES",
     "PUFFER_MAX_BATCH_RECORDS",
     "PUFFER_MAX_RESULT_ROWS",
+    "PUFFER_MAX_CONCURRENT_REQUESTS",
+    "PUFFER_RECORD_CACHE_MB",
 ];
 
 /// A running `puffer serve` on a data directory, listening on a free local port; killed
