@@ -25,6 +25,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{QueryError, Result};
 
+/// A record as stored (values by attribute id), the schema naming its attributes, and
+/// the snapshot read.
+pub type StoredAnswer = (
+    Option<puffer_store::schema::StoredRecord>,
+    Arc<Schema>,
+    SnapshotInfo,
+);
+
 /// Most shards of one table.
 pub const MAX_SHARDS: u32 = 256;
 /// Most replicas of one shard on a node.
@@ -296,6 +304,22 @@ impl Table {
     ) -> Result<Option<(Option<Record>, SnapshotInfo)>> {
         let group = &self.groups[shard_of(key, self.layout.shards) as usize];
         match group.try_execute_here(|shard| shard.get(key, read))? {
+            Ok(answer) => Ok(Some(answer?)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// [`Shard::get_stored`] on the key's shard (see [`Table::get`]).
+    pub fn get_stored(&self, key: &[u8], read: ReadOptions) -> Result<StoredAnswer> {
+        let group = &self.groups[shard_of(key, self.layout.shards) as usize];
+        let key = key.to_vec();
+        Ok(group.execute(move |shard| shard.get_stored(&key, read))??)
+    }
+
+    /// [`Table::get_stored`] for a thread that must not wait, as [`Table::get_now`].
+    pub fn get_stored_now(&self, key: &[u8], read: ReadOptions) -> Result<Option<StoredAnswer>> {
+        let group = &self.groups[shard_of(key, self.layout.shards) as usize];
+        match group.try_execute_here(|shard| shard.get_stored(key, read))? {
             Ok(answer) => Ok(Some(answer?)),
             Err(_) => Ok(None),
         }

@@ -21,7 +21,8 @@ use serde_json::{json, Value as JsonValue};
 use crate::auth::{require, Role};
 use crate::error::ApiError;
 use crate::values::{
-    answer_json, predicate_from_json, record_from_json, snapshot_json, RecordJson, RecordsJson,
+    answer_json, predicate_from_json, record_from_json, snapshot_json, RecordsJson,
+    StoredRecordJson,
 };
 use crate::AppState;
 
@@ -108,8 +109,8 @@ fn csv_field(text: &str) -> String {
 
 /// `{"record", "snapshot"}`: a found record.
 #[derive(Serialize)]
-struct GetBody<'a> {
-    record: RecordJson<'a>,
+struct GetBody<R> {
+    record: R,
     snapshot: JsonValue,
 }
 
@@ -463,29 +464,27 @@ pub(crate) async fn get_record(
         min_snapshot: 0,
     };
     let shard = state.db.table(&table)?;
-    let answer = match shard.get_now(key.as_bytes(), read)? {
+    let answer = match shard.get_stored_now(key.as_bytes(), read)? {
         Some(answer) => answer,
         None => {
             let (shard, key) = (shard.clone(), key.clone());
-            blocking(move || Ok(shard.get(key.as_bytes(), read)?)).await?
+            blocking(move || Ok(shard.get_stored(key.as_bytes(), read)?)).await?
         }
     };
-    get_response(&table, &key, &shard, answer)
+    get_response(&table, &key, answer)
 }
 
 fn get_response(
     table: &str,
     key: &str,
-    shard: &Table,
-    (found, info): (Option<puffer_store::Record>, puffer_store::SnapshotInfo),
+    (found, schema, info): puffer_query::StoredAnswer,
 ) -> Result<Response, ApiError> {
-    let schema = shard.schema();
     let snapshot = snapshot_json(&info);
     Ok(match found {
         Some(record) => Json(GetBody {
-            record: RecordJson {
+            record: StoredRecordJson {
                 record: &record,
-                key_column: &schema.key,
+                schema: &schema,
             },
             snapshot,
         })
@@ -643,7 +642,8 @@ pub(crate) type Texts = std::sync::RwLock<BTreeMap<String, puffer_index::TextInd
 #[cfg(test)]
 mod tests {
     use super::*;
-    use puffer_store::{Record, SnapshotInfo, Value};
+    use crate::values::RecordJson;
+    use puffer_store::{AttrType, Record, SnapshotInfo, Value};
     use serde_json::Map;
 
     /// Records with every value type, non-UTF-8 bytes, escapes and non-finite floats.
@@ -744,6 +744,54 @@ mod tests {
             assert_eq!(
                 written,
                 json!({"record": record_tree(record, "id"), "snapshot": 1})
+            );
+        }
+    }
+
+    #[test]
+    fn stored_records_written_directly_read_back_as_the_json_tree() {
+        let schema = Schema::new(
+            "id",
+            [
+                ("t", AttrType::Timestamp),
+                ("s", AttrType::String),
+                ("b", AttrType::Bool),
+                ("n", AttrType::Int),
+                ("f", AttrType::Float),
+            ]
+            .into_iter()
+            .map(|(name, attr_type)| puffer_store::Attribute {
+                name: name.into(),
+                attr_type,
+            })
+            .collect(),
+        )
+        .unwrap();
+        for record in records() {
+            let mut fields: Vec<(u16, Value)> = record
+                .values
+                .iter()
+                .map(|(name, value)| (schema.id_of(name).unwrap(), value.clone()))
+                .collect();
+            fields.sort_by_key(|(id, _)| *id);
+            // An id the schema does not name is left out, as when naming the record.
+            fields.push((99, Value::Int(1)));
+            let stored = puffer_store::schema::StoredRecord {
+                key: record.key.clone(),
+                fields,
+            };
+            let get = GetBody {
+                record: StoredRecordJson {
+                    record: &stored,
+                    schema: &schema,
+                },
+                snapshot: json!(2),
+            };
+            let written: JsonValue =
+                serde_json::from_slice(&serde_json::to_vec(&get).unwrap()).unwrap();
+            assert_eq!(
+                written,
+                json!({"record": record_tree(&record, "id"), "snapshot": 2})
             );
         }
     }

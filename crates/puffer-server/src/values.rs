@@ -2,6 +2,7 @@
 
 use std::ops::Bound;
 
+use puffer_store::schema::StoredRecord;
 use puffer_store::timestamp::{format_timestamp_micros, parse_timestamp_micros};
 use puffer_store::{AttrType, Predicate, Record, Schema, SnapshotInfo, Value};
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -55,6 +56,33 @@ impl Serialize for RecordJson<'_> {
         let mut map = serializer.serialize_map(Some(1 + self.record.values.len()))?;
         map.serialize_entry(self.key_column, &String::from_utf8_lossy(&self.record.key))?;
         for (name, value) in &self.record.values {
+            map.serialize_entry(name, &ValueJson(value))?;
+        }
+        map.end()
+    }
+}
+
+/// A stored record (values by attribute id) as the JSON object [`RecordJson`] writes,
+/// named by `schema`, the attributes in schema order: a get's answer is written without
+/// first building a map of attribute names.
+pub struct StoredRecordJson<'a> {
+    /// The record.
+    pub record: &'a StoredRecord,
+    /// The schema it was read with.
+    pub schema: &'a Schema,
+}
+
+impl Serialize for StoredRecordJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let named = || {
+            self.record.fields.iter().filter_map(|(id, value)| {
+                let attribute = self.schema.attributes.get(*id as usize)?;
+                Some((attribute.name.as_str(), value))
+            })
+        };
+        let mut map = serializer.serialize_map(Some(1 + named().count()))?;
+        map.serialize_entry(&self.schema.key, &String::from_utf8_lossy(&self.record.key))?;
+        for (name, value) in named() {
             map.serialize_entry(name, &ValueJson(value))?;
         }
         map.end()

@@ -494,6 +494,22 @@ impl Shard {
         Ok((records.pop().flatten(), info))
     }
 
+    /// [`Shard::get`] without naming the fields: the record as stored (values by
+    /// attribute id) and the schema that names them, for callers that only serialize it
+    /// (no map of attribute names is built).
+    pub fn get_stored(
+        &self,
+        key: &[u8],
+        read: ReadOptions,
+    ) -> Result<(Option<StoredRecord>, Arc<Schema>, SnapshotInfo)> {
+        let (set, info) = self.shared.read_view(read)?;
+        let schema = self.schema();
+        let found = self
+            .shared
+            .find_visible(&set, key, &info, &types_of(&schema))?;
+        Ok((found, schema, info))
+    }
+
     /// The records with these keys (in the same order), all from one snapshot.
     pub fn multi_get(
         &self,
