@@ -705,14 +705,15 @@ fn mem_candidates(table: &MemInner, compiled: &Compiled) -> Option<Vec<u64>> {
     }
 }
 
-/// Records of a log table written at or before `snapshot`, live at it, and matching.
+/// Positions (in `table.records`) of the records of a log table written at or before
+/// `snapshot`, live at it, and matching; at most `limit`, ascending.
 pub fn search_mem(
     table: &MemInner,
     deletions: &crate::stage::Deletions,
     compiled: &Compiled,
     snapshot: u64,
     limit: usize,
-) -> Vec<StoredRecord> {
+) -> Vec<usize> {
     let mut out = Vec::new();
     let candidates = mem_candidates(table, compiled)
         .unwrap_or_else(|| (0..table.records.len() as u64).collect());
@@ -725,7 +726,7 @@ pub fn search_mem(
             && deletions.live_at(record, snapshot)
             && compiled.matches(&table.records[i])
         {
-            out.push(table.records[i].clone());
+            out.push(i);
         }
     }
     out

@@ -551,18 +551,27 @@ impl Shard {
         let types = types_of(&schema);
         // One more than the limit tells whether the answer was cut.
         let wanted = limit.saturating_add(1);
-        let mut found: Vec<StoredRecord> = Vec::new();
+        // Records are named (and projected) as they are found: records of log tables are
+        // then copied once, not first as stored records and again with names.
+        let name = |r: &StoredRecord| -> Record {
+            let mut record = Record::new(r.key.clone());
+            for (id, value) in &r.fields {
+                if projection.as_ref().is_some_and(|ids| !ids.contains(id)) {
+                    continue;
+                }
+                if let Some(attribute) = schema.attributes.get(*id as usize) {
+                    record.values.insert(attribute.name.clone(), value.clone());
+                }
+            }
+            record
+        };
+        let mut found: Vec<Record> = Vec::new();
         if info.read_log {
             for table in set.log_tables() {
                 let inner = table.read();
                 let left = wanted - found.len();
-                found.extend(search_mem(
-                    &inner,
-                    &table.deletions,
-                    &compiled,
-                    info.snapshot,
-                    left,
-                ));
+                let matching = search_mem(&inner, &table.deletions, &compiled, info.snapshot, left);
+                found.extend(matching.into_iter().map(|i| name(&inner.records[i])));
             }
         }
         for stage in set.text_stages() {
@@ -574,26 +583,15 @@ impl Shard {
                 search_text(stage, &compiled, &types, info.snapshot, left, want_values)?
             {
                 found.push(match decoded {
-                    Some(r) => r,
-                    None => StoredRecord {
-                        key: stage.key(record)?,
-                        fields: Vec::new(),
-                    },
+                    Some(r) => name(&r),
+                    None => Record::new(stage.key(record)?),
                 });
             }
         }
         let truncated = found.len() > limit;
         found.truncate(limit);
         found.sort_by(|a, b| a.key.cmp(&b.key));
-        let rows = found
-            .into_iter()
-            .map(|mut r| {
-                if let Some(ids) = &projection {
-                    r.fields.retain(|(id, _)| ids.contains(id));
-                }
-                schema.to_record(&r)
-            })
-            .collect();
+        let rows = found;
         Ok(SearchResult {
             rows,
             truncated,
@@ -611,14 +609,14 @@ impl Shard {
         if info.read_log {
             for table in set.log_tables() {
                 let inner = table.read();
-                total += search_mem(
+                let matching = search_mem(
                     &inner,
                     &table.deletions,
                     &compiled,
                     info.snapshot,
                     usize::MAX,
-                )
-                .len() as u64;
+                );
+                total += matching.len() as u64;
             }
         }
         for stage in set.text_stages() {

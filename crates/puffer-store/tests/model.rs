@@ -155,10 +155,21 @@ impl Run {
                 } else {
                     None
                 };
-                let keys_only = self.rng.chance(30);
+                // No projection, keys only, or a random subset of the attributes.
+                let projection: Option<Vec<String>> = match self.rng.below(3) {
+                    0 => None,
+                    1 => Some(Vec::new()),
+                    _ => Some(
+                        ["name", "n", "x", "flag", "t"]
+                            .into_iter()
+                            .filter(|_| self.rng.chance(50))
+                            .map(String::from)
+                            .collect(),
+                    ),
+                };
                 let query = Query {
                     predicate: predicate.clone(),
-                    projection: keys_only.then(Vec::new),
+                    projection: projection.clone(),
                     limit,
                     read,
                 };
@@ -170,11 +181,11 @@ impl Run {
                     .values()
                     .filter(|r| holds(&predicate, r))
                     .map(|r| {
-                        if keys_only {
-                            Record::new(r.key.clone())
-                        } else {
-                            r.clone()
+                        let mut r = r.clone();
+                        if let Some(names) = &projection {
+                            r.values.retain(|name, _| names.contains(name));
                         }
+                        r
                     })
                     .collect();
                 match limit {
