@@ -278,22 +278,32 @@ fn decode_int(bytes: &[u8]) -> Result<i64, String> {
     if !digits.iter().all(u8::is_ascii_digit) {
         return Err(bad());
     }
+    // Digits are accumulated in place (no string to parse): every get and every
+    // verified match decodes all of a record's integers.
+    fn accumulate(digits: impl Iterator<Item = u64>) -> Option<u64> {
+        digits
+            .into_iter()
+            .try_fold(0u64, |acc, d| acc.checked_mul(10)?.checked_add(d))
+    }
     if lead > b'A' {
         let count = (lead - b'A') as usize;
         if digits.len() > count || count > 20 {
             return Err(bad());
         }
-        let mut text = String::from_utf8(digits.to_vec()).map_err(|_| bad())?;
-        text.extend(std::iter::repeat_n('0', count - digits.len()));
-        let magnitude: u64 = text.parse().map_err(|_| bad())?;
+        // The trailing zeros of the magnitude are left out of the encoding.
+        let padded = digits
+            .iter()
+            .map(|d| u64::from(d - b'0'))
+            .chain(std::iter::repeat_n(0, count - digits.len()));
+        let magnitude = accumulate(padded).ok_or_else(bad)?;
         i64::try_from(magnitude).map_err(|_| bad())
     } else {
         let count = b'A'.checked_sub(lead).ok_or_else(bad)? as usize;
         if digits.len() != count || count == 0 {
             return Err(bad());
         }
-        let text: String = digits.iter().map(|d| (b'9' - d + b'0') as char).collect();
-        let magnitude: u64 = text.parse().map_err(|_| bad())?;
+        // A negative number's digits are stored as their nines' complements.
+        let magnitude = accumulate(digits.iter().map(|d| u64::from(b'9' - d))).ok_or_else(bad)?;
         0i64.checked_sub_unsigned(magnitude).ok_or_else(bad)
     }
 }
@@ -432,6 +442,29 @@ mod tests {
                 decode_value(AttrType::Int, &e[..e.len() - 1]),
                 Ok(Value::Int(x))
             );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_int_round_trips(x in proptest::num::i64::ANY) {
+            let e = enc(&Value::Int(x));
+            proptest::prop_assert_eq!(
+                decode_value(AttrType::Int, &e[..e.len() - 1]),
+                Ok(Value::Int(x))
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_range_int_encodings_are_errors() {
+        // 20 digits past i64 and past u64, a positive magnitude of 2^63, 21 digits.
+        let nines = format!("{}{}", (b'A' + 20) as char, "9".repeat(20));
+        let two_63 = format!("{}9223372036854775808", (b'A' + 19) as char);
+        let long = format!("{}1", (b'A' + 21) as char);
+        let negative_nines = format!("{}{}", (b'A' - 20) as char, "0".repeat(20));
+        for bad in [nines, two_63, long, negative_nines] {
+            assert!(decode_value(AttrType::Int, bad.as_bytes()).is_err(), "{bad}");
         }
     }
 
