@@ -12,7 +12,7 @@ pub mod table;
 pub use ast::{Output, Select, Statement};
 pub use database::{Answer, Database, DatabaseOptions};
 pub use error::{QueryError, Result};
-pub use table::{StoredAnswer, Table, TableLayout};
+pub use table::{RawAnswer, Table, TableLayout};
 
 impl sql::SchemaSource for Database {
     fn schema_of(&self, table: &str) -> Result<std::sync::Arc<puffer_store::Schema>> {

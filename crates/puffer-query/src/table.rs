@@ -25,13 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{QueryError, Result};
 
-/// A record as stored (values by attribute id), the schema naming its attributes, and
-/// the snapshot read.
-pub type StoredAnswer = (
-    Option<puffer_store::schema::StoredRecord>,
-    Arc<Schema>,
-    SnapshotInfo,
-);
+/// A record as stored (undecoded), the schema it decodes with, and the snapshot read.
+pub type RawAnswer = (Option<puffer_store::RawRecord>, Arc<Schema>, SnapshotInfo);
 
 /// Most shards of one table.
 pub const MAX_SHARDS: u32 = 256;
@@ -309,17 +304,17 @@ impl Table {
         }
     }
 
-    /// [`Shard::get_stored`] on the key's shard (see [`Table::get`]).
-    pub fn get_stored(&self, key: &[u8], read: ReadOptions) -> Result<StoredAnswer> {
+    /// [`Shard::get_raw`] on the key's shard (see [`Table::get`]).
+    pub fn get_raw(&self, key: &[u8], read: ReadOptions) -> Result<RawAnswer> {
         let group = &self.groups[shard_of(key, self.layout.shards) as usize];
         let key = key.to_vec();
-        Ok(group.execute(move |shard| shard.get_stored(&key, read))??)
+        Ok(group.execute(move |shard| shard.get_raw(&key, read))??)
     }
 
-    /// [`Table::get_stored`] for a thread that must not wait, as [`Table::get_now`].
-    pub fn get_stored_now(&self, key: &[u8], read: ReadOptions) -> Result<Option<StoredAnswer>> {
+    /// [`Table::get_raw`] for a thread that must not wait, as [`Table::get_now`].
+    pub fn get_raw_now(&self, key: &[u8], read: ReadOptions) -> Result<Option<RawAnswer>> {
         let group = &self.groups[shard_of(key, self.layout.shards) as usize];
-        match group.try_execute_here(|shard| shard.get_stored(key, read))? {
+        match group.try_execute_here(|shard| shard.get_raw(key, read))? {
             Ok(answer) => Ok(Some(answer?)),
             Err(_) => Ok(None),
         }

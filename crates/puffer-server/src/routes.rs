@@ -21,8 +21,7 @@ use serde_json::{json, Value as JsonValue};
 use crate::auth::{require, Role};
 use crate::error::ApiError;
 use crate::values::{
-    answer_json, predicate_from_json, record_from_json, snapshot_json, RecordsJson,
-    StoredRecordJson,
+    answer_json, predicate_from_json, record_from_json, snapshot_json, RawRecordJson, RecordsJson,
 };
 use crate::AppState;
 
@@ -464,11 +463,11 @@ pub(crate) async fn get_record(
         min_snapshot: 0,
     };
     let shard = state.db.table(&table)?;
-    let answer = match shard.get_stored_now(key.as_bytes(), read)? {
+    let answer = match shard.get_raw_now(key.as_bytes(), read)? {
         Some(answer) => answer,
         None => {
             let (shard, key) = (shard.clone(), key.clone());
-            blocking(move || Ok(shard.get_stored(key.as_bytes(), read)?)).await?
+            blocking(move || Ok(shard.get_raw(key.as_bytes(), read)?)).await?
         }
     };
     get_response(&table, &key, answer)
@@ -477,12 +476,12 @@ pub(crate) async fn get_record(
 fn get_response(
     table: &str,
     key: &str,
-    (found, schema, info): puffer_query::StoredAnswer,
+    (found, schema, info): puffer_query::RawAnswer,
 ) -> Result<Response, ApiError> {
     let snapshot = snapshot_json(&info);
     Ok(match found {
         Some(record) => Json(GetBody {
-            record: StoredRecordJson {
+            record: RawRecordJson {
                 record: &record,
                 schema: &schema,
             },
@@ -642,7 +641,8 @@ pub(crate) type Texts = std::sync::RwLock<BTreeMap<String, puffer_index::TextInd
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::values::RecordJson;
+    use crate::values::{RecordJson, StoredRecordJson};
+    use puffer_store::RawRecord;
     use puffer_store::{AttrType, Record, SnapshotInfo, Value};
     use serde_json::Map;
 
@@ -780,6 +780,7 @@ mod tests {
                 key: record.key.clone(),
                 fields,
             };
+            let want = json!({"record": record_tree(&record, "id"), "snapshot": 2});
             let get = GetBody {
                 record: StoredRecordJson {
                     record: &stored,
@@ -789,10 +790,33 @@ mod tests {
             };
             let written: JsonValue =
                 serde_json::from_slice(&serde_json::to_vec(&get).unwrap()).unwrap();
-            assert_eq!(
-                written,
-                json!({"record": record_tree(&record, "id"), "snapshot": 2})
-            );
+            assert_eq!(written, want);
+            // The same record from a log table and as a segment's text (floats in a
+            // text are finite: a store refuses others).
+            let mut raws = vec![RawRecord::Stored(stored.clone())];
+            if stored.fields.iter().all(|(_, v)| match v {
+                Value::Float(x) => x.is_finite(),
+                _ => true,
+            }) {
+                let mut text = Vec::new();
+                puffer_store::codec::push_record(&mut text, &stored);
+                raws.push(RawRecord::Text {
+                    key: stored.key.clone(),
+                    text: text.into(),
+                });
+            }
+            for raw in &raws {
+                let get = GetBody {
+                    record: RawRecordJson {
+                        record: raw,
+                        schema: &schema,
+                    },
+                    snapshot: json!(2),
+                };
+                let written: JsonValue =
+                    serde_json::from_slice(&serde_json::to_vec(&get).unwrap()).unwrap();
+                assert_eq!(written, want, "{raw:?}");
+            }
         }
     }
 }

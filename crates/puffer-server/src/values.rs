@@ -2,9 +2,10 @@
 
 use std::ops::Bound;
 
+use puffer_store::codec;
 use puffer_store::schema::StoredRecord;
 use puffer_store::timestamp::{format_timestamp_micros, parse_timestamp_micros};
-use puffer_store::{AttrType, Predicate, Record, Schema, SnapshotInfo, Value};
+use puffer_store::{AttrType, Predicate, RawRecord, Record, Schema, SnapshotInfo, Value};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value as Json};
 
@@ -84,6 +85,53 @@ impl Serialize for StoredRecordJson<'_> {
         map.serialize_entry(&self.schema.key, &String::from_utf8_lossy(&self.record.key))?;
         for (name, value) in named() {
             map.serialize_entry(name, &ValueJson(value))?;
+        }
+        map.end()
+    }
+}
+
+/// A record as stored (a segment's text or a log table's values) as the JSON object
+/// [`StoredRecordJson`] writes: a get's answer is written from the text itself, its
+/// values decoded one by one (strings borrowed unless they hold escapes).
+pub struct RawRecordJson<'a> {
+    /// The record.
+    pub record: &'a RawRecord,
+    /// The schema it was checked to decode with.
+    pub schema: &'a Schema,
+}
+
+impl Serialize for RawRecordJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let (key, text) = match self.record {
+            RawRecord::Stored(record) => {
+                return StoredRecordJson {
+                    record,
+                    schema: self.schema,
+                }
+                .serialize(serializer)
+            }
+            RawRecord::Text { key, text } => (key, text),
+        };
+        // The store checked that the text decodes; a failure here is a bug, not bad input.
+        let spans = codec::field_spans(text).map_err(S::Error::custom)?;
+        let named = || {
+            spans.iter().filter_map(|span| {
+                let attribute = self.schema.attributes.get(span.id as usize)?;
+                Some((attribute, &text[span.value.clone()]))
+            })
+        };
+        let mut map = serializer.serialize_map(Some(1 + named().count()))?;
+        map.serialize_entry(&self.schema.key, &String::from_utf8_lossy(key))?;
+        for (attribute, bytes) in named() {
+            if attribute.attr_type == AttrType::String {
+                let value = codec::decode_string(bytes).map_err(S::Error::custom)?;
+                map.serialize_entry(&attribute.name, &String::from_utf8_lossy(&value))?;
+            } else {
+                let value =
+                    codec::decode_value(attribute.attr_type, bytes).map_err(S::Error::custom)?;
+                map.serialize_entry(&attribute.name, &ValueJson(&value))?;
+            }
         }
         map.end()
     }

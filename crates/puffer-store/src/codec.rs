@@ -257,6 +257,15 @@ fn unescape(bytes: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// Decodes an encoded string value, borrowing it when it holds no escape pair.
+pub fn decode_string(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    if bytes.iter().all(|&b| b > ESCAPE) {
+        Ok(std::borrow::Cow::Borrowed(bytes))
+    } else {
+        unescape(bytes).map(std::borrow::Cow::Owned)
+    }
+}
+
 /// Decodes one encoded value of type `attr_type`.
 pub fn decode_value(attr_type: AttrType, bytes: &[u8]) -> Result<Value, String> {
     match attr_type {
@@ -464,7 +473,10 @@ mod tests {
         let long = format!("{}1", (b'A' + 21) as char);
         let negative_nines = format!("{}{}", (b'A' - 20) as char, "0".repeat(20));
         for bad in [nines, two_63, long, negative_nines] {
-            assert!(decode_value(AttrType::Int, bad.as_bytes()).is_err(), "{bad}");
+            assert!(
+                decode_value(AttrType::Int, bad.as_bytes()).is_err(),
+                "{bad}"
+            );
         }
     }
 

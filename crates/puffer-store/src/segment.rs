@@ -347,6 +347,23 @@ impl TextStage for Segment {
         cache.insert(self.id, record, text);
         Ok(decoded)
     }
+    fn checked_text(&self, record: u64, types: &[AttrType]) -> Result<Arc<[u8]>> {
+        // A cached text decoded when it was cached, and attributes keep their types.
+        if let Some(text) = self
+            .record_cache
+            .as_ref()
+            .and_then(|c| c.get(self.id, record))
+        {
+            return Ok(text);
+        }
+        let text: Arc<[u8]> = self.record_text(record)?.into();
+        codec::decode_record(Vec::new(), &text, types)
+            .map_err(|e| self.corrupt_index(format!("record {record}: {e}")))?;
+        if let Some(cache) = &self.record_cache {
+            cache.insert(self.id, record, text.clone());
+        }
+        Ok(text)
+    }
     fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>> {
         if let Some(long) = &self.long_fields {
             let found = long

@@ -171,6 +171,24 @@ pub struct ShardStats {
     pub record_cache: RecordCacheStats,
 }
 
+/// A record as found, before it is decoded.
+enum Visible<'s> {
+    /// A log table's (already parsed) record.
+    Log(StoredRecord),
+    /// Record number `.1` of a text stage.
+    Stage(&'s dyn TextStage, u64),
+}
+
+/// A record as stored, for callers that read its fields without naming them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RawRecord {
+    /// From a log table: values by attribute id.
+    Stored(StoredRecord),
+    /// From a sorted batch or segment: the flattened text (see [`crate::codec`]),
+    /// checked to decode with the schema returned alongside.
+    Text { key: Vec<u8>, text: Arc<[u8]> },
+}
+
 struct StageSet {
     active: Arc<MemTable>,
     frozen: Vec<Arc<MemTable>>,
@@ -494,19 +512,24 @@ impl Shard {
         Ok((records.pop().flatten(), info))
     }
 
-    /// [`Shard::get`] without naming the fields: the record as stored (values by
-    /// attribute id) and the schema that names them, for callers that only serialize it
-    /// (no map of attribute names is built).
-    pub fn get_stored(
+    /// [`Shard::get`] without decoding or naming the fields: the record as a segment
+    /// holds it (its text, known to decode) or as a log table holds it (values by
+    /// attribute id), and the schema read with it, for callers that only serialize it.
+    pub fn get_raw(
         &self,
         key: &[u8],
         read: ReadOptions,
-    ) -> Result<(Option<StoredRecord>, Arc<Schema>, SnapshotInfo)> {
+    ) -> Result<(Option<RawRecord>, Arc<Schema>, SnapshotInfo)> {
         let (set, info) = self.shared.read_view(read)?;
         let schema = self.schema();
-        let found = self
-            .shared
-            .find_visible(&set, key, &info, &types_of(&schema))?;
+        let found = match self.shared.find_visible(&set, key, &info)? {
+            None => None,
+            Some(Visible::Log(record)) => Some(RawRecord::Stored(record)),
+            Some(Visible::Stage(stage, record)) => Some(RawRecord::Text {
+                key: stage.key(record)?,
+                text: stage.checked_text(record, &types_of(&schema))?,
+            }),
+        };
         Ok((found, schema, info))
     }
 
@@ -526,7 +549,11 @@ impl Shard {
         let types = types_of(&schema);
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            let found = self.shared.find_visible(&set, key, &info, &types)?;
+            let found = match self.shared.find_visible(&set, key, &info)? {
+                None => None,
+                Some(Visible::Log(record)) => Some(record),
+                Some(Visible::Stage(stage, record)) => Some(stage.record(record, &types)?),
+            };
             out.push(found.map(|r| schema.to_record(&r)));
         }
         Ok((out, info))
@@ -1101,13 +1128,14 @@ impl Shared {
         Ok((set, info))
     }
 
-    fn find_visible(
+    /// The version of `key` visible at the snapshot: a log table's record, or a record
+    /// of a text stage (left undecoded, so callers choose how to read it).
+    fn find_visible<'s>(
         &self,
-        set: &StageSet,
+        set: &'s StageSet,
         key: &[u8],
         info: &SnapshotInfo,
-        types: &[AttrType],
-    ) -> Result<Option<StoredRecord>> {
+    ) -> Result<Option<Visible<'s>>> {
         if info.read_log {
             for table in set.log_tables() {
                 let inner = table.read();
@@ -1121,7 +1149,7 @@ impl Shared {
                     .find(|&i| inner.seqs[i] <= info.snapshot && inner.records[i].key == key);
                 if let Some(i) = within {
                     if table.deletions.live_at(i as u64, info.snapshot) {
-                        return Ok(Some(inner.records[i].clone()));
+                        return Ok(Some(Visible::Log(inner.records[i].clone())));
                     }
                 }
             }
@@ -1129,7 +1157,7 @@ impl Shared {
         for stage in set.text_stages() {
             if let Some(record) = stage.find_key(key)? {
                 if stage.deletions().live_at(record, info.snapshot) {
-                    return Ok(Some(stage.record(record, types)?));
+                    return Ok(Some(Visible::Stage(stage, record)));
                 }
             }
         }

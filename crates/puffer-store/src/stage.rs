@@ -105,6 +105,12 @@ pub trait TextStage: Send + Sync {
     fn deletions(&self) -> &Deletions;
     /// Decodes a record.
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord>;
+    /// The text of a record, known to decode with `types` (what [`TextStage::record`]
+    /// would decode), for callers that read the fields straight from the text.
+    fn checked_text(&self, record: u64, types: &[AttrType]) -> Result<std::sync::Arc<[u8]>> {
+        self.record(record, types)?;
+        Ok(self.record_text(record)?.into())
+    }
     /// The attribute whose value holds an occurrence of an escaped pattern starting at
     /// `offset`; `None` when the occurrence starts at a field's attribute byte or inside
     /// an escape pair, where no value substring starts. `may_split_escape`: the pattern

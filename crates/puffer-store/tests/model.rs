@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use common::{holds, key, random_predicate, random_record, schema, Model, Rng};
 use puffer_store::clock::ManualClock;
+use puffer_store::codec;
 use puffer_store::fs::RealFs;
-use puffer_store::{Query, ReadOptions, Record, Shard, ShardOptions, StoreError, WriteOp};
+use puffer_store::{
+    Query, RawRecord, ReadOptions, Record, Shard, ShardOptions, StoreError, WriteOp,
+};
 
 const KEYS: u64 = 12;
 
@@ -148,6 +151,21 @@ impl Run {
                 let (found, info) = shard.get(&k, read).expect("get");
                 self.check_snapshot(&read, info.snapshot, &context);
                 assert_eq!(found.as_ref(), self.model.at(info.snapshot).get(&k), "get");
+                // The undecoded form decodes to the same record.
+                let (raw, schema, info) = shard.get_raw(&k, read).expect("get_raw");
+                self.check_snapshot(&read, info.snapshot, &context);
+                let types: Vec<_> = schema.attributes.iter().map(|a| a.attr_type).collect();
+                let decoded = raw.map(|raw| match raw {
+                    RawRecord::Stored(stored) => schema.to_record(&stored),
+                    RawRecord::Text { key, text } => {
+                        schema.to_record(&codec::decode_record(key, &text, &types).unwrap())
+                    }
+                });
+                assert_eq!(
+                    decoded.as_ref(),
+                    self.model.at(info.snapshot).get(&k),
+                    "raw"
+                );
             }
             _ => {
                 let limit = if self.rng.chance(30) {
