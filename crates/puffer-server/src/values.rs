@@ -54,13 +54,29 @@ pub struct RecordJson<'a> {
 
 impl Serialize for RecordJson<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(1 + self.record.values.len()))?;
-        map.serialize_entry(self.key_column, &String::from_utf8_lossy(&self.record.key))?;
-        for (name, value) in &self.record.values {
-            map.serialize_entry(name, &ValueJson(value))?;
-        }
-        map.end()
+        let fields = self
+            .record
+            .values
+            .iter()
+            .map(|(name, value)| (name.as_str(), value));
+        write_record(serializer, self.key_column, &self.record.key, fields)
     }
+}
+
+/// Writes `{key_column: key, name: value, ...}` (the fields are walked twice: counted,
+/// then written).
+fn write_record<'v, S: Serializer>(
+    serializer: S,
+    key_column: &str,
+    key: &[u8],
+    fields: impl Iterator<Item = (&'v str, &'v Value)> + Clone,
+) -> Result<S::Ok, S::Error> {
+    let mut map = serializer.serialize_map(Some(1 + fields.clone().count()))?;
+    map.serialize_entry(key_column, &String::from_utf8_lossy(key))?;
+    for (name, value) in fields {
+        map.serialize_entry(name, &ValueJson(value))?;
+    }
+    map.end()
 }
 
 /// A stored record (values by attribute id) as the JSON object [`RecordJson`] writes,
@@ -75,18 +91,11 @@ pub struct StoredRecordJson<'a> {
 
 impl Serialize for StoredRecordJson<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let named = || {
-            self.record.fields.iter().filter_map(|(id, value)| {
-                let attribute = self.schema.attributes.get(*id as usize)?;
-                Some((attribute.name.as_str(), value))
-            })
-        };
-        let mut map = serializer.serialize_map(Some(1 + named().count()))?;
-        map.serialize_entry(&self.schema.key, &String::from_utf8_lossy(&self.record.key))?;
-        for (name, value) in named() {
-            map.serialize_entry(name, &ValueJson(value))?;
-        }
-        map.end()
+        let named = self.record.fields.iter().filter_map(|(id, value)| {
+            let attribute = self.schema.attributes.get(*id as usize)?;
+            Some((attribute.name.as_str(), value))
+        });
+        write_record(serializer, &self.schema.key, &self.record.key, named)
     }
 }
 
