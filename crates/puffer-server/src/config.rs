@@ -7,10 +7,10 @@ use serde::Deserialize;
 
 use crate::error::ApiError;
 
-/// Everything the server can be told.
 /// Largest `record_cache_mb` (a typo of a few zeros should not take the machine's memory).
 pub const MAX_RECORD_CACHE_MB: u64 = 64 << 10;
 
+/// Everything the server can be told.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {

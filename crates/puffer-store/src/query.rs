@@ -554,7 +554,13 @@ pub fn search_text(
             return Ok(true);
         }
         if check.verifies_records() || want_records {
-            let decoded = stage.record(record, types)?;
+            // A record decoded to be verified may not match, and a long answer is a
+            // scan: neither is kept in a record cache; a short exact answer is.
+            let decoded = if check.verifies_records() || limit > KEEP_MAX_ROWS {
+                stage.record(record, types)?
+            } else {
+                stage.record_kept(record, types)?
+            };
             if check.verifies_records() && !compiled.matches(&decoded) {
                 return Ok(true);
             }
@@ -704,6 +710,10 @@ fn mem_candidates(table: &MemInner, compiled: &Compiled) -> Option<Vec<u64>> {
         _ => None,
     }
 }
+
+/// Answers of at most this many rows keep their records in a record cache (see
+/// [`TextStage::record_kept`]); longer ones are scans.
+const KEEP_MAX_ROWS: usize = 100;
 
 /// Positions (in `table.records`) of the records of a log table written at or before
 /// `snapshot`, live at it, and matching; at most `limit`, ascending.

@@ -22,6 +22,12 @@ const ENTRY_OVERHEAD_BYTES: u64 = 64;
 /// Texts larger than this are not cached: one huge record would push out many hot ones.
 const MAX_CACHED_TEXT_BYTES: usize = 64 << 10;
 
+/// Independently locked partitions. Fixed rather than quick_cache's default (4 per core):
+/// each partition gets its share of the bound, and an entry must fit in one, so the
+/// largest cached record must not depend on the machine. A replica is served by a few
+/// threads, which four partitions keep apart well enough.
+const PARTITIONS: usize = 4;
+
 /// Cache key: (segment id, record number in the segment).
 type SlotKey = (u64, u64);
 
@@ -37,6 +43,8 @@ impl Weighter<SlotKey, Arc<[u8]>> for TextWeighter {
 /// Record texts of one shard's segments, at most `capacity_bytes` of them.
 pub struct RecordCache {
     cache: Cache<SlotKey, Arc<[u8]>, TextWeighter>,
+    /// Largest text kept: at most a quarter of a partition, at most 64 KiB.
+    max_text_bytes: usize,
 }
 
 /// Counters of a record cache.
@@ -67,10 +75,28 @@ impl RecordCache {
         if capacity_bytes == 0 {
             return None;
         }
-        // The estimate only sizes the table up front; 256 bytes is a typical record.
+        // The estimate only sizes the tables up front; 256 bytes is a typical record.
         let estimated_entries = (capacity_bytes / 256).clamp(16, 1 << 20) as usize;
+        let options = quick_cache::OptionsBuilder::new()
+            .shards(PARTITIONS)
+            .estimated_items_capacity(estimated_entries)
+            .weight_capacity(capacity_bytes)
+            .build()
+            .expect("both capacities are set");
+        // quick_cache merges partitions that would hold fewer than 32 entries (small
+        // caches): the bound below assumes the smallest share, so it holds either way.
+        let partition_bytes = capacity_bytes / PARTITIONS as u64;
+        let max_text_bytes = (partition_bytes / 4)
+            .saturating_sub(ENTRY_OVERHEAD_BYTES)
+            .min(MAX_CACHED_TEXT_BYTES as u64) as usize;
         Some(Arc::new(RecordCache {
-            cache: Cache::with_weighter(estimated_entries, capacity_bytes, TextWeighter),
+            cache: Cache::with_options(
+                options,
+                TextWeighter,
+                Default::default(),
+                Default::default(),
+            ),
+            max_text_bytes,
         }))
     }
 
@@ -81,9 +107,14 @@ impl RecordCache {
 
     /// Remembers the text of `record` of segment `segment` (unless it is too large).
     pub fn insert(&self, segment: u64, record: u64, text: Arc<[u8]>) {
-        if text.len() <= MAX_CACHED_TEXT_BYTES {
+        if text.len() <= self.max_text_bytes {
             self.cache.insert((segment, record), text);
         }
+    }
+
+    /// Largest text [`RecordCache::insert`] keeps.
+    pub fn max_text_bytes(&self) -> usize {
+        self.max_text_bytes
     }
 
     pub fn stats(&self) -> RecordCacheStats {
@@ -143,11 +174,18 @@ mod tests {
     }
 
     #[test]
-    fn oversized_texts_are_not_kept() {
-        let cache = RecordCache::new(1 << 20).expect("cache");
-        cache.insert(1, 1, text(1, MAX_CACHED_TEXT_BYTES + 1));
-        cache.insert(1, 2, text(2, MAX_CACHED_TEXT_BYTES));
-        assert!(cache.get(1, 1).is_none());
-        assert_eq!(cache.get(1, 2), Some(text(2, MAX_CACHED_TEXT_BYTES)));
+    fn oversized_texts_are_not_kept_and_the_largest_kept_one_fits() {
+        for capacity in [1_000, 64 << 10, 1 << 20, 4 << 20, 64 << 20] {
+            let cache = RecordCache::new(capacity).expect("cache");
+            let max = cache.max_text_bytes();
+            assert!(max <= MAX_CACHED_TEXT_BYTES);
+            cache.insert(1, 1, text(1, max + 1));
+            cache.insert(1, 2, text(2, max));
+            assert!(cache.get(1, 1).is_none(), "capacity {capacity}");
+            assert_eq!(cache.get(1, 2), Some(text(2, max)), "capacity {capacity}");
+        }
+        // A roomy cache keeps records up to 64 KiB, whatever the machine's cores.
+        let roomy = RecordCache::new(4 << 20).expect("cache");
+        assert_eq!(roomy.max_text_bytes(), MAX_CACHED_TEXT_BYTES);
     }
 }

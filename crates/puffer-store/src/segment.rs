@@ -60,6 +60,30 @@ pub struct Segment {
     record_cache: Option<Arc<RecordCache>>,
 }
 
+/// A record's text and where it came from.
+enum Cached {
+    /// From the record cache.
+    Hit(Arc<[u8]>),
+    /// Extracted now, to be cached once it decodes.
+    Extracted(Arc<[u8]>),
+    /// Extracted now, not to be cached.
+    Uncached(Arc<[u8]>),
+}
+
+impl Cached {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Cached::Hit(t) | Cached::Extracted(t) | Cached::Uncached(t) => t,
+        }
+    }
+
+    fn into_text(self) -> Arc<[u8]> {
+        match self {
+            Cached::Hit(t) | Cached::Extracted(t) | Cached::Uncached(t) => t,
+        }
+    }
+}
+
 /// The index file of segment `id`.
 pub fn index_file_name(id: u64) -> String {
     format!("seg-{id:06}.idx")
@@ -188,6 +212,37 @@ impl Segment {
             }
         }
         Ok(segment)
+    }
+
+    /// The text of `record`: from the record cache, or extracted (and, with `keep`, put
+    /// in the cache once it has decoded; see [`Segment::decode`]).
+    fn text(&self, record: u64, keep: bool) -> Result<Cached> {
+        if let Some(text) = self
+            .record_cache
+            .as_ref()
+            .and_then(|c| c.get(self.id, record))
+        {
+            // A cached text decoded when it was cached, and attributes keep their types.
+            return Ok(Cached::Hit(text));
+        }
+        let text: Arc<[u8]> = self.record_text(record)?.into();
+        Ok(if keep && self.record_cache.is_some() {
+            Cached::Extracted(text)
+        } else {
+            Cached::Uncached(text)
+        })
+    }
+
+    /// Decodes the text of `record`; a text extracted to be kept is cached once it has
+    /// decoded (only texts that decode are ever cached).
+    fn decode(&self, record: u64, text: &Cached, types: &[AttrType]) -> Result<StoredRecord> {
+        let key = self.key(record)?;
+        let decoded = codec::decode_record(key, text.bytes(), types)
+            .map_err(|e| self.corrupt_index(format!("record {record}: {e}")))?;
+        if let (Cached::Extracted(text), Some(cache)) = (text, &self.record_cache) {
+            cache.insert(self.id, record, text.clone());
+        }
+        Ok(decoded)
     }
 
     /// The segment reading record texts through `cache` (shared by the shard's segments,
@@ -330,39 +385,18 @@ impl TextStage for Segment {
         &self.deletions
     }
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
-        let key = self.key(record)?;
-        let decode = |key, text: &[u8]| {
-            codec::decode_record(key, text, types)
-                .map_err(|e| self.corrupt_index(format!("record {record}: {e}")))
-        };
-        let Some(cache) = &self.record_cache else {
-            return decode(key, &self.record_text(record)?);
-        };
-        if let Some(text) = cache.get(self.id, record) {
-            return decode(key, &text);
-        }
-        let text: Arc<[u8]> = self.record_text(record)?.into();
-        let decoded = decode(key, &text)?;
-        // Only a text that decoded is kept.
-        cache.insert(self.id, record, text);
-        Ok(decoded)
+        self.decode(record, &self.text(record, false)?, types)
+    }
+    fn record_kept(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
+        self.decode(record, &self.text(record, true)?, types)
     }
     fn checked_text(&self, record: u64, types: &[AttrType]) -> Result<Arc<[u8]>> {
-        // A cached text decoded when it was cached, and attributes keep their types.
-        if let Some(text) = self
-            .record_cache
-            .as_ref()
-            .and_then(|c| c.get(self.id, record))
-        {
-            return Ok(text);
+        let text = self.text(record, true)?;
+        // A text read from the index now is checked (and then cached) by decoding it.
+        if !matches!(text, Cached::Hit(_)) {
+            self.decode(record, &text, types)?;
         }
-        let text: Arc<[u8]> = self.record_text(record)?.into();
-        codec::decode_record(Vec::new(), &text, types)
-            .map_err(|e| self.corrupt_index(format!("record {record}: {e}")))?;
-        if let Some(cache) = &self.record_cache {
-            cache.insert(self.id, record, text.clone());
-        }
-        Ok(text)
+        Ok(text.into_text())
     }
     fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>> {
         if let Some(long) = &self.long_fields {

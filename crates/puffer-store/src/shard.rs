@@ -552,7 +552,7 @@ impl Shard {
             let found = match self.shared.find_visible(&set, key, &info)? {
                 None => None,
                 Some(Visible::Log(record)) => Some(record),
-                Some(Visible::Stage(stage, record)) => Some(stage.record(record, &types)?),
+                Some(Visible::Stage(stage, record)) => Some(stage.record_kept(record, &types)?),
             };
             out.push(found.map(|r| schema.to_record(&r)));
         }

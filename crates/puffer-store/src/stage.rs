@@ -105,8 +105,15 @@ pub trait TextStage: Send + Sync {
     fn deletions(&self) -> &Deletions;
     /// Decodes a record.
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord>;
+    /// [`TextStage::record`] for a point read or a short answer: the stage may keep the
+    /// record's text for the next read (scans and verifications use `record`, so they
+    /// do not push hot records out of a cache).
+    fn record_kept(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
+        self.record(record, types)
+    }
     /// The text of a record, known to decode with `types` (what [`TextStage::record`]
-    /// would decode), for callers that read the fields straight from the text.
+    /// would decode), for callers that read the fields straight from the text; kept as
+    /// [`TextStage::record_kept`] keeps it.
     fn checked_text(&self, record: u64, types: &[AttrType]) -> Result<std::sync::Arc<[u8]>> {
         self.record(record, types)?;
         Ok(self.record_text(record)?.into())

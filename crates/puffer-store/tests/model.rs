@@ -243,7 +243,7 @@ fn run_seed(seed: u64, steps: usize) {
         last_snapshot: 0,
     };
     // Reads through no cache, a cache that evicts all the time, and a roomy one.
-    let cache_bytes = [0, 600, 4 << 20][seed as usize % 3];
+    let cache_bytes = [0, 3_000, 4 << 20][seed as usize % 3];
     let mut shard = open_caching(dir.path(), &clock, cache_bytes);
     for _ in 0..steps {
         match run.rng.below(20) {
