@@ -554,9 +554,11 @@ pub fn search_text(
             return Ok(true);
         }
         if check.verifies_records() || want_records {
-            // A record decoded to be verified may not match, and a long answer is a
-            // scan: neither is kept in a record cache; a short exact answer is.
-            let decoded = if check.verifies_records() || limit > KEEP_MAX_ROWS {
+            // A long answer (or a count) is a scan and is not kept in a record cache; a
+            // short answer is, with the few candidates it verifies (extracting one costs
+            // far more than caching it, and the cache's policy admits one-off entries
+            // cold, so they leave first).
+            let decoded = if limit > KEEP_MAX_ROWS {
                 stage.record(record, types)?
             } else {
                 stage.record_kept(record, types)?
