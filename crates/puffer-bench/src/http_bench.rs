@@ -32,6 +32,10 @@ pub struct HttpArgs {
     /// Duration of the measurement.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// The same traffic before the measurement, not counted (caches, connections and
+    /// the server's write pipeline reach their steady state); its errors still count.
+    #[arg(long, default_value_t = 3)]
+    warmup_seconds: u64,
     /// Percent of gets (the rest split between searches and puts).
     #[arg(long, default_value_t = 75)]
     get_percent: u32,
@@ -498,15 +502,19 @@ async fn client(
 /// Drives `args.clients` connections from one thread: an event loop spends the client's
 /// CPU on requests rather than on switching between client threads, which on a small
 /// machine would take cores from the server being measured.
-fn drive_clients(workload: &Workload, args: &HttpArgs) -> anyhow::Result<Vec<ClientReport>> {
+fn drive_clients(
+    workload: &Workload,
+    args: &HttpArgs,
+    seconds: u64,
+    seed: u64,
+) -> anyhow::Result<Vec<ClientReport>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the client event loop")?;
-    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
     runtime.block_on(async {
-        let clients =
-            (0..args.clients).map(|i| client(workload, args, args.seed + i as u64, deadline));
+        let clients = (0..args.clients).map(|i| client(workload, args, seed + i as u64, deadline));
         Ok(futures_util::future::join_all(clients).await)
     })
 }
@@ -521,8 +529,14 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<()> {
         "the percents exceed 100"
     );
     let workload = Workload::prepare(args)?;
+    let warmup = if args.warmup_seconds > 0 {
+        // Other seeds than the measurement's, so it does not replay the same requests.
+        drive_clients(&workload, args, args.warmup_seconds, args.seed ^ 0x5eed)?
+    } else {
+        Vec::new()
+    };
     let started = Instant::now();
-    let reports = drive_clients(&workload, args)?;
+    let reports = drive_clients(&workload, args, args.seconds, args.seed)?;
     let elapsed = started.elapsed().as_secs_f64();
     let mut figures = serde_json::Map::new();
     figures.insert("experiment".into(), json!("http"));
@@ -530,6 +544,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<()> {
     figures.insert("table".into(), json!(args.table));
     figures.insert("clients".into(), json!(args.clients));
     figures.insert("seconds".into(), json!(round(elapsed, 2)));
+    figures.insert("warmup_seconds".into(), json!(args.warmup_seconds));
     println!(
         "{:<10} {:>12} {:>10} {:>10} {:>10}",
         "operation", "per second", "p50 us", "p99 us", "p999 us"
@@ -551,7 +566,11 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<()> {
         figures.insert(format!("{name}_p99_us"), json!(round(p99, 1)));
         figures.insert(format!("{name}_p999_us"), json!(round(p999, 1)));
     }
-    let errors: Vec<&String> = reports.iter().flat_map(|r| &r.errors).collect();
+    let errors: Vec<&String> = warmup
+        .iter()
+        .chain(&reports)
+        .flat_map(|r| &r.errors)
+        .collect();
     println!("errors     {}", errors.len());
     for e in errors.iter().filter(|e| !e.is_empty()).take(5) {
         println!("  {e}");
