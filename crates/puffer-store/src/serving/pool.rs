@@ -165,10 +165,7 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
         {
             let mut state = shared.queue.lock().expect("request queue poisoned");
             if shared.closed.load(Ordering::Relaxed) {
-                return Err(StoreError::Unavailable(format!(
-                    "{} is shut down",
-                    shared.name
-                )));
+                return Err(self.shut_down());
             }
             if !state.jobs.is_empty() || state.running >= shared.threads {
                 return Ok(Err(job));
@@ -187,6 +184,10 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
         }))
     }
 
+    fn shut_down(&self) -> StoreError {
+        StoreError::Unavailable(format!("{} is shut down", self.shared.name))
+    }
+
     fn failed(&self) -> StoreError {
         StoreError::Unavailable(format!("{} failed to answer the request", self.shared.name))
     }
@@ -200,10 +201,7 @@ impl<R: Send + Sync + 'static> ReplicaPool<R> {
         let shared = &self.shared;
         let mut state = shared.queue.lock().expect("request queue poisoned");
         if shared.closed.load(Ordering::Relaxed) {
-            return Err(StoreError::Unavailable(format!(
-                "{} is shut down",
-                shared.name
-            )));
+            return Err(self.shut_down());
         }
         if state.jobs.len() >= shared.capacity {
             shared.refused.fetch_add(1, Ordering::Relaxed);
