@@ -1,5 +1,6 @@
 //! A database: a directory of tables (`tables/<name>/`, each spread over shards with
-//! replicas, see [`crate::table`]), the adaptive node serving their replicas, and the
+//! replicas, see [`crate::table`]), the log that orders every SCU over all of them
+//! (`log/`, see [`crate::commit`]), the adaptive node serving their replicas, and the
 //! execution of statements on them.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use puffer_store::{
 };
 
 use crate::ast::{Output, Select, Statement};
+use crate::commit::{CommitOptions, Committer};
 use crate::error::{QueryError, Result};
 use crate::table::{Table, TableLayout};
 
@@ -74,6 +76,7 @@ pub struct Database {
     dir: PathBuf,
     options: DatabaseOptions,
     node: AdaptiveNode<Shard>,
+    committer: Arc<Committer>,
     tables: RwLock<BTreeMap<String, Arc<Table>>>,
 }
 
@@ -111,6 +114,13 @@ impl Database {
         options.default_layout.validate()?;
         let node = AdaptiveNode::start(options.node.clone())?;
         let dir = dir.as_ref().to_path_buf();
+        let committer = Arc::new(Committer::new(
+            &dir.join("log"),
+            CommitOptions {
+                queue_len: options.shard.write_queue_len,
+                max_ops_per_scu: options.shard.max_ops_per_scu,
+            },
+        ));
         let tables_dir = dir.join("tables");
         std::fs::create_dir_all(&tables_dir)
             .map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
@@ -124,14 +134,18 @@ impl Database {
                 continue; // not a table
             }
             // `None`: a creation that never finished.
-            if let Some(table) = Table::open(&node, &entry.path(), &name, &options.shard)? {
+            let opened = Table::open(&node, &committer, &entry.path(), &name, &options.shard)?;
+            if let Some(table) = opened {
                 tables.insert(name, Arc::new(table));
             }
         }
+        // Every table is registered: the log replays what their replicas lack.
+        committer.start()?;
         Ok(Database {
             dir,
             options,
             node,
+            committer,
             tables: RwLock::new(tables),
         })
     }
@@ -189,7 +203,15 @@ impl Database {
             // Left by a creation that never finished (no manifest): start over.
             std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
         }
-        let table = Table::create(&self.node, &path, name, schema, layout, &self.options.shard)?;
+        let table = Table::create(
+            &self.node,
+            &self.committer,
+            &path,
+            name,
+            schema,
+            layout,
+            &self.options.shard,
+        )?;
         tables.insert(name.to_string(), Arc::new(table));
         Ok(())
     }
@@ -202,12 +224,37 @@ impl Database {
             .expect("tables lock")
             .remove(name)
             .ok_or_else(|| QueryError::UnknownTable(name.to_string()))?;
+        self.committer.unregister(table.uid());
         self.node.remove_table(name);
         // Stops its replicas' threads once the last query holding the table ends.
         drop(table);
         let path = self.dir.join("tables").join(name);
         std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
         Ok(())
+    }
+
+    /// The newest snapshot: every SCU up to it is applied on every replica it touches.
+    pub fn published(&self) -> u64 {
+        self.committer.published()
+    }
+
+    /// Writes one SCU over several tables: every table's operations, all applied or
+    /// none, on every shard and replica, visible to reads at one snapshot. A table
+    /// named twice has its operations joined in the order given.
+    pub fn write_batch(&self, parts: Vec<(String, Vec<WriteOp>)>) -> Result<u64> {
+        let mut joined: Vec<(Arc<Table>, Vec<WriteOp>)> = Vec::new();
+        for (name, ops) in parts {
+            let table = self.table(&name)?;
+            match joined.iter_mut().find(|(t, _)| t.uid() == table.uid()) {
+                Some((_, existing)) => existing.extend(ops),
+                None => joined.push((table, ops)),
+            }
+        }
+        let parts = joined
+            .into_iter()
+            .map(|(table, ops)| (table.table_shards().clone(), ops))
+            .collect();
+        self.committer.write(parts)
     }
 
     /// Runs one statement.
@@ -263,6 +310,7 @@ impl Database {
         let read = ReadOptions {
             freshness: select.freshness,
             min_snapshot: 0,
+            at: None,
         };
         let projection = match &select.output {
             Output::Count => {

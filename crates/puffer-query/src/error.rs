@@ -60,7 +60,9 @@ impl QueryError {
                 StoreError::Schema(_) => "invalid_schema",
                 StoreError::InvalidQuery(_) | StoreError::InvalidBatch(_) => "invalid_request",
                 StoreError::Overloaded(_) => "overloaded",
-                StoreError::Stopped(_) | StoreError::Unavailable(_) => "unavailable",
+                StoreError::Stopped(_)
+                | StoreError::Unavailable(_)
+                | StoreError::SnapshotGone { .. } => "unavailable",
                 StoreError::InvalidSetting(_) => "invalid_setting",
                 StoreError::InUse { .. } => "in_use",
                 StoreError::Io { .. } => "io_error",
@@ -77,6 +79,7 @@ impl QueryError {
             QueryError::Store(StoreError::Overloaded(_))
                 | QueryError::Store(StoreError::Stopped(_))
                 | QueryError::Store(StoreError::Unavailable(_))
+                | QueryError::Store(StoreError::SnapshotGone { .. })
         )
     }
 }

@@ -3,6 +3,7 @@
 //! with replicas served by the adaptive node) that runs statements.
 
 pub mod ast;
+pub mod commit;
 pub mod database;
 pub mod error;
 pub mod import;
@@ -12,7 +13,7 @@ pub mod table;
 pub use ast::{Output, Select, Statement};
 pub use database::{Answer, Database, DatabaseOptions};
 pub use error::{QueryError, Result};
-pub use table::{RawAnswer, Table, TableLayout};
+pub use table::{RawAnswer, Table, TableLayout, TableShards};
 
 impl sql::SchemaSource for Database {
     fn schema_of(&self, table: &str) -> Result<std::sync::Arc<puffer_store::Schema>> {

@@ -75,6 +75,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(routes::get_table).delete(routes::drop_table),
         )
         .route("/v1/tables/{table}/records", post(routes::put_records))
+        .route("/v1/batches", post(routes::put_batch))
         .route(
             "/v1/tables/{table}/records/{key}",
             get(routes::get_record).delete(routes::delete_record),

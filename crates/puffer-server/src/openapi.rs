@@ -11,6 +11,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/v1/tables/{table}", "Describe a table"),
     ("delete", "/v1/tables/{table}", "Drop a table and its data"),
     ("post", "/v1/tables/{table}/records", "Put a batch of records as one SCU (JSON array or JSON Lines)"),
+    ("post", "/v1/batches", "Put and delete records of several tables as one SCU (all or nothing)"),
     ("get", "/v1/tables/{table}/records/{key}", "Get a record by key"),
     ("delete", "/v1/tables/{table}/records/{key}", "Delete a record by key"),
     ("post", "/v1/tables/{table}/search", "Search or count records with a JSON predicate"),

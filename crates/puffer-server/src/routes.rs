@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use puffer_query::{Answer, Output, Select, Statement, Table, TableLayout};
-use puffer_store::{AttrType, Attribute, ReadOptions, Schema};
+use puffer_store::{AttrType, Attribute, ReadOptions, Schema, WriteOp};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as JsonValue};
 
@@ -444,6 +444,76 @@ pub(crate) async fn put_records(
     .await
 }
 
+/// `POST /v1/batches`: one SCU over one or more tables, all or nothing:
+/// `{"operations": [{"table": "t", "put": {record}}, {"table": "u", "delete": "key"}, ...]}`,
+/// applied in the order given.
+pub(crate) async fn put_batch(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Write)?;
+    let body = parse_json::<JsonValue>(&body?)?;
+    let Some(items) = body.get("operations").and_then(JsonValue::as_array) else {
+        return Err(ApiError::invalid(
+            "a batch is {\"operations\": [{\"table\": ..., \"put\": {...}} or {\"table\": ..., \"delete\": key}, ...]}",
+        ));
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid("a batch needs at least one operation"));
+    }
+    let limit = state.config.max_batch_records;
+    if items.len() > limit {
+        return Err(ApiError::limit(format!(
+            "a batch holds at most {limit} operations; got {}",
+            items.len()
+        )));
+    }
+    let items = items.clone();
+    blocking(move || {
+        let mut parts: Vec<(String, Vec<WriteOp>)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let op = batch_operation(&state, i, item)?;
+            let table = item["table"].as_str().unwrap_or_default();
+            match parts.iter_mut().find(|(name, _)| name == table) {
+                Some((_, ops)) => ops.push(op),
+                None => parts.push((table.to_string(), vec![op])),
+            }
+        }
+        let operations = items.len();
+        let seq = state.db.write_batch(parts)?;
+        Ok(Json(json!({"seq": seq, "operations": operations})))
+    })
+    .await
+}
+
+/// One operation of a `POST /v1/batches` body.
+fn batch_operation(state: &AppState, i: usize, item: &JsonValue) -> Result<WriteOp, ApiError> {
+    let at = |message: String| ApiError::invalid(format!("operation {i}: {message}"));
+    let Some(object) = item.as_object() else {
+        return Err(at(format!("an operation is an object, not {item}")));
+    };
+    let Some(table) = object.get("table").and_then(JsonValue::as_str) else {
+        return Err(at("it needs \"table\": the table's name".into()));
+    };
+    match (object.get("put"), object.get("delete")) {
+        (Some(record), None) => {
+            let schema = state.db.table(table)?.schema();
+            let record = record_from_json(record, &schema).map_err(|mut e| {
+                e.code = "invalid_record";
+                e.message = format!("operation {i}: {}", e.message);
+                e
+            })?;
+            Ok(WriteOp::Put(record))
+        }
+        (None, Some(JsonValue::String(key))) => Ok(WriteOp::Delete(key.as_bytes().to_vec())),
+        (None, Some(other)) => Err(at(format!("a delete names a key as a string, not {other}"))),
+        _ => Err(at(
+            "it needs exactly one of \"put\" (a record) or \"delete\" (a key)".into(),
+        )),
+    }
+}
+
 #[derive(Deserialize)]
 pub(crate) struct ReadParams {
     freshness_s: Option<f64>,
@@ -461,6 +531,7 @@ pub(crate) async fn get_record(
     let read = ReadOptions {
         freshness: bound,
         min_snapshot: 0,
+        at: None,
     };
     let shard = state.db.table(&table)?;
     let answer = match shard.get_raw_now(key.as_bytes(), read)? {

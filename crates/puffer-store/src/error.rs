@@ -58,6 +58,15 @@ pub enum StoreError {
     /// A replica cannot answer: it is shut down, or the request failed inside it.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A read asked for a snapshot older than the replica keeps apart: it has sealed or
+    /// compacted SCUs past it since the snapshot was chosen. Choose a newer one.
+    #[error("snapshot {asked} is no longer readable on this replica (it holds SCUs up to {sealed} in sealed stages); read a newer one")]
+    SnapshotGone {
+        /// The snapshot asked for.
+        asked: u64,
+        /// Everything up to this is in the replica's sealed stages.
+        sealed: u64,
+    },
     /// The compressed index failed.
     #[error(transparent)]
     Index(#[from] puffer_index::IndexError),

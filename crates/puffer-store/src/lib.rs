@@ -51,6 +51,6 @@ pub use error::{Result, StoreError};
 pub use query::Predicate;
 pub use schema::{AttrType, Attribute, Record, Schema, Value};
 pub use shard::{
-    Query, RawRecord, ReadOptions, SearchResult, Shard, ShardOptions, ShardStats, SnapshotInfo,
-    Watermarks, WriteOp,
+    validate_ops, PreparedOps, Query, RawRecord, ReadOptions, SearchResult, Shard, ShardLog,
+    ShardOptions, ShardStats, SnapshotInfo, Watermarks, WriteOp,
 };

@@ -99,6 +99,11 @@ pub struct ReadOptions {
     pub freshness: Option<Duration>,
     /// Read at least this snapshot (pass the last snapshot seen for monotonic reads).
     pub min_snapshot: u64,
+    /// Read exactly this snapshot, chosen by whoever numbers the SCUs (the node, for a
+    /// shard fed by its log): then `freshness` and `min_snapshot` were already applied
+    /// in choosing it. A snapshot below what the replica has sealed meanwhile is
+    /// refused with [`StoreError::SnapshotGone`] (choose again).
+    pub at: Option<u64>,
 }
 
 /// Which snapshot a read saw.
@@ -257,8 +262,61 @@ struct Shared {
     checkpoint: AtomicU64,
     /// Record texts extracted from the segments (shared by all of them).
     record_cache: Option<Arc<RecordCache>>,
+    /// For a shard fed by an outside log: the highest SCU number that every shard of
+    /// that log has applied. A log table is only frozen while the shard holds nothing
+    /// past it, so sealed stages never hold an SCU that a reader cannot see whole yet.
+    fed: Option<Arc<AtomicU64>>,
     /// Held while the shard is open, so that no second open writes the same files.
     _lock: std::fs::File,
+}
+
+/// Where a shard's SCUs come from.
+#[derive(Clone, Debug)]
+pub enum ShardLog {
+    /// Its own write-ahead log in `wal/`, written by [`Shard::write`].
+    Own,
+    /// A log outside the shard that numbers SCUs for many shards (the node's SCU log):
+    /// SCUs arrive, already durable, through [`Shard::apply_logged`], and after a restart
+    /// the log replays those past the shard's checkpoint. `published` is the highest
+    /// number that every shard of that log has applied (readers' newest snapshot).
+    Fed {
+        /// The log's published SCU number.
+        published: Arc<AtomicU64>,
+    },
+}
+
+/// Operations validated against a schema, with the flattened text of each put, ready
+/// to be applied by any replica whose schema they were validated against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreparedOps {
+    /// The operations.
+    pub ops: Vec<Op>,
+    /// The flattened text of each put, in order.
+    pub texts: Vec<Vec<u8>>,
+}
+
+impl PreparedOps {
+    /// Flattens the puts of already validated operations.
+    pub fn new(ops: Vec<Op>) -> PreparedOps {
+        let texts = ops.iter().filter_map(put_text).collect();
+        PreparedOps { ops, texts }
+    }
+}
+
+/// Validates `ops` against `schema`, which schema changes among them update in place
+/// (a failed operation leaves `schema` changed by those before it: pass a copy).
+pub fn validate_ops(ops: Vec<WriteOp>, schema: &mut Schema) -> Result<Vec<Op>> {
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            WriteOp::AddAttribute(attribute) => {
+                schema.add_attribute(attribute.clone())?;
+                out.push(Op::AddAttribute(attribute));
+            }
+            other => out.extend(validate_records(vec![other], schema)?),
+        }
+    }
+    Ok(out)
 }
 
 /// An SCU on its way to the committer.
@@ -304,6 +362,20 @@ impl Shard {
         fs: Arc<dyn Fs>,
         clock: Arc<dyn Clock>,
     ) -> Result<Shard> {
+        Self::open_logged(dir, schema, options, fs, clock, ShardLog::Own)
+    }
+
+    /// Opens (or creates) the shard in `dir`, taking its SCUs from `log`. A shard fed by
+    /// an outside log must hold nothing of its own log past its checkpoint (a shard that
+    /// had its own log is compacted first); its `wal/` directory is then removed.
+    pub fn open_logged(
+        dir: &Path,
+        schema: Schema,
+        options: ShardOptions,
+        fs: Arc<dyn Fs>,
+        clock: Arc<dyn Clock>,
+        log: ShardLog,
+    ) -> Result<Shard> {
         options.index.validate()?;
         if options.log_table_max_records == 0 || options.max_pending_batches == 0 {
             return Err(StoreError::InvalidBatch(
@@ -311,8 +383,14 @@ impl Shard {
             ));
         }
         let wal_dir = dir.join("wal");
-        fs.create_dir_all(&wal_dir)
-            .map_err(|e| StoreError::io(&wal_dir, e))?;
+        let fed = match log {
+            ShardLog::Own => None,
+            ShardLog::Fed { published } => Some(published),
+        };
+        let own_log = fed.is_none();
+        let create_dir = if own_log { &wal_dir } else { dir };
+        fs.create_dir_all(create_dir)
+            .map_err(|e| StoreError::io(create_dir, e))?;
         let lock = lock_directory(dir)?;
         let manifest = match Manifest::load(dir)? {
             Some(m) => m,
@@ -333,7 +411,29 @@ impl Shard {
             let segment = Segment::open(dir, entry.id, entry.deletions.as_deref())?;
             segments.push(Arc::new(segment.with_record_cache(record_cache.clone())));
         }
-        let scus = wal::replay(&wal_dir, manifest.checkpoint)?;
+        let scus = if own_log || wal_dir.exists() {
+            wal::replay(&wal_dir, manifest.checkpoint)?
+        } else {
+            Vec::new()
+        };
+        if !own_log {
+            if let Some(first) = scus.first() {
+                return Err(StoreError::corrupt(
+                    &wal_dir,
+                    format!(
+                        "the shard's own log holds SCUs {}..={} past its checkpoint {}; \
+                         open it with its own log and compact it before a node's log feeds it",
+                        first.seq,
+                        scus.last().map_or(first.seq, |s| s.seq),
+                        manifest.checkpoint
+                    ),
+                ));
+            }
+            if wal_dir.exists() {
+                std::fs::remove_dir_all(&wal_dir).map_err(|e| StoreError::io(&wal_dir, e))?;
+                fs.sync_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+            }
+        }
         if let Some(first) = scus.first() {
             if first.seq != manifest.checkpoint + 1 {
                 return Err(StoreError::corrupt(
@@ -372,6 +472,7 @@ impl Shard {
             ],
             checkpoint: AtomicU64::new(checkpoint),
             record_cache,
+            fed,
             _lock: lock,
             options,
         });
@@ -385,16 +486,20 @@ impl Shard {
             }
         }
         shared.collect_garbage()?;
-        let log = LogWriter::create(shared.fs.as_ref(), &wal_dir, next_seq)?;
-        let (sender, receiver) = mpsc::sync_channel(shared.options.write_queue_len);
         let mut threads = Vec::new();
-        let committer_shared = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("puffer-commit".into())
-                .spawn(move || committer_shared.run_committer(receiver, log, next_seq))
-                .map_err(|e| StoreError::io(dir, e))?,
-        );
+        let mut sender = None;
+        if own_log {
+            let log = LogWriter::create(shared.fs.as_ref(), &wal_dir, next_seq)?;
+            let (queue, receiver) = mpsc::sync_channel(shared.options.write_queue_len);
+            sender = Some(queue);
+            let committer_shared = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("puffer-commit".into())
+                    .spawn(move || committer_shared.run_committer(receiver, log, next_seq))
+                    .map_err(|e| StoreError::io(dir, e))?,
+            );
+        }
         if shared.options.background {
             for job in [BackgroundJob::Seal, BackgroundJob::Compact] {
                 let background_shared = shared.clone();
@@ -409,9 +514,65 @@ impl Shard {
         }
         Ok(Shard {
             shared,
-            queue: Some(sender),
+            queue: sender,
             threads,
         })
+    }
+
+    /// Applies an SCU numbered `seq` by the log that feeds this shard, already durable
+    /// there; `ops` were validated against this shard's schema (see [`validate_ops`]).
+    /// An SCU at or below what the shard holds is skipped (a replay after a restart
+    /// offers every SCU past the oldest checkpoint of the log's shards). A failure
+    /// stops the shard: it no longer matches the log.
+    pub fn apply_logged(
+        &self,
+        seq: u64,
+        commit_micros: u64,
+        prepared: PreparedOps,
+        replaying: bool,
+    ) -> Result<()> {
+        if self.shared.fed.is_none() {
+            return Err(StoreError::InvalidBatch(
+                "this shard keeps its own log; write to it with Shard::write".into(),
+            ));
+        }
+        self.shared.check_running()?;
+        if seq <= self.shared.stages.load().published_seq {
+            return Ok(());
+        }
+        let scu = Scu {
+            seq,
+            commit_micros,
+            ops: prepared.ops,
+        };
+        self.shared
+            .apply(scu, prepared.texts, replaying)
+            .inspect_err(|e| self.shared.stop(format!("applying SCU {seq} failed: {e}")))
+    }
+
+    /// For a fed shard: refuses more SCUs (`Overloaded`) while its log table is full and
+    /// as many batches as allowed wait to be sorted or compacted.
+    pub fn check_write_room(&self) -> Result<()> {
+        self.shared.check_running()?;
+        if self.shared.active_full()
+            && self.shared.pending_batches() >= self.shared.options.max_pending_batches
+        {
+            return Err(StoreError::Overloaded(format!(
+                "{} batches wait to be sorted or compacted (the limit); retry later",
+                self.shared.options.max_pending_batches
+            )));
+        }
+        Ok(())
+    }
+
+    /// For a fed shard: freezes a full log table (if the sealed stages have room);
+    /// the log calls this after publishing what it applied.
+    pub fn freeze_when_full(&self) {
+        if self.shared.active_full()
+            && self.shared.pending_batches() < self.shared.options.max_pending_batches
+        {
+            self.shared.try_freeze_fed();
+        }
     }
 
     /// Whether the shard accepts writes (false after a failed write or fsync).
@@ -440,6 +601,11 @@ impl Shard {
             )));
         }
         self.shared.check_running()?;
+        let Some(queue) = self.queue.as_ref() else {
+            return Err(StoreError::InvalidBatch(
+                "this shard is fed by its node's log; write through its table".into(),
+            ));
+        };
         let changes_schema = ops.iter().any(|op| matches!(op, WriteOp::AddAttribute(_)));
         let pending = if changes_schema {
             Pending::Raw(ops)
@@ -451,7 +617,6 @@ impl Shard {
             Pending::Checked(ops, texts, encoded)
         };
         let (reply, answer) = mpsc::channel();
-        let queue = self.queue.as_ref().expect("queue exists while open");
         match queue.try_send(Message::Write(pending, reply)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
@@ -482,8 +647,21 @@ impl Shard {
     /// Freezes the current log table (if non-empty) and waits until every frozen table
     /// is a sorted batch.
     pub fn seal(&self) -> Result<()> {
+        let Some(queue) = self.queue.as_ref() else {
+            // Fed: the log publishes what it applied within moments; wait for that.
+            let deadline = std::time::Instant::now() + FED_SEAL_WAIT;
+            while !self.shared.try_freeze_fed() {
+                if std::time::Instant::now() >= deadline {
+                    return Err(StoreError::Unavailable(format!(
+                        "the log did not publish what this shard applied within {FED_SEAL_WAIT:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            while self.shared.seal_one()? {}
+            return Ok(());
+        };
         let (reply, answer) = mpsc::channel();
-        let queue = self.queue.as_ref().expect("queue exists while open");
         queue
             .send(Message::Seal(reply))
             .map_err(|_| StoreError::Stopped("the committer has stopped".into()))?;
@@ -822,6 +1000,9 @@ fn directory_bytes(dir: &Path) -> Result<u64> {
     Ok(total)
 }
 
+/// How long [`Shard::seal`] on a fed shard waits for the log to publish what it applied.
+const FED_SEAL_WAIT: Duration = Duration::from_secs(10);
+
 /// Most SCUs committed with one fsync.
 const MAX_GROUP_SCUS: usize = 256;
 
@@ -860,21 +1041,6 @@ impl Shared {
     fn pending_batches(&self) -> usize {
         let set = self.stages.load();
         set.frozen.len() + set.sorted.len()
-    }
-
-    /// Validates a caller's SCU against `schema` (updated in place by schema ops).
-    fn validate(&self, ops: Vec<WriteOp>, schema: &mut Schema) -> Result<Vec<Op>> {
-        let mut out = Vec::with_capacity(ops.len());
-        for op in ops {
-            match op {
-                WriteOp::AddAttribute(attribute) => {
-                    schema.add_attribute(attribute.clone())?;
-                    out.push(Op::AddAttribute(attribute));
-                }
-                other => out.extend(validate_records(vec![other], schema)?),
-            }
-        }
-        Ok(out)
     }
 
     fn run_committer(self: Arc<Self>, receiver: Receiver<Message>, log: LogWriter, next_seq: u64) {
@@ -934,7 +1100,7 @@ impl Shared {
                 Pending::Raw(ops) => {
                     let current = schema.get_or_insert_with(|| (*self.schema()).clone());
                     let mut trial = current.clone();
-                    self.validate(ops, &mut trial)
+                    validate_ops(ops, &mut trial)
                         .inspect(|_| *current = trial)
                         .map(|ops| {
                             let texts = ops.iter().filter_map(put_text).collect();
@@ -1018,6 +1184,32 @@ impl Shared {
 
     fn freeze(&self, next_seq: u64) {
         let _guard = self.apply_lock.lock().expect("apply lock");
+        self.freeze_locked(next_seq);
+    }
+
+    /// For a fed shard: freezes the log table if the log has published every SCU it
+    /// holds (so a sealed stage never holds an SCU readers cannot see yet); false if
+    /// not yet. Nothing to freeze counts as done.
+    fn try_freeze_fed(&self) -> bool {
+        let Some(published) = &self.fed else {
+            return true;
+        };
+        let _guard = self.apply_lock.lock().expect("apply lock");
+        let current = self.stages.load();
+        if current.active.is_empty() {
+            return true;
+        }
+        if current.published_seq > published.load(Ordering::SeqCst) {
+            return false;
+        }
+        let next_seq = current.published_seq + 1;
+        drop(current);
+        self.freeze_locked(next_seq);
+        true
+    }
+
+    /// [`Shared::freeze`] with the apply lock held.
+    fn freeze_locked(&self, next_seq: u64) {
         let current = self.stages.load();
         let mut set = current.with();
         set.frozen.push(set.active.clone());
@@ -1093,6 +1285,43 @@ impl Shared {
     fn read_view(&self, read: ReadOptions) -> Result<(Arc<StageSet>, SnapshotInfo)> {
         let set = self.stages.load_full();
         let now = self.clock.now_micros();
+        if let Some(at) = read.at {
+            let newest = match &self.fed {
+                Some(published) => published.load(Ordering::SeqCst),
+                None => set.published_seq,
+            };
+            if at > newest {
+                return Err(StoreError::InvalidQuery(format!(
+                    "snapshot {at} was asked for; the newest is {newest}"
+                )));
+            }
+            if at < set.sealed_seq {
+                return Err(StoreError::SnapshotGone {
+                    asked: at,
+                    sealed: set.sealed_seq,
+                });
+            }
+            let acks = self.acks.lock().expect("acks lock");
+            // `acks` holds this shard's unsealed SCUs, ascending.
+            let read_log = acks
+                .iter()
+                .find(|(seq, _)| *seq > set.sealed_seq)
+                .is_some_and(|(seq, _)| *seq <= at);
+            let age = acks
+                .iter()
+                .find(|(seq, _)| *seq > at)
+                .map_or(Duration::ZERO, |(_, acked)| {
+                    Duration::from_micros(now.saturating_sub(*acked))
+                });
+            return Ok((
+                set,
+                SnapshotInfo {
+                    snapshot: at,
+                    age,
+                    read_log,
+                },
+            ));
+        }
         let acks = self.acks.lock().expect("acks lock");
         let first_unsealed = acks.iter().find(|(seq, _)| *seq > set.sealed_seq).copied();
         drop(acks);
@@ -1338,6 +1567,9 @@ impl Shared {
                     .map_err(|e| StoreError::io(entry.path(), e))?;
             }
         }
+        if self.fed.is_some() {
+            return Ok(()); // no log of its own
+        }
         let wal_dir = self.dir.join("wal");
         let files = wal::list_files(&wal_dir)?;
         for pair in files.windows(2) {
@@ -1364,7 +1596,7 @@ impl Shared {
     /// One background thread: sealing (frozen tables become sorted batches, and log
     /// tables that waited `seal_interval` are frozen) or compaction. They are separate
     /// threads so that a long compaction does not hold back the sorted stage.
-    fn run_background(self: Arc<Self>, job: BackgroundJob, queue: SyncSender<Message>) {
+    fn run_background(self: Arc<Self>, job: BackgroundJob, queue: Option<SyncSender<Message>>) {
         lower_thread_priority();
         let mut active_since: Option<(usize, u64)> = None;
         while !self.shutdown.load(Ordering::SeqCst) {
@@ -1385,7 +1617,7 @@ impl Shared {
                 break;
             }
             if job == BackgroundJob::Seal {
-                active_since = self.request_seal_when_due(active_since, &queue);
+                active_since = self.request_seal_when_due(active_since, queue.as_ref());
             }
         }
     }
@@ -1408,7 +1640,7 @@ impl Shared {
     fn request_seal_when_due(
         &self,
         active_since: Option<(usize, u64)>,
-        queue: &SyncSender<Message>,
+        queue: Option<&SyncSender<Message>>,
     ) -> Option<(usize, u64)> {
         let set = self.stages.load();
         let identity = Arc::as_ptr(&set.active) as usize;
@@ -1417,8 +1649,15 @@ impl Shared {
             Some((id, since)) if id == identity => {
                 let waited = Duration::from_micros(now.saturating_sub(since));
                 if waited >= self.options.seal_interval && !set.active.is_empty() {
-                    let (reply, _answer) = mpsc::channel();
-                    let _ = queue.try_send(Message::Seal(reply));
+                    match queue {
+                        Some(queue) => {
+                            let (reply, _answer) = mpsc::channel();
+                            let _ = queue.try_send(Message::Seal(reply));
+                        }
+                        // Fed: frozen here once the log has published what it holds.
+                        None if self.try_freeze_fed() => {}
+                        None => return active_since,
+                    }
                     return None;
                 }
                 active_since

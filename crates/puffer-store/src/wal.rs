@@ -156,56 +156,48 @@ impl Scu {
     pub fn encode_record(&self, out: &mut Vec<u8>) {
         encode_record_parts(self.seq, self.commit_micros, &encode_ops(&self.ops), out);
     }
+}
 
-    /// Decodes a payload whose checksum has been verified.
-    fn decode_payload(payload: &[u8]) -> std::result::Result<Scu, String> {
-        let mut r = Reader {
-            bytes: payload,
-            at: 0,
-        };
-        let seq = r.u64()?;
-        let commit_micros = r.u64()?;
-        let op_count = r.u32()?;
-        let mut ops = Vec::with_capacity(op_count.min(1 << 16) as usize);
-        for _ in 0..op_count {
-            ops.push(match r.u8()? {
-                1 => {
-                    let key = r.bytes()?.to_vec();
-                    let field_count = r.u16()?;
-                    let mut fields = Vec::with_capacity(field_count as usize);
-                    for _ in 0..field_count {
-                        let id = r.u16()?;
-                        let t = type_of_byte(r.u8()?).ok_or("unknown value type")?;
-                        let value = match t {
-                            AttrType::String => Value::String(r.bytes()?.to_vec()),
-                            AttrType::Int => Value::Int(r.u64()? as i64),
-                            AttrType::Timestamp => Value::Timestamp(r.u64()? as i64),
-                            AttrType::Float => Value::Float(f64::from_bits(r.u64()?)),
-                            AttrType::Bool => Value::Bool(r.u8()? != 0),
-                        };
-                        fields.push((id, value));
-                    }
-                    Op::Put(StoredRecord { key, fields })
+/// Decodes the operations part of a payload ([`encode_ops`]); the whole slice must be
+/// used. Only called on bytes whose checksum has been verified.
+pub fn decode_ops(bytes: &[u8]) -> std::result::Result<Vec<Op>, String> {
+    let mut r = Reader { bytes, at: 0 };
+    let op_count = r.u32()?;
+    let mut ops = Vec::with_capacity(op_count.min(1 << 16) as usize);
+    for _ in 0..op_count {
+        ops.push(match r.u8()? {
+            1 => {
+                let key = r.bytes()?.to_vec();
+                let field_count = r.u16()?;
+                let mut fields = Vec::with_capacity(field_count as usize);
+                for _ in 0..field_count {
+                    let id = r.u16()?;
+                    let t = type_of_byte(r.u8()?).ok_or("unknown value type")?;
+                    let value = match t {
+                        AttrType::String => Value::String(r.bytes()?.to_vec()),
+                        AttrType::Int => Value::Int(r.u64()? as i64),
+                        AttrType::Timestamp => Value::Timestamp(r.u64()? as i64),
+                        AttrType::Float => Value::Float(f64::from_bits(r.u64()?)),
+                        AttrType::Bool => Value::Bool(r.u8()? != 0),
+                    };
+                    fields.push((id, value));
                 }
-                2 => Op::Delete(r.bytes()?.to_vec()),
-                3 => {
-                    let name = String::from_utf8(r.bytes()?.to_vec())
-                        .map_err(|_| "attribute name is not UTF-8")?;
-                    let attr_type = type_of_byte(r.u8()?).ok_or("unknown attribute type")?;
-                    Op::AddAttribute(Attribute { name, attr_type })
-                }
-                tag => return Err(format!("unknown operation tag {tag}")),
-            });
-        }
-        if r.at != payload.len() {
-            return Err("trailing bytes after the last operation".into());
-        }
-        Ok(Scu {
-            seq,
-            commit_micros,
-            ops,
-        })
+                Op::Put(StoredRecord { key, fields })
+            }
+            2 => Op::Delete(r.bytes()?.to_vec()),
+            3 => {
+                let name = String::from_utf8(r.bytes()?.to_vec())
+                    .map_err(|_| "attribute name is not UTF-8")?;
+                let attr_type = type_of_byte(r.u8()?).ok_or("unknown attribute type")?;
+                Op::AddAttribute(Attribute { name, attr_type })
+            }
+            tag => return Err(format!("unknown operation tag {tag}")),
+        });
     }
+    if r.at != bytes.len() {
+        return Err("trailing bytes after the last operation".into());
+    }
+    Ok(ops)
 }
 
 struct Reader<'a> {
@@ -263,8 +255,27 @@ pub fn list_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 
 /// Reads every SCU with `seq > after` from the log files in `dir`, in order.
 pub fn replay(dir: &Path, after: u64) -> Result<Vec<Scu>> {
+    replay_with(dir, after, |seq, commit_micros, body| {
+        Ok(Scu {
+            seq,
+            commit_micros,
+            ops: decode_ops(body)?,
+        })
+    })
+}
+
+/// Reads the log files in `dir` in order and decodes, with `decode(seq, commit_micros,
+/// body)`, every record with `seq > after` (the body is what followed the sequence
+/// number and commit time when the record was written). The framing, the torn-tail
+/// rule and the sequence check are the same whatever the body holds, so the node's
+/// log of SCUs over many tables uses them too.
+pub fn replay_with<T>(
+    dir: &Path,
+    after: u64,
+    mut decode: impl FnMut(u64, u64, &[u8]) -> std::result::Result<T, String>,
+) -> Result<Vec<T>> {
     let files = list_files(dir)?;
-    let mut scus = Vec::new();
+    let mut decoded = Vec::new();
     let mut expected_next: Option<u64> = None;
     for (_, path) in &files {
         let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
@@ -293,24 +304,33 @@ pub fn replay(dir: &Path, after: u64) -> Result<Vec<Scu>> {
             if crc32fast::hash(payload) != crc {
                 return Err(corrupt(format!("record at byte {at} fails its checksum")));
             }
-            let scu = Scu::decode_payload(payload)
+            let mut head = Reader {
+                bytes: payload,
+                at: 0,
+            };
+            let (seq, commit_micros) = head
+                .u64()
+                .and_then(|seq| Ok((seq, head.u64()?)))
                 .map_err(|e| corrupt(format!("record at byte {at}: {e}")))?;
             if let Some(next) = expected_next {
-                if scu.seq != next {
+                if seq != next {
                     return Err(corrupt(format!(
-                        "record at byte {at} has sequence number {}, expected {next}",
-                        scu.seq
+                        "record at byte {at} has sequence number {seq}, expected {next}"
                     )));
                 }
             }
-            expected_next = Some(scu.seq + 1);
-            if scu.seq > after {
-                scus.push(scu);
+            expected_next = Some(seq + 1);
+            if seq > after {
+                let body = &payload[head.at..];
+                decoded.push(
+                    decode(seq, commit_micros, body)
+                        .map_err(|e| corrupt(format!("record at byte {at}: {e}")))?,
+                );
             }
             at = record_end;
         }
     }
-    Ok(scus)
+    Ok(decoded)
 }
 
 /// The log file currently appended to.

@@ -101,6 +101,7 @@ impl Run {
         ReadOptions {
             freshness,
             min_snapshot,
+            at: None,
         }
     }
 
