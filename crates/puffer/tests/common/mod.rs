@@ -93,6 +93,15 @@ impl ServeProcess {
         self.stderr.lock().expect("stderr lock").clone()
     }
 
+    /// Kills the server with SIGKILL now (callers that share it with other threads).
+    pub fn kill(&self) {
+        let status = Command::new("kill")
+            .args(["-KILL", &self.child.id().to_string()])
+            .status()
+            .expect("cannot run kill");
+        assert!(status.success(), "kill failed: {status}");
+    }
+
     /// Stops the server and hands back the data directory it was started with.
     pub fn stop(mut self) -> TempDir {
         let _ = self.child.kill();
