@@ -92,7 +92,7 @@ fn read_until(base: &str, stop: &AtomicBool, seen: &mut Seen, tally: &Mutex<Tall
         turn += 1;
         let mut problems = Vec::new();
         let snapshot;
-        if turn % 2 == 0 {
+        if turn.is_multiple_of(2) {
             let (status, body) = post(&agent, &format!("{base}/v1/sql"), &sql);
             if status != 200 {
                 continue; // the server is restarting
