@@ -10,6 +10,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod blowfish;
+mod consistency_bench;
 mod http_bench;
 mod index_bench;
 mod oracle;
@@ -42,6 +43,10 @@ enum Experiment {
     Peers(peers::PeersArgs),
     /// Reproduce BlowFish's experiments on one node: gradual and spiked load, replicas, versus replication.
     Blowfish(blowfish::BlowfishArgs),
+    /// LazyBase's consistency experiment against a running server: update pairs over
+    /// shards and tables, readers checking that no SCU is seen in half and no read
+    /// goes back.
+    Consistency(consistency_bench::ConsistencyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +56,6 @@ fn main() -> anyhow::Result<()> {
         Experiment::Http(args) => http_bench::run(&args),
         Experiment::Peers(args) => peers::run(&args),
         Experiment::Blowfish(args) => blowfish::run(&args),
+        Experiment::Consistency(args) => consistency_bench::run(&args),
     }
 }
