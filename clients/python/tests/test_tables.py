@@ -228,6 +228,39 @@ def test_count_without_conditions(people: Loaded) -> None:
     assert table.count() == len(oracle.state) == 500
 
 
+def test_batch_over_tables_is_all_or_nothing(client: pufferdb.Client) -> None:
+    left = client.create_table("batch_left", KEY, SCHEMA)
+    right = client.create_table("batch_right", KEY, SCHEMA)
+    seq = client.batch(
+        [
+            {"table": "batch_left", "put": {KEY: "a", "name": "Ana", "age": 3}},
+            {"table": "batch_right", "put": {KEY: "a", "name": "Bo", "age": 4}},
+            {"table": "batch_left", "put": {KEY: "b", "age": 5}},
+        ]
+    )
+    assert left.get("a") == {KEY: "a", "name": "Ana", "age": 3}
+    assert right.get("a") == {KEY: "a", "name": "Bo", "age": 4}
+    assert left.get("b") == {KEY: "b", "age": 5}
+    # One bad record in one table: nothing of the batch is applied, in either table.
+    with pytest.raises(pufferdb.BadRequest):
+        client.batch(
+            [
+                {"table": "batch_left", "delete": "a"},
+                {"table": "batch_right", "put": {KEY: "c", "age": "not a number"}},
+            ]
+        )
+    assert left.get("a") == {KEY: "a", "name": "Ana", "age": 3}
+    assert right.get("c") is None
+    later = client.batch([{"table": "batch_left", "delete": "a"}, {"table": "batch_right", "delete": "a"}])
+    assert later > seq
+    assert left.get("a") is None and right.get("a") is None
+    assert left.get("b") == {KEY: "b", "age": 5}
+    with pytest.raises(ValueError):
+        client.batch([{"put": {KEY: "x"}}])
+    client.drop_table("batch_left")
+    client.drop_table("batch_right")
+
+
 def test_delete_then_recheck(client: pufferdb.Client) -> None:
     table = client.create_table("deletions", KEY, SCHEMA)
     oracle = load(table, random.Random(7), total=200, batches=2)

@@ -257,6 +257,22 @@ class Client:
             request["freshness_s"] = freshness_s
         return Result(self._json("POST", "/v1/sql", json_body=request))
 
+    # -- batches over tables -----------------------------------------------------
+
+    def batch(self, operations: Iterable[Mapping[str, Any]]) -> int:
+        """Puts and deletes records of one or more tables as one SCU: all of it or
+        nothing, on every shard and replica, and seen whole by every read. Each
+        operation is ``{"table": name, "put": record}`` or ``{"table": name, "delete":
+        key}``; they apply in the order given. Returns the SCU's sequence number.
+        """
+        items = []
+        for i, operation in enumerate(operations):
+            if not isinstance(operation, Mapping) or "table" not in operation:
+                raise ValueError(f"operation {i}: expected a mapping with a 'table', got {operation!r:.200}")
+            items.append(dict(operation))
+        answer = self._json("POST", "/v1/batches", json_body={"operations": items})
+        return int(answer["seq"])
+
     # -- tables ------------------------------------------------------------------
 
     def tables(self, describe: bool = False) -> List[Any]:
