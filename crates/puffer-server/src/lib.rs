@@ -108,6 +108,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/ready", get(routes::ready))
         .route("/metrics", get(render_metrics))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .fallback(error::unknown_route)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

@@ -1920,3 +1920,15 @@ fn sharded_tables_replicas_status_and_manual_layers() {
         .expect(200);
     assert_eq!(count["count"], 40);
 }
+
+#[test]
+fn unknown_routes_and_methods_answer_json_errors() {
+    let server = Server::start(&[]);
+    let api = server.client(None);
+    let message = expect_error(&api.get("/v1/no/such/route"), 404, "unknown_route");
+    assert!(message.contains("/v1/no/such/route"), "{message}");
+    let message = expect_error(&api.delete("/v1/sql"), 405, "method_not_allowed");
+    assert!(message.contains("DELETE"), "{message}");
+    // The API still answers afterwards.
+    api.get("/health").expect(200);
+}
