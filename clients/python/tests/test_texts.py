@@ -1,4 +1,5 @@
-"""Texts: upload, then count/search/extract against Python's own find and slicing."""
+"""Texts: upload, then count/search/range/wildcard/extract against Python's own find,
+comparisons and slicing."""
 
 from __future__ import annotations
 
@@ -18,6 +19,27 @@ def occurrences(data: bytes, pattern: bytes) -> List[int]:
     while start != -1:
         found.append(start)
         start = data.find(pattern, start + 1)
+    return found
+
+
+def naive_range(data: bytes, lo: bytes, hi: bytes) -> List[int]:
+    """Every offset whose suffix is >= lo and whose first len(hi) bytes are <= hi.
+    Comparing the suffix's first len(lo) bytes with lo decides suffix >= lo (a shorter
+    slice is a proper prefix of lo, so smaller), without copying every suffix."""
+    return [
+        j for j in range(len(data)) if data[j : j + len(lo)] >= lo and data[j : j + len(hi)] <= hi
+    ]
+
+
+def naive_wildcard(data: bytes, prefix: bytes, suffix: bytes, max_gap: int) -> List[Tuple[int, int]]:
+    """(start, length) of prefix, then 0..max_gap bytes, then suffix: every gap after
+    every prefix occurrence, which is (start, length) order."""
+    found = []
+    for start in occurrences(data, prefix):
+        end = start + len(prefix)
+        for gap in range(max_gap + 1):
+            if data.startswith(suffix, end + gap):
+                found.append((start, end + gap + len(suffix) - start))
     return found
 
 
@@ -51,6 +73,74 @@ def test_count_and_search(corpus: Tuple[pufferdb.Text, bytes], pattern: str) -> 
         assert text.search(pattern) == expected
 
 
+RANGES = [
+    ("a", "b"),
+    ("fish", "puffer"),
+    ("puffer", "fish"),
+    ("sea", "sea"),
+    ("sea reef", "sea"),
+    ("ação", "ação"),
+    ("über", "übf"),
+    ("#19", "#2"),
+    ("", "#1"),
+    ("reef", ""),
+    ("zebra", "zz"),
+    ("\n", "\n#"),
+]
+
+
+@pytest.mark.parametrize("lo,hi", RANGES)
+def test_range(corpus: Tuple[pufferdb.Text, bytes], lo: str, hi: str) -> None:
+    text, data = corpus
+    expected = naive_range(data, lo.encode("utf-8"), hi.encode("utf-8"))
+    assert text.range(lo, hi, limit=3) == expected[:3]
+    assert text.range(lo.encode("utf-8"), hi.encode("utf-8"), limit=len(expected) + 1) == expected
+    if len(expected) <= 100_000:
+        assert text.range(lo, hi) == expected
+
+
+WILDCARDS = [
+    ("puffer", "fish", 0),
+    ("puffer", "fish", 1),
+    ("sea", "reef", 30),
+    ("ação", "a", 2),
+    ("#1", "\n", 3),
+    ("aaa", "aa", 0),
+    ("über", "naïve", 12),
+    ("zebra", "a", 5),
+    ("fish", "zebra", 50),
+]
+
+
+@pytest.mark.parametrize("prefix,suffix,max_gap", WILDCARDS)
+def test_wildcard(corpus: Tuple[pufferdb.Text, bytes], prefix: str, suffix: str, max_gap: int) -> None:
+    text, data = corpus
+    expected = naive_wildcard(data, prefix.encode("utf-8"), suffix.encode("utf-8"), max_gap)
+    assert text.wildcard(prefix, suffix, max_gap) == expected
+    assert text.wildcard(prefix.encode("utf-8"), suffix, max_gap, limit=2) == expected[:2]
+    assert text.wildcard(prefix, suffix, max_gap=max_gap, limit=0) == []
+
+
+def test_range_and_wildcard_refusals(corpus: Tuple[pufferdb.Text, bytes]) -> None:
+    text, _ = corpus
+    with pytest.raises(pufferdb.TooLarge):
+        text.range("a", "b", limit=100_001)
+    with pytest.raises(pufferdb.TooLarge):
+        text.wildcard("puffer", "fish", 1, limit=100_001)
+    with pytest.raises(pufferdb.TooLarge):
+        text.range("x" * 5000, "y")
+    for bad_gap in (-1, 1.5, "two"):
+        with pytest.raises(pufferdb.BadRequest) as caught:
+            text.wildcard("puffer", "fish", bad_gap)  # type: ignore[arg-type]
+        assert "max_gap" in str(caught.value)
+    with pytest.raises(pufferdb.BadRequest):
+        text.wildcard("", "fish", 1)
+    with pytest.raises(ValueError):
+        text.range(b"\xff", b"")
+    with pytest.raises(ValueError):
+        text.wildcard("a", b"ab\xc3", 1)
+
+
 def test_count_is_overlapping(corpus: Tuple[pufferdb.Text, bytes]) -> None:
     text, data = corpus
     # Python's bytes.count does not count overlaps; the index does.
@@ -82,7 +172,14 @@ def test_upload_str_and_conflict(client: pufferdb.Client) -> None:
 
 def test_unknown_text_is_not_found(client: pufferdb.Client) -> None:
     missing = client.text("missing_text")
-    for call in (lambda: missing.count("x"), lambda: missing.search("x"), lambda: missing.extract(0, 1)):
+    calls = (
+        lambda: missing.count("x"),
+        lambda: missing.search("x"),
+        lambda: missing.range("x", "y"),
+        lambda: missing.wildcard("x", "y", 1),
+        lambda: missing.extract(0, 1),
+    )
+    for call in calls:
         with pytest.raises(pufferdb.NotFound) as caught:
             call()
         assert caught.value.code == "unknown_text"

@@ -285,6 +285,23 @@ impl TextIndex {
     /// Offsets `j` whose suffix is `>= lo` and whose first `hi.len()` bytes are `<= hi`
     /// (lexicographic byte order), ascending; with `limit`, only the smallest `limit`.
     pub fn range_search(&self, lo: &[u8], hi: &[u8], limit: Option<usize>) -> Result<Vec<u64>> {
+        let view = self.view();
+        let Some((start, end)) = Self::range_entries(&view, lo, hi)? else {
+            return Ok(Vec::new());
+        };
+        let offsets = view.locate_range(start, end).map_err(inconsistent_index)?;
+        Ok(sorted_limited(offsets, limit))
+    }
+
+    /// Number of offsets [`TextIndex::range_search`] finds for `lo` and `hi` (without a
+    /// limit), counted without locating them.
+    pub fn range_count(&self, lo: &[u8], hi: &[u8]) -> Result<u64> {
+        let view = self.view();
+        Ok(Self::range_entries(&view, lo, hi)?.map_or(0, |(start, end)| end - start))
+    }
+
+    /// The non-empty half-open entry range of `range_search(lo, hi)`, or `None`.
+    fn range_entries(view: &QueryView<'_>, lo: &[u8], hi: &[u8]) -> Result<Option<(u64, u64)>> {
         for (bound, name) in [(lo, "lower bound"), (hi, "upper bound")] {
             if bound.len() > MAX_PATTERN_BYTES {
                 return Err(IndexError::InvalidArgument(format!(
@@ -292,19 +309,15 @@ impl TextIndex {
                 )));
             }
         }
-        let view = self.view();
         // Entry 0 is the sentinel (empty) suffix, never a text offset.
         let start = view.lower_bound(lo).max(1);
         let end = view.upper_bound(hi);
-        if start >= end {
-            return Ok(Vec::new());
-        }
-        let offsets = view.locate_range(start, end).map_err(inconsistent_index)?;
-        Ok(sorted_limited(offsets, limit))
+        Ok((start < end).then_some((start, end)))
     }
 
     /// Matches of `prefix`, then at most `max_gap` bytes, then `suffix`
-    /// (`suffix` starts at or after the prefix ends), ascending by (start, len).
+    /// (`suffix` starts at or after the prefix ends), ascending by (start, len); with
+    /// `limit`, only the first `limit` of that order.
     pub fn wildcard_search(
         &self,
         prefix: &[u8],
@@ -318,6 +331,9 @@ impl TextIndex {
         let suffixes = self.search(suffix, None)?;
         let limit = limit.unwrap_or(usize::MAX);
         let mut matches = Vec::new();
+        if limit == 0 {
+            return Ok(matches);
+        }
         'outer: for &p in &prefixes {
             let earliest = p + prefix.len() as u64;
             let first = suffixes.partition_point(|&s| s < earliest);

@@ -45,17 +45,31 @@ fn check_queries(index: &TextIndex, text: &[u8], patterns: &[Vec<u8>], label: &s
     assert!(index.extract(n + 1, 1).is_err());
     for pair in patterns.windows(2) {
         let (lo, hi) = (&pair[0], &pair[1]);
+        let expected = naive_range(text, lo, hi);
         assert_eq!(
             index.range_search(lo, hi, None).unwrap(),
-            naive_range(text, lo, hi),
+            expected,
             "{label}: range {lo:?}..{hi:?}"
         );
+        assert_eq!(
+            index.range_count(lo, hi).unwrap(),
+            expected.len() as u64,
+            "{label}: range_count {lo:?}..{hi:?}"
+        );
         for gap in [0u64, 3, 50] {
+            let expected = naive_wildcard(text, lo, hi, gap);
             assert_eq!(
                 index.wildcard_search(lo, hi, gap, None).unwrap(),
-                naive_wildcard(text, lo, hi, gap),
+                expected,
                 "{label}: wildcard {lo:?} {gap} {hi:?}"
             );
+            for limit in [0, 2] {
+                assert_eq!(
+                    index.wildcard_search(lo, hi, gap, Some(limit)).unwrap(),
+                    expected[..expected.len().min(limit)],
+                    "{label}: wildcard {lo:?} {gap} {hi:?} limit {limit}"
+                );
+            }
         }
     }
     assert_eq!(
@@ -144,6 +158,50 @@ fn adversarial_texts() {
     for (name, text) in cases {
         eprintln!("case {name}");
         check_all_configurations(&text, &extra);
+    }
+}
+
+/// `range_count` is the length of `range_search` without a limit, for bounds that hit,
+/// miss, cross (lo > hi), are empty, or run past the text.
+#[test]
+fn range_count_matches_range_search() {
+    let texts: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        b"x".to_vec(),
+        b"ab ac ad b".to_vec(),
+        b"mississippi".to_vec(),
+        vec![b'a'; 50],
+        fibonacci(300),
+        (0..=255u8).collect(),
+    ];
+    let bounds: [&[u8]; 10] = [
+        b"",
+        b"a",
+        b"ab",
+        b"ac",
+        b"b",
+        b"i",
+        b"ss",
+        b"zzz",
+        &[0u8],
+        &[0xff, 0xff],
+    ];
+    for text in &texts {
+        let index = TextIndex::build(text).unwrap();
+        for lo in bounds {
+            for hi in bounds {
+                let located = index.range_search(lo, hi, None).unwrap();
+                assert_eq!(located, naive_range(text, lo, hi), "range {lo:?}..{hi:?}");
+                assert_eq!(
+                    index.range_count(lo, hi).unwrap(),
+                    located.len() as u64,
+                    "range_count {lo:?}..{hi:?} on {text:?}"
+                );
+            }
+        }
+        let too_long = vec![b'a'; puffer_index::MAX_PATTERN_BYTES + 1];
+        assert!(index.range_count(&too_long, b"a").is_err());
+        assert!(index.range_count(b"a", &too_long).is_err());
     }
 }
 

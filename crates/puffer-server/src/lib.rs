@@ -92,6 +92,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/texts/{name}/extract", get(texts::extract))
         .route("/v1/texts/{name}/count", get(texts::count))
         .route("/v1/texts/{name}/search", get(texts::search))
+        .route("/v1/texts/{name}/range", get(texts::range))
+        .route("/v1/texts/{name}/wildcard", get(texts::wildcard))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::resolve_role,

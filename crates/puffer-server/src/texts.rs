@@ -1,6 +1,7 @@
 //! Text files: uploaded, indexed (puffer-index), kept compressed in `texts/<name>.pidx`,
 //! and queried without decompressing.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -159,34 +160,74 @@ fn percent_decode(text: &str) -> Result<Vec<u8>, ApiError> {
     Ok(out)
 }
 
-fn pattern_params(query: Option<String>) -> Result<PatternParams, ApiError> {
-    let query = query.unwrap_or_default();
-    let (mut pattern, mut limit) = (None, None);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match name {
-            "pattern" => pattern = Some(percent_decode(value)?),
-            "limit" => {
-                let text = String::from_utf8_lossy(&percent_decode(value)?).into_owned();
-                limit = Some(text.parse().map_err(|_| {
-                    ApiError::invalid(format!("limit={text} is not a whole number"))
-                })?);
-            }
-            other => return Err(ApiError::invalid(format!("unknown parameter {other:?}"))),
+/// The parameters of a text query's string, percent-decoded to bytes. Names outside the
+/// query's known ones are refused; a repeated name keeps its last value.
+struct QueryParams(HashMap<&'static str, Vec<u8>>);
+
+impl QueryParams {
+    fn parse(query: Option<String>, known: &[&'static str]) -> Result<QueryParams, ApiError> {
+        let query = query.unwrap_or_default();
+        let mut values = HashMap::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let Some(&name) = known.iter().find(|&&k| k == name) else {
+                return Err(ApiError::invalid(format!("unknown parameter {name:?}")));
+            };
+            values.insert(name, percent_decode(value)?);
         }
+        Ok(QueryParams(values))
     }
-    let pattern = pattern.ok_or_else(|| ApiError::invalid("the pattern parameter is missing"))?;
-    Ok(PatternParams { pattern, limit })
+
+    /// A required pattern (or bound), at most `max_pattern_bytes` long.
+    fn pattern(&mut self, state: &AppState, name: &str) -> Result<Vec<u8>, ApiError> {
+        let pattern = self
+            .0
+            .remove(name)
+            .ok_or_else(|| ApiError::invalid(format!("the {name} parameter is missing")))?;
+        check_pattern(state, name, &pattern)?;
+        Ok(pattern)
+    }
+
+    /// An optional whole number.
+    fn number<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, ApiError> {
+        let Some(value) = self.0.get(name) else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(value);
+        text.parse()
+            .map(Some)
+            .map_err(|_| ApiError::invalid(format!("{name}={text} is not a whole number")))
+    }
 }
 
-fn check_pattern(state: &AppState, pattern: &[u8]) -> Result<(), ApiError> {
+fn check_pattern(state: &AppState, name: &str, pattern: &[u8]) -> Result<(), ApiError> {
     if pattern.len() > state.config.max_pattern_bytes {
+        let what = match name {
+            "pattern" => "a pattern".to_string(),
+            other => other.to_string(),
+        };
         return Err(ApiError::limit(format!(
-            "a pattern has at most {} bytes",
+            "{what} has at most {} bytes",
             state.config.max_pattern_bytes
         )));
     }
     Ok(())
+}
+
+/// The checks every text query shares: role, parameters (`known` names them; `parse`
+/// reads them), the text.
+fn text_query<P>(
+    state: &AppState,
+    role: Role,
+    name: &str,
+    query: Option<String>,
+    known: &[&'static str],
+    parse: impl FnOnce(&mut QueryParams) -> Result<P, ApiError>,
+) -> Result<(TextIndex, P), ApiError> {
+    require(role, Role::Read)?;
+    let mut params = QueryParams::parse(query, known)?;
+    let parsed = parse(&mut params)?;
+    Ok((text(state, name)?, parsed))
 }
 
 /// The checks every pattern query shares: role, parameters, pattern size, the text.
@@ -196,10 +237,23 @@ fn pattern_query(
     name: &str,
     query: Option<String>,
 ) -> Result<(TextIndex, PatternParams), ApiError> {
-    require(role, Role::Read)?;
-    let params = pattern_params(query)?;
-    check_pattern(state, &params.pattern)?;
-    Ok((text(state, name)?, params))
+    text_query(state, role, name, query, &["pattern", "limit"], |params| {
+        Ok(PatternParams {
+            pattern: params.pattern(state, "pattern")?,
+            limit: params.number("limit")?,
+        })
+    })
+}
+
+/// The limit a query answers with: the given one (at most `max_result_rows`) or
+/// `max_result_rows`.
+fn result_limit(state: &AppState, limit: Option<usize>) -> Result<usize, ApiError> {
+    let max = state.config.max_result_rows;
+    let limit = limit.unwrap_or(max);
+    if limit > max {
+        return Err(ApiError::limit(format!("limit {limit} exceeds {max}")));
+    }
+    Ok(limit)
 }
 
 pub(crate) async fn count(
@@ -221,10 +275,7 @@ pub(crate) async fn search(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (index, params) = pattern_query(&state, role, &name, query)?;
     let max = state.config.max_result_rows;
-    let limit = params.limit.unwrap_or(max);
-    if limit > max {
-        return Err(ApiError::limit(format!("limit {limit} exceeds {max}")));
-    }
+    let limit = result_limit(&state, params.limit)?;
     let offsets = blocking(move || {
         let total = index.count(&params.pattern)?;
         if total as usize > max && params.limit.is_none() {
@@ -236,4 +287,123 @@ pub(crate) async fn search(
     })
     .await?;
     Ok(Json(json!({"offsets": offsets})))
+}
+
+/// `lo`, `hi` (bounds, percent-decoded to bytes; either may be empty) and `limit`.
+struct RangeParams {
+    lo: Vec<u8>,
+    hi: Vec<u8>,
+    limit: Option<usize>,
+}
+
+/// Offsets whose suffix is `>= lo` and whose first `hi.len()` bytes are `<= hi`.
+pub(crate) async fn range(
+    State(state): State<Arc<AppState>>,
+    Extension(role): Extension<Role>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (index, params) = text_query(
+        &state,
+        role,
+        &name,
+        query,
+        &["lo", "hi", "limit"],
+        |params| {
+            Ok(RangeParams {
+                lo: params.pattern(&state, "lo")?,
+                hi: params.pattern(&state, "hi")?,
+                limit: params.number("limit")?,
+            })
+        },
+    )?;
+    let max = state.config.max_result_rows;
+    let limit = result_limit(&state, params.limit)?;
+    let offsets = blocking(move || {
+        let total = index.range_count(&params.lo, &params.hi)?;
+        if total as usize > max && params.limit.is_none() {
+            return Err(ApiError::limit(format!(
+                "{total} offsets in the range exceed {max}; give a limit"
+            )));
+        }
+        Ok(index.range_search(&params.lo, &params.hi, Some(limit))?)
+    })
+    .await?;
+    Ok(Json(json!({"offsets": offsets})))
+}
+
+/// `prefix`, `suffix` (percent-decoded to bytes), `max_gap` (required) and `limit`.
+struct WildcardParams {
+    prefix: Vec<u8>,
+    suffix: Vec<u8>,
+    max_gap: u64,
+    limit: Option<usize>,
+}
+
+/// `prefix`, at most `max_gap` bytes, then `suffix`: `{"start", "len"}` ascending by
+/// start, then len.
+pub(crate) async fn wildcard(
+    State(state): State<Arc<AppState>>,
+    Extension(role): Extension<Role>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (index, params) = text_query(
+        &state,
+        role,
+        &name,
+        query,
+        &["prefix", "suffix", "max_gap", "limit"],
+        |params| {
+            let prefix = params.pattern(&state, "prefix")?;
+            let suffix = params.pattern(&state, "suffix")?;
+            for (what, pattern) in [("prefix", &prefix), ("suffix", &suffix)] {
+                if pattern.is_empty() {
+                    return Err(ApiError::invalid(format!("the {what} must not be empty")));
+                }
+            }
+            Ok(WildcardParams {
+                prefix,
+                suffix,
+                max_gap: params
+                    .number("max_gap")?
+                    .ok_or_else(|| ApiError::invalid("the max_gap parameter is missing"))?,
+                limit: params.number("limit")?,
+            })
+        },
+    )?;
+    let max = state.config.max_result_rows;
+    let limit = result_limit(&state, params.limit)?;
+    let matches = blocking(move || {
+        // The index locates every occurrence of both patterns, whatever the limit.
+        for (what, pattern) in [("prefix", &params.prefix), ("suffix", &params.suffix)] {
+            let total = index.count(pattern)?;
+            if total as usize > max {
+                return Err(ApiError::limit(format!(
+                    "the {what} occurs {total} times, more than {max}; \
+                     a wildcard search locates every occurrence, so give a rarer {what}"
+                )));
+            }
+        }
+        // Without a limit, one match more than allowed tells that there are too many.
+        let want = if params.limit.is_none() {
+            max.saturating_add(1)
+        } else {
+            limit
+        };
+        let matches =
+            index.wildcard_search(&params.prefix, &params.suffix, params.max_gap, Some(want))?;
+        if matches.len() > limit {
+            return Err(ApiError::limit(format!(
+                "more than {max} matches; give a limit"
+            )));
+        }
+        Ok(matches)
+    })
+    .await?;
+    let matches: Vec<_> = matches
+        .iter()
+        .map(|m| json!({"start": m.start, "len": m.len}))
+        .collect();
+    Ok(Json(json!({"matches": matches})))
 }

@@ -1301,12 +1301,13 @@ impl Shared {
                     sealed: set.sealed_seq,
                 });
             }
+            // Decided on the loaded set alone: `acks` may already have lost entries
+            // that a seal finished meanwhile, while this set still holds their table.
+            let read_log = at > set.sealed_seq
+                && set
+                    .log_tables()
+                    .any(|table| !table.is_empty() && table.first_seq <= at);
             let acks = self.acks.lock().expect("acks lock");
-            // `acks` holds this shard's unsealed SCUs, ascending.
-            let read_log = acks
-                .iter()
-                .find(|(seq, _)| *seq > set.sealed_seq)
-                .is_some_and(|(seq, _)| *seq <= at);
             let age = acks
                 .iter()
                 .find(|(seq, _)| *seq > at)

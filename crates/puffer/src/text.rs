@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use puffer_index::{BuildOptions, BuildPhase, Footprint, LayerFootprint, TextIndex};
+use puffer_index::{BuildOptions, BuildPhase, Footprint, LayerFootprint, TextIndex, WildcardMatch};
 use serde::Serialize;
 
 /// Bytes written to stdout per `extract` step, so huge extracts stream in bounded memory.
@@ -37,6 +37,45 @@ pub enum TextCommand {
         /// Print only the K smallest offsets.
         #[arg(long, value_name = "K")]
         limit: Option<usize>,
+    },
+    /// Print the byte offsets whose suffix is >= LO and whose first len(HI) bytes are
+    /// <= HI (byte order), ascending, one per line.
+    Range {
+        /// Index file written by `puffer text build`.
+        index: PathBuf,
+        /// Lower bound: UTF-8 text, or hexadecimal bytes with --hex (may be empty).
+        #[arg(allow_hyphen_values = true)]
+        lo: String,
+        /// Upper bound, compared with as many bytes of each suffix as it has (may be empty).
+        #[arg(allow_hyphen_values = true)]
+        hi: String,
+        /// Print only the K smallest offsets.
+        #[arg(long, value_name = "K")]
+        limit: Option<usize>,
+        /// Read LO and HI as hexadecimal bytes (e.g. 666f6f for "foo").
+        #[arg(long)]
+        hex: bool,
+    },
+    /// Print the matches of PREFIX, then at most --max-gap bytes, then SUFFIX, as
+    /// `start<TAB>len` lines, ascending by start, then len.
+    Wildcard {
+        /// Index file written by `puffer text build`.
+        index: PathBuf,
+        /// Start of a match: UTF-8 text, or hexadecimal bytes with --hex.
+        #[arg(allow_hyphen_values = true)]
+        prefix: String,
+        /// End of a match; it starts at or after the end of PREFIX.
+        #[arg(allow_hyphen_values = true)]
+        suffix: String,
+        /// Most bytes between the end of PREFIX and the start of SUFFIX.
+        #[arg(long, value_name = "N")]
+        max_gap: u64,
+        /// Print only the first K matches.
+        #[arg(long, value_name = "K")]
+        limit: Option<usize>,
+        /// Read PREFIX and SUFFIX as hexadecimal bytes (e.g. 666f6f for "foo").
+        #[arg(long)]
+        hex: bool,
     },
     /// Write LEN bytes of the indexed text starting at OFFSET to stdout (cut at the end).
     Extract {
@@ -89,12 +128,17 @@ pub struct PatternArg {
 
 impl PatternArg {
     fn bytes(&self) -> Result<Vec<u8>> {
-        if self.hex {
-            hex::decode(&self.pattern)
-                .with_context(|| format!("pattern {:?} is not valid hex", self.pattern))
-        } else {
-            Ok(self.pattern.as_bytes().to_vec())
-        }
+        arg_bytes(&self.pattern, self.hex, "pattern")
+    }
+}
+
+/// The bytes of a command-line argument: its UTF-8 text, or the bytes it spells in
+/// hexadecimal with `hex`; `what` names it in errors.
+fn arg_bytes(text: &str, hex: bool, what: &str) -> Result<Vec<u8>> {
+    if hex {
+        hex::decode(text).with_context(|| format!("{what} {text:?} is not valid hex"))
+    } else {
+        Ok(text.as_bytes().to_vec())
     }
 }
 
@@ -117,6 +161,31 @@ pub fn run(command: TextCommand) -> Result<()> {
             let pattern = pattern.bytes()?;
             let offsets = open_index(&index)?.search(&pattern, limit)?;
             write_offsets(&offsets).context("cannot write to stdout")
+        }
+        TextCommand::Range {
+            index,
+            lo,
+            hi,
+            limit,
+            hex,
+        } => {
+            let lo = arg_bytes(&lo, hex, "lower bound")?;
+            let hi = arg_bytes(&hi, hex, "upper bound")?;
+            let offsets = open_index(&index)?.range_search(&lo, &hi, limit)?;
+            write_offsets(&offsets).context("cannot write to stdout")
+        }
+        TextCommand::Wildcard {
+            index,
+            prefix,
+            suffix,
+            max_gap,
+            limit,
+            hex,
+        } => {
+            let prefix = arg_bytes(&prefix, hex, "prefix")?;
+            let suffix = arg_bytes(&suffix, hex, "suffix")?;
+            let matches = open_index(&index)?.wildcard_search(&prefix, &suffix, max_gap, limit)?;
+            write_matches(&matches).context("cannot write to stdout")
         }
         TextCommand::Extract { index, offset, len } => extract(&index, offset, len),
         TextCommand::Info { index } => info(&index),
@@ -209,6 +278,15 @@ fn write_offsets(offsets: &[u64]) -> io::Result<()> {
     let mut out = BufWriter::new(io::stdout().lock());
     for offset in offsets {
         writeln!(out, "{offset}")?;
+    }
+    out.flush()
+}
+
+/// One `start<TAB>len` line per match.
+fn write_matches(matches: &[WildcardMatch]) -> io::Result<()> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    for m in matches {
+        writeln!(out, "{}\t{}", m.start, m.len)?;
     }
     out.flush()
 }

@@ -68,6 +68,35 @@ fn naive_occurrences(text: &[u8], pattern: &[u8]) -> Vec<u64> {
         .collect()
 }
 
+/// Every offset `j` whose suffix is `>= lo` and whose first `hi.len()` bytes (or fewer,
+/// at the end) are `<= hi`, ascending: a scan of every suffix.
+fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
+    (0..text.len())
+        .filter(|&j| {
+            let suffix = &text[j..];
+            suffix >= lo && &suffix[..hi.len().min(suffix.len())] <= hi
+        })
+        .map(|j| j as u64)
+        .collect()
+}
+
+/// Every (start, len) where `prefix` occurs at `start` and `suffix` at `s`, `s` at or
+/// after the prefix's end and at most `max_gap` bytes after it, `len` running to the
+/// suffix's end; ascending by start, then len.
+fn naive_wildcard(text: &[u8], prefix: &[u8], suffix: &[u8], max_gap: u64) -> Vec<(u64, u64)> {
+    let mut matches = Vec::new();
+    for p in naive_occurrences(text, prefix) {
+        let earliest = p + prefix.len() as u64;
+        for s in naive_occurrences(text, suffix) {
+            if s >= earliest && s - earliest <= max_gap {
+                matches.push((p, s + suffix.len() as u64 - p));
+            }
+        }
+    }
+    matches.sort_unstable();
+    matches
+}
+
 fn puffer<I, S>(args: I) -> Output
 where
     I: IntoIterator<Item = S>,
@@ -110,6 +139,20 @@ fn parse_offsets(output: &Output) -> Vec<u64> {
     stdout_text(output)
         .lines()
         .map(|line| line.parse().expect("an offset per line"))
+        .collect()
+}
+
+/// `start<TAB>len` lines of `puffer text wildcard`.
+fn parse_matches(output: &Output) -> Vec<(u64, u64)> {
+    stdout_text(output)
+        .lines()
+        .map(|line| {
+            let (start, len) = line.split_once('\t').expect("start<TAB>len");
+            (
+                start.parse().expect("a start"),
+                len.parse().expect("a length"),
+            )
+        })
         .collect()
 }
 
@@ -226,6 +269,106 @@ fn search_limit_returns_the_smallest_offsets() {
     let none = fixture.run("search", &["zzz", "--limit", "3"]);
     assert_success(&none, "search --limit");
     assert!(none.stdout.is_empty());
+}
+
+/// Bounds of `text range`: hits, misses, crossed bounds (lo > hi), empty bounds, bounds
+/// that are prefixes of each other, bounds across the separators.
+const RANGES: &[(&str, &str)] = &[
+    ("a", "b"),
+    ("ban", "bandana"),
+    ("bandana", "ban"),
+    ("fish", "puffer"),
+    ("sea", "sea"),
+    ("sea salt", "sea"),
+    ("", "a"),
+    ("s", ""),
+    ("", ""),
+    ("zzz", "zzzz"),
+    ("z", "a"),
+    (" a", " b"),
+    ("\n", "\n"),
+    ("-", "-z"),
+];
+
+/// Prefix, suffix and gap of `text wildcard` queries.
+const WILDCARDS: &[(&str, &str, u64)] = &[
+    ("puffer", "fish", 0),
+    ("puffer", "fish", 1),
+    ("ban", "ana", 0),
+    ("ban", "ana", 2),
+    ("an", "a", 3),
+    ("sea", "reef", 40),
+    ("coral", "\n", 20),
+    ("a", "a", 0),
+    ("zzz", "a", 10),
+    ("reef", "zzz", 10),
+];
+
+#[test]
+fn range_and_wildcard_match_a_naive_scan() {
+    let fixture = Fixture::new(&[]);
+    let text = &fixture.text;
+    for (lo, hi) in RANGES {
+        let expected = naive_range(text, lo.as_bytes(), hi.as_bytes());
+        let range = fixture.run("range", &[lo, hi]);
+        assert_success(&range, "range");
+        assert_eq!(parse_offsets(&range), expected, "range {lo:?}..{hi:?}");
+        let limited = fixture.run("range", &[lo, hi, "--limit", "3"]);
+        assert_success(&limited, "range --limit");
+        assert_eq!(
+            parse_offsets(&limited),
+            expected[..expected.len().min(3)],
+            "range {lo:?}..{hi:?} --limit 3"
+        );
+        let hex = fixture.run("range", &["--hex", &hex::encode(lo), &hex::encode(hi)]);
+        assert_success(&hex, "range --hex");
+        assert_eq!(parse_offsets(&hex), expected, "range --hex {lo:?}..{hi:?}");
+    }
+    for (prefix, suffix, gap) in WILDCARDS {
+        let expected = naive_wildcard(text, prefix.as_bytes(), suffix.as_bytes(), *gap);
+        let gap = gap.to_string();
+        let label = format!("wildcard {prefix:?} {gap} {suffix:?}");
+        let wildcard = fixture.run("wildcard", &[prefix, suffix, "--max-gap", &gap]);
+        assert_success(&wildcard, "wildcard");
+        assert_eq!(parse_matches(&wildcard), expected, "{label}");
+        let limited = fixture.run(
+            "wildcard",
+            &[prefix, suffix, "--max-gap", &gap, "--limit", "2"],
+        );
+        assert_success(&limited, "wildcard --limit");
+        assert_eq!(
+            parse_matches(&limited),
+            expected[..expected.len().min(2)],
+            "{label} --limit 2"
+        );
+        let (prefix, suffix) = (hex::encode(prefix), hex::encode(suffix));
+        let hex = fixture.run("wildcard", &[&prefix, &suffix, "--max-gap", &gap, "--hex"]);
+        assert_success(&hex, "wildcard --hex");
+        assert_eq!(parse_matches(&hex), expected, "{label} --hex");
+    }
+    let none = fixture.run("range", &["z", "a", "--limit", "3"]);
+    assert_success(&none, "range --limit");
+    assert!(none.stdout.is_empty());
+}
+
+#[test]
+fn wildcard_needs_a_whole_max_gap() {
+    let fixture = Fixture::new(&[]);
+    for rest in [
+        &["puffer", "fish"][..],
+        &["puffer", "fish", "--max-gap", "-1"],
+        &["puffer", "fish", "--max-gap", "1.5"],
+        &["puffer", "fish", "--max-gap", "two"],
+    ] {
+        let output = fixture.run("wildcard", rest);
+        let stderr = stderr_text(&output);
+        assert_eq!(output.status.code(), Some(2), "{rest:?}: {stderr}");
+        assert!(stderr.contains("--max-gap"), "{rest:?}: {stderr}");
+        assert!(output.stdout.is_empty());
+    }
+    let missing_hi = fixture.run("range", &["a"]);
+    assert_eq!(missing_hi.status.code(), Some(2));
+    assert!(stderr_text(&missing_hi).contains("<HI>"));
 }
 
 #[test]
@@ -388,6 +531,8 @@ fn corrupt_index_is_a_clean_error() {
     for command in [
         vec!["count", "fish"],
         vec!["search", "fish"],
+        vec!["range", "a", "b"],
+        vec!["wildcard", "puffer", "fish", "--max-gap", "3"],
         vec!["extract", "0", "10"],
         vec!["info"],
     ] {
@@ -413,6 +558,16 @@ fn bad_hex_is_a_clean_error() {
             assert_clean_failure(&output, "not valid hex");
             assert!(output.stdout.is_empty());
         }
+        for (command, args) in [
+            ("range", vec![bad, "66", "--hex"]),
+            ("range", vec!["66", bad, "--hex"]),
+            ("wildcard", vec![bad, "66", "--hex", "--max-gap", "1"]),
+            ("wildcard", vec!["66", bad, "--hex", "--max-gap", "1"]),
+        ] {
+            let output = fixture.run(command, &args);
+            assert_clean_failure(&output, "not valid hex");
+            assert!(output.stdout.is_empty());
+        }
     }
 }
 
@@ -426,4 +581,8 @@ fn invalid_queries_are_clean_errors() {
     assert_clean_failure(&empty, "empty");
     let empty_hex = fixture.run("search", &["", "--hex"]);
     assert_clean_failure(&empty_hex, "empty");
+    for rest in [["", "fish"], ["puffer", ""]] {
+        let output = fixture.run("wildcard", &[rest[0], rest[1], "--max-gap", "1"]);
+        assert_clean_failure(&output, "empty");
+    }
 }

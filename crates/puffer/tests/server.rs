@@ -195,8 +195,14 @@ fn jsonl(records: &[Value]) -> Vec<u8> {
 
 /// Percent-encodes everything but unreserved characters (paths and query values).
 fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
+    encode_bytes(text.as_bytes())
+}
+
+/// [`encode`] for any bytes (text patterns need not be UTF-8).
+fn encode_bytes(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|&b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
                 (b as char).to_string()
             }
@@ -1330,6 +1336,8 @@ fn check_unknown_names(api: &Client, before: &TableState) {
     for path in [
         "/v1/texts/nosuch/count?pattern=a",
         "/v1/texts/nosuch/extract?offset=0&len=1",
+        "/v1/texts/nosuch/range?lo=a&hi=b",
+        "/v1/texts/nosuch/wildcard?prefix=a&suffix=b&max_gap=1",
     ] {
         refused(api, before, api.get(path), 404, "unknown_text");
     }
@@ -1371,6 +1379,13 @@ fn check_limits(api: &Client, before: &TableState) {
         "/v1/texts/tiny/search?pattern=t&limit=101".to_string(),
         format!("/v1/texts/tiny/count?pattern={}", "t".repeat(4097)),
         "/v1/texts/tiny/extract?offset=0&len=65537".to_string(),
+        "/v1/texts/tiny/range?lo=a&hi=b&limit=101".to_string(),
+        format!("/v1/texts/tiny/range?lo={}&hi=u", "t".repeat(4097)),
+        "/v1/texts/tiny/wildcard?prefix=t&suffix=t&max_gap=3&limit=101".to_string(),
+        format!(
+            "/v1/texts/tiny/wildcard?prefix=t&suffix={}&max_gap=3",
+            "t".repeat(4097)
+        ),
     ];
     for path in texts {
         refused(api, before, api.get(&path), 413, "limit_exceeded");
@@ -1504,7 +1519,117 @@ fn naive_occurrences(text: &[u8], pattern: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// Count, search and extract of an uploaded text against its bytes.
+/// Every offset `j` whose suffix is `>= lo` and whose first `hi.len()` bytes (or fewer,
+/// at the end) are `<= hi`, ascending: a scan of every suffix.
+fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
+    (0..text.len())
+        .filter(|&j| {
+            let suffix = &text[j..];
+            suffix >= lo && &suffix[..hi.len().min(suffix.len())] <= hi
+        })
+        .map(|j| j as u64)
+        .collect()
+}
+
+/// Every `{"start": p, "len": l}` where `prefix` occurs at `p` and `suffix` at `s`, with
+/// `s` at or after the prefix's end and at most `max_gap` bytes after it, and
+/// `l = s + suffix.len() - p`; ascending by start, then len.
+fn naive_wildcard(text: &[u8], prefix: &[u8], suffix: &[u8], max_gap: u64) -> Vec<Value> {
+    let mut matches = Vec::new();
+    for p in naive_occurrences(text, prefix) {
+        let earliest = p + prefix.len() as u64;
+        for s in naive_occurrences(text, suffix) {
+            if s >= earliest && s - earliest <= max_gap {
+                matches.push((p, s + suffix.len() as u64 - p));
+            }
+        }
+    }
+    matches.sort_unstable();
+    matches
+        .into_iter()
+        .map(|(start, len)| json!({"start": start, "len": len}))
+        .collect()
+}
+
+/// `GET /v1/texts/{name}/range` against [`naive_range`], without and with a limit.
+fn check_range(api: &Client, name: &str, text: &[u8], lo: &[u8], hi: &[u8]) {
+    let expected = naive_range(text, lo, hi);
+    let path = format!(
+        "/v1/texts/{name}/range?lo={}&hi={}",
+        encode_bytes(lo),
+        encode_bytes(hi)
+    );
+    let label = format!("range {lo:?}..{hi:?}");
+    assert_eq!(
+        api.get(&path).expect(200)["offsets"],
+        json!(expected),
+        "{label}"
+    );
+    for limit in [0, 1, 7] {
+        let limited = api.get(&format!("{path}&limit={limit}")).expect(200);
+        let smallest = &expected[..expected.len().min(limit)];
+        assert_eq!(
+            limited["offsets"],
+            json!(smallest),
+            "{label}, limit {limit}"
+        );
+    }
+}
+
+/// `GET /v1/texts/{name}/wildcard` against [`naive_wildcard`], without and with a limit.
+fn check_wildcard(api: &Client, name: &str, text: &[u8], prefix: &[u8], suffix: &[u8], gap: u64) {
+    let expected = naive_wildcard(text, prefix, suffix, gap);
+    let path = format!(
+        "/v1/texts/{name}/wildcard?prefix={}&suffix={}&max_gap={gap}",
+        encode_bytes(prefix),
+        encode_bytes(suffix)
+    );
+    let label = format!("wildcard {prefix:?} {gap} {suffix:?}");
+    assert_eq!(
+        api.get(&path).expect(200)["matches"],
+        json!(expected),
+        "{label}"
+    );
+    for limit in [0, 1, 5] {
+        let limited = api.get(&format!("{path}&limit={limit}")).expect(200);
+        let first = &expected[..expected.len().min(limit)];
+        assert_eq!(limited["matches"], json!(first), "{label}, limit {limit}");
+    }
+}
+
+/// Bounds for range queries over [`generate_text`]: hits, misses, crossed bounds (lo > hi),
+/// empty bounds, bounds that are prefixes of each other.
+const TEXT_RANGES: &[(&str, &str)] = &[
+    ("a", "b"),
+    ("ban", "bandana"),
+    ("bandana", "ban"),
+    ("fish", "puffer"),
+    ("sea", "sea"),
+    ("sea salt", "sea"),
+    ("", "a"),
+    ("s", ""),
+    ("", ""),
+    ("zzz", "zzzz"),
+    ("z", "a"),
+    (" a", " b"),
+    ("\n", "\n"),
+];
+
+/// Prefix, suffix and gap of wildcard queries over [`generate_text`].
+const TEXT_WILDCARDS: &[(&str, &str, u64)] = &[
+    ("puffer", "fish", 0),
+    ("puffer", "fish", 1),
+    ("ban", "ana", 0),
+    ("ban", "ana", 2),
+    ("an", "a", 3),
+    ("sea", "reef", 40),
+    ("coral", "\n", 20),
+    ("a", "a", 0),
+    ("zzz", "a", 10),
+    ("reef", "zzz", 10),
+];
+
+/// Count, search, range, wildcard and extract of an uploaded text against its bytes.
 fn check_text(api: &Client, name: &str, text: &[u8]) {
     for pattern in TEXT_PATTERNS {
         let expected = naive_occurrences(text, pattern.as_bytes());
@@ -1526,6 +1651,12 @@ fn check_text(api: &Client, name: &str, text: &[u8]) {
             json!(smallest),
             "3 offsets of {pattern:?}"
         );
+    }
+    for (lo, hi) in TEXT_RANGES {
+        check_range(api, name, text, lo.as_bytes(), hi.as_bytes());
+    }
+    for (prefix, suffix, gap) in TEXT_WILDCARDS {
+        check_wildcard(api, name, text, prefix.as_bytes(), suffix.as_bytes(), *gap);
     }
     let len = text.len();
     for (offset, span) in [(0, 10), (1234, 100), (len - 5, 5), (0, len), (len / 2, 1)] {
@@ -1582,10 +1713,11 @@ fn openapi_routes(document: &Value) -> Vec<(String, String)> {
     routes
 }
 
-/// Whether the router serves a route: not a bare 404 (a JSON error is fine) nor a 405.
+/// Whether the router serves a route: not a 405, nor a 404 other than a handler's JSON
+/// error (the router's fallback answers `unknown_route`).
 fn served(reply: &Reply) -> bool {
-    let json_error =
-        serde_json::from_slice::<Value>(&reply.body).is_ok_and(|body| body["code"].is_string());
+    let json_error = serde_json::from_slice::<Value>(&reply.body)
+        .is_ok_and(|body| body["code"].is_string() && body["code"] != "unknown_route");
     reply.status != 405 && (reply.status != 404 || json_error)
 }
 
@@ -1603,6 +1735,8 @@ fn concrete(method: &str, template: &str) -> String {
     match path.rsplit('/').next() {
         Some("extract") => path + "?offset=0&len=4",
         Some("count" | "search") if path.starts_with("/v1/texts") => path + "?pattern=an",
+        Some("range") => path + "?lo=an&hi=ba",
+        Some("wildcard") => path + "?prefix=an&suffix=a&max_gap=2",
         _ => path,
     }
 }
@@ -1661,6 +1795,132 @@ fn openapi_routes_are_served_and_texts_match_their_bytes() {
     expect_error(&api.get("/v1/tables/scratch"), 404, "unknown_table");
     expect_error(&api.get("/v1/tables/t/records/k1"), 404, "not_found");
     check_text(&api, "doc", &text);
+}
+
+/// Range and wildcard searches with PUFFER_MAX_RESULT_ROWS=100: answers within the
+/// limits match a scan of the uploaded bytes (also bytes that are not UTF-8); missing or
+/// malformed parameters are 400, answers that could exceed the limit 413.
+#[test]
+fn text_range_and_wildcard_within_limits() {
+    let server = Server::start(&[("PUFFER_MAX_RESULT_ROWS", "100")]);
+    let api = server.client(None);
+    let text = generate_text(29, 3000);
+    api.post("/v1/texts/doc", "text/plain", &text).expect(201);
+
+    // Small answers are served whole; with a limit, large ones too.
+    check_range(&api, "doc", &text, b"bandana", b"bandana");
+    check_range(&api, "doc", &text, b"coral", b"coral");
+    check_wildcard(&api, "doc", &text, b"coral", b"reef", 20);
+    check_wildcard(&api, "doc", &text, b"puffer", b"fish", 0);
+    let all = naive_range(&text, b"", b"");
+    assert!(all.len() > 100);
+    let limited = api.get("/v1/texts/doc/range?lo=&hi=&limit=100").expect(200);
+    assert_eq!(limited["offsets"], json!(all[..100]));
+    let message = expect_error(
+        &api.get("/v1/texts/doc/range?lo=&hi="),
+        413,
+        "limit_exceeded",
+    );
+    assert!(message.contains("give a limit"), "{message}");
+    // Frequent enough prefix and suffix (at most 100 each), but more than 100 matches.
+    let (prefix, suffix, gap) = (b"puffer", b"fish", 1000);
+    assert!(naive_occurrences(&text, prefix).len() <= 100);
+    assert!(naive_occurrences(&text, suffix).len() <= 100);
+    let expected = naive_wildcard(&text, prefix, suffix, gap);
+    assert!(expected.len() > 100, "{} matches", expected.len());
+    let path = format!("/v1/texts/doc/wildcard?prefix=puffer&suffix=fish&max_gap={gap}");
+    let message = expect_error(&api.get(&path), 413, "limit_exceeded");
+    assert!(message.contains("give a limit"), "{message}");
+    let limited = api.get(&format!("{path}&limit=100")).expect(200);
+    assert_eq!(limited["matches"], json!(expected[..100]));
+    // A prefix or suffix with more than 100 occurrences is refused, whatever the limit.
+    assert!(naive_occurrences(&text, b"a").len() > 100);
+    for path in [
+        "/v1/texts/doc/wildcard?prefix=a&suffix=fish&max_gap=3",
+        "/v1/texts/doc/wildcard?prefix=fish&suffix=a&max_gap=3&limit=1",
+    ] {
+        let message = expect_error(&api.get(path), 413, "limit_exceeded");
+        assert!(message.contains("occurs"), "{message}");
+    }
+
+    // Bytes that are not UTF-8, percent-encoded.
+    let mut rng = XorShift(77);
+    let binary: Vec<u8> = (0..2000)
+        .map(|_| [0x00, 0x7f, 0x80, 0xff, b'a'][rng.below(5) as usize])
+        .collect();
+    api.post("/v1/texts/bin", "application/octet-stream", &binary)
+        .expect(201);
+    for (lo, hi) in [
+        (&[0xffu8, 0x00, 0x80][..], &[0xffu8, 0x00, 0xff][..]),
+        (&[0x80, 0x7f, 0x00], &[0x80, 0x7f, b'a']),
+        (&[0x00, 0x00, 0x00], &[0x00, 0x00, 0x7f]),
+        (&[0xff, 0xff, 0xff], &[0xff]),
+    ] {
+        check_range(&api, "bin", &binary, lo, hi);
+    }
+    check_wildcard(
+        &api,
+        "bin",
+        &binary,
+        &[0xff, 0x00, b'a'],
+        &[0x80, 0x80, 0x7f],
+        40,
+    );
+    check_wildcard(
+        &api,
+        "bin",
+        &binary,
+        &[0x00, b'a', 0xff],
+        &[0xff, 0xff, 0x00],
+        6,
+    );
+
+    // Malformed requests.
+    let invalid = [
+        "/v1/texts/doc/range?hi=b",
+        "/v1/texts/doc/range?lo=a",
+        "/v1/texts/doc/range",
+        "/v1/texts/doc/range?lo=a&hi=b&limit=ten",
+        "/v1/texts/doc/range?lo=a&hi=b&limit=-1",
+        "/v1/texts/doc/range?lo=a&hi=b&pattern=a",
+        "/v1/texts/doc/range?lo=%G0&hi=b",
+        "/v1/texts/doc/wildcard?suffix=fish&max_gap=1",
+        "/v1/texts/doc/wildcard?prefix=puffer&max_gap=1",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish&max_gap=",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish&max_gap=-1",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish&max_gap=1.5",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish&max_gap=two",
+        "/v1/texts/doc/wildcard?prefix=&suffix=fish&max_gap=1",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=&max_gap=1",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish&max_gap=1&gap=2",
+    ];
+    for path in invalid {
+        let message = expect_error(&api.get(path), 400, "invalid_request");
+        if path.contains("max_gap=") && !path.contains("max_gap=1") {
+            assert!(message.contains("max_gap"), "{path}: {message}");
+        }
+    }
+    for (path, parameter) in [
+        ("/v1/texts/doc/range?hi=b", "lo"),
+        ("/v1/texts/doc/range?lo=a", "hi"),
+        ("/v1/texts/doc/wildcard?suffix=fish&max_gap=1", "prefix"),
+        ("/v1/texts/doc/wildcard?prefix=puffer&max_gap=1", "suffix"),
+        (
+            "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish",
+            "max_gap",
+        ),
+    ] {
+        let message = expect_error(&api.get(path), 400, "invalid_request");
+        assert!(message.contains(parameter), "{path}: {message}");
+    }
+    for path in [
+        "/v1/texts/doc/range?lo=a&hi=b&limit=101",
+        "/v1/texts/doc/wildcard?prefix=puffer&suffix=fish&max_gap=1&limit=101",
+    ] {
+        expect_error(&api.get(path), 413, "limit_exceeded");
+    }
+    check_range(&api, "doc", &text, b"bandana", b"bandana");
 }
 
 /// The value of a Prometheus counter line (0 when absent).

@@ -536,6 +536,45 @@ class Text:
         )
         return [int(x) for x in answer["offsets"]]
 
+    def range(
+        self, lo: Union[str, bytes], hi: Union[str, bytes], limit: Optional[int] = None
+    ) -> List[int]:
+        """Byte offsets ``j`` whose suffix ``text[j:]`` is ``>= lo`` and whose first
+        ``len(hi)`` bytes are ``<= hi`` (byte order), ascending (with ``limit``, the
+        smallest ``limit`` ones). Either bound may be empty (no bound). Without a limit,
+        more than the server's ``max_result_rows`` offsets raise :class:`TooLarge`."""
+        answer = self.client._json(
+            "GET",
+            self._path + "/range",
+            params={"lo": _pattern(lo), "hi": _pattern(hi), "limit": limit},
+        )
+        return [int(x) for x in answer["offsets"]]
+
+    def wildcard(
+        self,
+        prefix: Union[str, bytes],
+        suffix: Union[str, bytes],
+        max_gap: int,
+        limit: Optional[int] = None,
+    ) -> List[Tuple[int, int]]:
+        """Matches of ``prefix``, then at most ``max_gap`` bytes, then ``suffix`` (which
+        starts at or after the end of ``prefix``), as ``(start, length)`` pairs:
+        ``text[start:start + length]`` begins with ``prefix`` and ends with ``suffix``.
+        Ascending by start, then length; with ``limit``, the first ``limit`` of them. A
+        prefix or suffix occurring more than the server's ``max_result_rows`` times
+        raises :class:`TooLarge`, as do more matches than that without a limit."""
+        answer = self.client._json(
+            "GET",
+            self._path + "/wildcard",
+            params={
+                "prefix": _pattern(prefix),
+                "suffix": _pattern(suffix),
+                "max_gap": max_gap,
+                "limit": limit,
+            },
+        )
+        return [(int(m["start"]), int(m["len"])) for m in answer["matches"]]
+
     def extract(self, offset: int, length: int) -> bytes:
         """``length`` bytes from byte ``offset`` (fewer at the end of the text)."""
         _, payload = self.client._request(
