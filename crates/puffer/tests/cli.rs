@@ -1,6 +1,9 @@
 //! End-to-end tests of the `puffer` binary: every query is checked against a naive
 //! scan of the same generated text.
 
+mod common;
+
+use common::{naive_occurrences, naive_range, naive_wildcard, TEXT_RANGES, TEXT_WILDCARDS};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -54,47 +57,6 @@ fn generate_text(seed: u64, len: usize) -> Vec<u8> {
         text.push(if rng.next() & 7 == 0 { b'\n' } else { b' ' });
     }
     text
-}
-
-/// Every offset where `pattern` occurs in `text`, ascending.
-fn naive_occurrences(text: &[u8], pattern: &[u8]) -> Vec<u64> {
-    if pattern.is_empty() || pattern.len() > text.len() {
-        return Vec::new();
-    }
-    text.windows(pattern.len())
-        .enumerate()
-        .filter(|(_, window)| *window == pattern)
-        .map(|(offset, _)| offset as u64)
-        .collect()
-}
-
-/// Every offset `j` whose suffix is `>= lo` and whose first `hi.len()` bytes (or fewer,
-/// at the end) are `<= hi`, ascending: a scan of every suffix.
-fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
-    (0..text.len())
-        .filter(|&j| {
-            let suffix = &text[j..];
-            suffix >= lo && &suffix[..hi.len().min(suffix.len())] <= hi
-        })
-        .map(|j| j as u64)
-        .collect()
-}
-
-/// Every (start, len) where `prefix` occurs at `start` and `suffix` at `s`, `s` at or
-/// after the prefix's end and at most `max_gap` bytes after it, `len` running to the
-/// suffix's end; ascending by start, then len.
-fn naive_wildcard(text: &[u8], prefix: &[u8], suffix: &[u8], max_gap: u64) -> Vec<(u64, u64)> {
-    let mut matches = Vec::new();
-    for p in naive_occurrences(text, prefix) {
-        let earliest = p + prefix.len() as u64;
-        for s in naive_occurrences(text, suffix) {
-            if s >= earliest && s - earliest <= max_gap {
-                matches.push((p, s + suffix.len() as u64 - p));
-            }
-        }
-    }
-    matches.sort_unstable();
-    matches
 }
 
 fn puffer<I, S>(args: I) -> Output
@@ -271,44 +233,11 @@ fn search_limit_returns_the_smallest_offsets() {
     assert!(none.stdout.is_empty());
 }
 
-/// Bounds of `text range`: hits, misses, crossed bounds (lo > hi), empty bounds, bounds
-/// that are prefixes of each other, bounds across the separators.
-const RANGES: &[(&str, &str)] = &[
-    ("a", "b"),
-    ("ban", "bandana"),
-    ("bandana", "ban"),
-    ("fish", "puffer"),
-    ("sea", "sea"),
-    ("sea salt", "sea"),
-    ("", "a"),
-    ("s", ""),
-    ("", ""),
-    ("zzz", "zzzz"),
-    ("z", "a"),
-    (" a", " b"),
-    ("\n", "\n"),
-    ("-", "-z"),
-];
-
-/// Prefix, suffix and gap of `text wildcard` queries.
-const WILDCARDS: &[(&str, &str, u64)] = &[
-    ("puffer", "fish", 0),
-    ("puffer", "fish", 1),
-    ("ban", "ana", 0),
-    ("ban", "ana", 2),
-    ("an", "a", 3),
-    ("sea", "reef", 40),
-    ("coral", "\n", 20),
-    ("a", "a", 0),
-    ("zzz", "a", 10),
-    ("reef", "zzz", 10),
-];
-
 #[test]
 fn range_and_wildcard_match_a_naive_scan() {
     let fixture = Fixture::new(&[]);
     let text = &fixture.text;
-    for (lo, hi) in RANGES {
+    for (lo, hi) in TEXT_RANGES {
         let expected = naive_range(text, lo.as_bytes(), hi.as_bytes());
         let range = fixture.run("range", &[lo, hi]);
         assert_success(&range, "range");
@@ -324,7 +253,7 @@ fn range_and_wildcard_match_a_naive_scan() {
         assert_success(&hex, "range --hex");
         assert_eq!(parse_offsets(&hex), expected, "range --hex {lo:?}..{hi:?}");
     }
-    for (prefix, suffix, gap) in WILDCARDS {
+    for (prefix, suffix, gap) in TEXT_WILDCARDS {
         let expected = naive_wildcard(text, prefix.as_bytes(), suffix.as_bytes(), *gap);
         let gap = gap.to_string();
         let label = format!("wildcard {prefix:?} {gap} {suffix:?}");

@@ -12,7 +12,9 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tempfile::TempDir;
 
-use common::ServeProcess;
+use common::{
+    naive_occurrences, naive_range, naive_wildcard, ServeProcess, TEXT_RANGES, TEXT_WILDCARDS,
+};
 
 // ---------------------------------------------------------------------------------------
 // The server process
@@ -1507,46 +1509,10 @@ fn generate_text(seed: u64, len: usize) -> Vec<u8> {
     text
 }
 
-/// Every offset where `pattern` occurs in `text`, ascending.
-fn naive_occurrences(text: &[u8], pattern: &[u8]) -> Vec<u64> {
-    if pattern.is_empty() || pattern.len() > text.len() {
-        return Vec::new();
-    }
-    text.windows(pattern.len())
-        .enumerate()
-        .filter(|(_, window)| *window == pattern)
-        .map(|(offset, _)| offset as u64)
-        .collect()
-}
-
-/// Every offset `j` whose suffix is `>= lo` and whose first `hi.len()` bytes (or fewer,
-/// at the end) are `<= hi`, ascending: a scan of every suffix.
-fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
-    (0..text.len())
-        .filter(|&j| {
-            let suffix = &text[j..];
-            suffix >= lo && &suffix[..hi.len().min(suffix.len())] <= hi
-        })
-        .map(|j| j as u64)
-        .collect()
-}
-
-/// Every `{"start": p, "len": l}` where `prefix` occurs at `p` and `suffix` at `s`, with
-/// `s` at or after the prefix's end and at most `max_gap` bytes after it, and
-/// `l = s + suffix.len() - p`; ascending by start, then len.
-fn naive_wildcard(text: &[u8], prefix: &[u8], suffix: &[u8], max_gap: u64) -> Vec<Value> {
-    let mut matches = Vec::new();
-    for p in naive_occurrences(text, prefix) {
-        let earliest = p + prefix.len() as u64;
-        for s in naive_occurrences(text, suffix) {
-            if s >= earliest && s - earliest <= max_gap {
-                matches.push((p, s + suffix.len() as u64 - p));
-            }
-        }
-    }
-    matches.sort_unstable();
+/// Wildcard matches as the API writes them: `[{"start": p, "len": l}, ...]`.
+fn wildcard_json(matches: &[(u64, u64)]) -> Value {
     matches
-        .into_iter()
+        .iter()
         .map(|(start, len)| json!({"start": start, "len": len}))
         .collect()
 }
@@ -1587,47 +1553,19 @@ fn check_wildcard(api: &Client, name: &str, text: &[u8], prefix: &[u8], suffix: 
     let label = format!("wildcard {prefix:?} {gap} {suffix:?}");
     assert_eq!(
         api.get(&path).expect(200)["matches"],
-        json!(expected),
+        wildcard_json(&expected),
         "{label}"
     );
     for limit in [0, 1, 5] {
         let limited = api.get(&format!("{path}&limit={limit}")).expect(200);
         let first = &expected[..expected.len().min(limit)];
-        assert_eq!(limited["matches"], json!(first), "{label}, limit {limit}");
+        assert_eq!(
+            limited["matches"],
+            wildcard_json(first),
+            "{label}, limit {limit}"
+        );
     }
 }
-
-/// Bounds for range queries over [`generate_text`]: hits, misses, crossed bounds (lo > hi),
-/// empty bounds, bounds that are prefixes of each other.
-const TEXT_RANGES: &[(&str, &str)] = &[
-    ("a", "b"),
-    ("ban", "bandana"),
-    ("bandana", "ban"),
-    ("fish", "puffer"),
-    ("sea", "sea"),
-    ("sea salt", "sea"),
-    ("", "a"),
-    ("s", ""),
-    ("", ""),
-    ("zzz", "zzzz"),
-    ("z", "a"),
-    (" a", " b"),
-    ("\n", "\n"),
-];
-
-/// Prefix, suffix and gap of wildcard queries over [`generate_text`].
-const TEXT_WILDCARDS: &[(&str, &str, u64)] = &[
-    ("puffer", "fish", 0),
-    ("puffer", "fish", 1),
-    ("ban", "ana", 0),
-    ("ban", "ana", 2),
-    ("an", "a", 3),
-    ("sea", "reef", 40),
-    ("coral", "\n", 20),
-    ("a", "a", 0),
-    ("zzz", "a", 10),
-    ("reef", "zzz", 10),
-];
 
 /// Count, search, range, wildcard and extract of an uploaded text against its bytes.
 fn check_text(api: &Client, name: &str, text: &[u8]) {
@@ -1832,7 +1770,7 @@ fn text_range_and_wildcard_within_limits() {
     let message = expect_error(&api.get(&path), 413, "limit_exceeded");
     assert!(message.contains("give a limit"), "{message}");
     let limited = api.get(&format!("{path}&limit=100")).expect(200);
-    assert_eq!(limited["matches"], json!(expected[..100]));
+    assert_eq!(limited["matches"], wildcard_json(&expected[..100]));
     // A prefix or suffix with more than 100 occurrences is refused, whatever the limit.
     assert!(naive_occurrences(&text, b"a").len() > 100);
     for path in [

@@ -99,7 +99,12 @@ impl ServeProcess {
         let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits pid_t");
         // SAFETY: a plain system call on our own child's pid, no pointers involved.
         let result = unsafe { libc::kill(pid, libc::SIGKILL) };
-        assert_eq!(result, 0, "kill failed: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            result,
+            0,
+            "kill failed: {}",
+            std::io::Error::last_os_error()
+        );
     }
 
     /// Stops the server and hands back the data directory it was started with.
@@ -144,3 +149,82 @@ pub fn first_line(pipe: impl Read + Send + 'static) -> mpsc::Receiver<Option<Str
     });
     receiver
 }
+
+// ---------------------------------------------------------------------------------------
+// Oracles of the text queries (naive scans)
+// ---------------------------------------------------------------------------------------
+
+/// Every offset where `pattern` occurs in `text`, ascending.
+pub fn naive_occurrences(text: &[u8], pattern: &[u8]) -> Vec<u64> {
+    if pattern.is_empty() || pattern.len() > text.len() {
+        return Vec::new();
+    }
+    text.windows(pattern.len())
+        .enumerate()
+        .filter(|(_, window)| *window == pattern)
+        .map(|(offset, _)| offset as u64)
+        .collect()
+}
+
+/// Every offset `j` whose suffix is `>= lo` and whose first `hi.len()` bytes (or fewer,
+/// at the end) are `<= hi`, ascending: a scan of every suffix.
+pub fn naive_range(text: &[u8], lo: &[u8], hi: &[u8]) -> Vec<u64> {
+    (0..text.len())
+        .filter(|&j| {
+            let suffix = &text[j..];
+            suffix >= lo && &suffix[..hi.len().min(suffix.len())] <= hi
+        })
+        .map(|j| j as u64)
+        .collect()
+}
+
+/// Every (start, len) where `prefix` occurs at `start` and `suffix` at `s`, `s` at or
+/// after the prefix's end and at most `max_gap` bytes after it, `len` running to the
+/// suffix's end; ascending by start, then len.
+pub fn naive_wildcard(text: &[u8], prefix: &[u8], suffix: &[u8], max_gap: u64) -> Vec<(u64, u64)> {
+    let mut matches = Vec::new();
+    for p in naive_occurrences(text, prefix) {
+        let earliest = p + prefix.len() as u64;
+        for s in naive_occurrences(text, suffix) {
+            if s >= earliest && s - earliest <= max_gap {
+                matches.push((p, s + suffix.len() as u64 - p));
+            }
+        }
+    }
+    matches.sort_unstable();
+    matches
+}
+
+/// Bounds of range queries over the tests' generated texts: hits, misses, crossed
+/// bounds (lo > hi), empty bounds, bounds that are prefixes of each other, bounds across
+/// the separators.
+pub const TEXT_RANGES: &[(&str, &str)] = &[
+    ("a", "b"),
+    ("ban", "bandana"),
+    ("bandana", "ban"),
+    ("fish", "puffer"),
+    ("sea", "sea"),
+    ("sea salt", "sea"),
+    ("", "a"),
+    ("s", ""),
+    ("", ""),
+    ("zzz", "zzzz"),
+    ("z", "a"),
+    (" a", " b"),
+    ("\n", "\n"),
+    ("-", "-z"),
+];
+
+/// Prefix, suffix and gap of wildcard queries over the tests' generated texts.
+pub const TEXT_WILDCARDS: &[(&str, &str, u64)] = &[
+    ("puffer", "fish", 0),
+    ("puffer", "fish", 1),
+    ("ban", "ana", 0),
+    ("ban", "ana", 2),
+    ("an", "a", 3),
+    ("sea", "reef", 40),
+    ("coral", "\n", 20),
+    ("a", "a", 0),
+    ("zzz", "a", 10),
+    ("reef", "zzz", 10),
+];
