@@ -25,8 +25,9 @@ use std::thread::JoinHandle;
 
 use puffer_store::clock::{Clock, SystemClock};
 use puffer_store::fs::{Fs, RealFs};
+use puffer_store::serving::ShardGroup;
 use puffer_store::wal::{self, LogWriter, Op};
-use puffer_store::{validate_ops, PreparedOps, ReadOptions, StoreError, WriteOp};
+use puffer_store::{validate_ops, PreparedOps, ReadOptions, Shard, StoreError, WriteOp};
 
 use crate::error::{QueryError, Result};
 use crate::table::{shard_of, TableShards};
@@ -158,9 +159,9 @@ impl Committer {
         let mut last_seq = 0;
         for (seq, commit_micros, parts) in records {
             let prepared = inner.route_logged(parts);
-            inner.apply(seq, commit_micros, &prepared, true)?;
+            let touched = inner.apply(seq, commit_micros, prepared, true)?;
             inner.published.fetch_max(seq, Ordering::SeqCst);
-            freeze_full(&prepared);
+            freeze_full(&touched);
             last_seq = seq;
         }
         let files = wal::list_files(&inner.log_dir)?;
@@ -391,12 +392,10 @@ fn decode_body(body: &[u8]) -> std::result::Result<Vec<(u64, Vec<Op>)>, String> 
 }
 
 /// Freezes the full log tables of the shards an SCU touched.
-fn freeze_full(parts: &[PreparedPart]) {
-    for part in parts {
-        for (shard, _) in &part.shards {
-            for slot in part.table.groups[*shard as usize].replicas() {
-                slot.pool().replica().freeze_when_full();
-            }
+fn freeze_full(touched: &[Arc<ShardGroup<Shard>>]) {
+    for group in touched {
+        for slot in group.replicas() {
+            slot.pool().replica().freeze_when_full();
         }
     }
 }
@@ -472,17 +471,24 @@ impl Inner {
             .collect()
     }
 
-    /// Applies SCU `seq` to every replica of every shard it touches.
+    /// Applies SCU `seq` to every replica of every shard it touches (the last replica
+    /// takes the operations, the others a copy); returns the shards touched.
     fn apply(
         &self,
         seq: u64,
         commit_micros: u64,
-        parts: &[PreparedPart],
+        parts: Vec<PreparedPart>,
         replaying: bool,
-    ) -> Result<()> {
+    ) -> Result<Vec<Arc<ShardGroup<Shard>>>> {
+        let mut touched = Vec::new();
         for part in parts {
-            for (shard, prepared) in &part.shards {
-                for slot in part.table.groups[*shard as usize].replicas() {
+            for (shard, prepared) in part.shards {
+                let group = part.table.groups[shard as usize].clone();
+                let (last, others) = group
+                    .replicas()
+                    .split_last()
+                    .expect("a shard has a replica");
+                for slot in others {
                     slot.pool().replica().apply_logged(
                         seq,
                         commit_micros,
@@ -490,9 +496,13 @@ impl Inner {
                         replaying,
                     )?;
                 }
+                last.pool()
+                    .replica()
+                    .apply_logged(seq, commit_micros, prepared, replaying)?;
+                touched.push(group);
             }
         }
-        Ok(())
+        Ok(touched)
     }
 
     fn run(
@@ -553,8 +563,8 @@ impl Inner {
                 let _ = reply.send(Err(StoreError::Stopped(reason.clone()).into()));
                 continue;
             }
-            match self.apply(seq, now, &parts, false) {
-                Ok(()) => {
+            match self.apply(seq, now, parts, false) {
+                Ok(touched) => {
                     {
                         let mut acks = self.acks.lock().expect("acks lock");
                         if acks.len() >= MAX_ACK_TIMES {
@@ -563,7 +573,7 @@ impl Inner {
                         acks.push_back((seq, now));
                     }
                     self.published.store(seq, Ordering::SeqCst);
-                    freeze_full(&parts);
+                    freeze_full(&touched);
                     let _ = reply.send(Ok(seq));
                 }
                 Err(e) => {

@@ -214,21 +214,13 @@ fn run_model(seed: u64) {
             let read = random_read(&mut rng, last_snapshot);
             let started = Instant::now();
             let context = format!("seed {seed} step {step} table {name} read {read:?}");
-            match rng.gen_range(0..3) {
+            let snapshot = match rng.gen_range(0..3) {
                 0 => {
                     let key = format!("k{:03}", rng.gen_range(0..120));
                     let (found, info) = table.get(key.as_bytes(), read).unwrap();
-                    check_snapshot(
-                        info.snapshot,
-                        &read,
-                        started,
-                        &acks,
-                        db.published(),
-                        &context,
-                    );
                     let expected = models[name].at(info.snapshot).remove(key.as_bytes());
                     assert_eq!(found, expected, "{context}: get {key} at {}", info.snapshot);
-                    last_snapshot = last_snapshot.max(info.snapshot);
+                    info.snapshot
                 }
                 1 => {
                     let city = CITIES[rng.gen_range(0..4)];
@@ -240,14 +232,6 @@ fn run_model(seed: u64) {
                     };
                     let found = table.search(&query).unwrap();
                     let info = found.snapshot;
-                    check_snapshot(
-                        info.snapshot,
-                        &read,
-                        started,
-                        &acks,
-                        db.published(),
-                        &context,
-                    );
                     let expected: Vec<Record> = models[name]
                         .at(info.snapshot)
                         .into_values()
@@ -258,7 +242,7 @@ fn run_model(seed: u64) {
                         "{context}: city {city} at {}",
                         info.snapshot
                     );
-                    last_snapshot = last_snapshot.max(info.snapshot);
+                    info.snapshot
                 }
                 _ => {
                     let predicate = Predicate::Range {
@@ -267,23 +251,17 @@ fn run_model(seed: u64) {
                         upper: std::ops::Bound::Unbounded,
                     };
                     let (count, info) = table.count(&predicate, read).unwrap();
-                    check_snapshot(
-                        info.snapshot,
-                        &read,
-                        started,
-                        &acks,
-                        db.published(),
-                        &context,
-                    );
                     let expected = models[name]
                         .at(info.snapshot)
                         .values()
                         .filter(|r| matches!(r.values["n"], Value::Int(n) if n >= 0))
                         .count() as u64;
                     assert_eq!(count, expected, "{context}: count at {}", info.snapshot);
-                    last_snapshot = last_snapshot.max(info.snapshot);
+                    info.snapshot
                 }
-            }
+            };
+            check_snapshot(snapshot, &read, started, &acks, db.published(), &context);
+            last_snapshot = last_snapshot.max(snapshot);
         }
     }
 }
