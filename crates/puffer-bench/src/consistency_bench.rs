@@ -80,8 +80,8 @@ pub fn run(args: &ConsistencyArgs) -> anyhow::Result<()> {
     let b = keys
         .iter()
         .find(|k| {
-            puffer_query::table::shard_of(k.as_bytes(), args.shards)
-                != puffer_query::table::shard_of(a.as_bytes(), args.shards)
+            puffer_node::table::shard_of(k.as_bytes(), args.shards)
+                != puffer_node::table::shard_of(a.as_bytes(), args.shards)
         })
         .context("no two keys in different shards")?
         .clone();

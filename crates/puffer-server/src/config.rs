@@ -80,7 +80,7 @@ pub struct AdaptConfig {
 
 impl Default for AdaptConfig {
     fn default() -> Self {
-        let node = puffer_store::serving::NodeConfig::default();
+        let node = puffer_node::serving::NodeConfig::default();
         AdaptConfig {
             shards: 1,
             replicas: 1,
@@ -102,8 +102,8 @@ impl Default for AdaptConfig {
 
 impl AdaptConfig {
     /// The database options these settings describe; the error names a bad setting.
-    pub fn database_options(&self) -> Result<puffer_query::DatabaseOptions, ApiError> {
-        use puffer_store::serving::NodeConfig;
+    pub fn database_options(&self) -> Result<puffer_node::DatabaseOptions, ApiError> {
+        use puffer_node::serving::NodeConfig;
         let invalid = |what: String| ApiError::invalid(format!("bad [adapt] setting: {what}"));
         let marks = puffer_adapt::Marks::new(self.high_marks.clone(), self.low_marks.clone())
             .map_err(|e| invalid(e.to_string()))?;
@@ -137,12 +137,12 @@ impl AdaptConfig {
             ..defaults
         };
         node.validate().map_err(|e| invalid(e.to_string()))?;
-        let layout = puffer_query::TableLayout {
+        let layout = puffer_node::TableLayout {
             shards: self.shards,
             replicas: self.replicas,
         };
         layout.validate().map_err(|e| invalid(e.to_string()))?;
-        Ok(puffer_query::DatabaseOptions {
+        Ok(puffer_node::DatabaseOptions {
             shard: puffer_store::ShardOptions::default(),
             node,
             default_layout: layout,

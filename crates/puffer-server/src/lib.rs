@@ -18,7 +18,7 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
-use puffer_query::Database;
+use puffer_node::Database;
 
 pub use config::ServerConfig;
 pub use error::ApiError;

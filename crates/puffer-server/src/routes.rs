@@ -13,7 +13,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use puffer_query::{Answer, Output, Select, Statement, Table, TableLayout};
+use puffer_node::{Answer, Table, TableLayout};
+use puffer_query::{Output, Select, Statement};
 use puffer_store::{AttrType, Attribute, ReadOptions, Schema, WriteOp};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as JsonValue};
@@ -547,7 +548,7 @@ pub(crate) async fn get_record(
 fn get_response(
     table: &str,
     key: &str,
-    (found, schema, info): puffer_query::RawAnswer,
+    (found, schema, info): puffer_node::RawAnswer,
 ) -> Result<Response, ApiError> {
     let snapshot = snapshot_json(&info);
     Ok(match found {

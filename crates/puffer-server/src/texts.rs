@@ -25,7 +25,7 @@ pub fn texts_dir(state: &AppState) -> PathBuf {
 }
 
 fn check_name(name: &str) -> Result<(), ApiError> {
-    puffer_query::database::check_table_name(name)
+    puffer_node::database::check_table_name(name)
         .map_err(|_| ApiError::invalid(format!("text names follow table-name rules; got {name:?}")))
 }
 

@@ -362,8 +362,8 @@ fn text_column(json: &Json) -> Result<String, ApiError> {
 }
 
 /// A statement's answer as the JSON the API returns for it.
-pub fn answer_json(answer: &puffer_query::Answer, schema: Option<&Schema>) -> Json {
-    use puffer_query::Answer;
+pub fn answer_json(answer: &puffer_node::Answer, schema: Option<&Schema>) -> Json {
+    use puffer_node::Answer;
     match answer {
         Answer::Rows {
             columns,

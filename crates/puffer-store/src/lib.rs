@@ -40,7 +40,6 @@ pub mod query;
 pub mod record_cache;
 pub mod schema;
 pub mod segment;
-pub mod serving;
 pub mod shard;
 pub mod sorted;
 pub mod stage;

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
-use puffer_query::database::check_table_name;
+use puffer_node::database::check_table_name;
+use puffer_node::Database;
 use puffer_query::import::{self, ImportedRow, ImportedTable, KeySource, NewColumns, Typing};
-use puffer_query::{Database, QueryError};
+use puffer_query::QueryError;
 use puffer_store::{Attribute, Schema, StoreError, Value, WriteOp};
 use serde_json::{json, Value as Json};
 

@@ -2,7 +2,7 @@
 //! public hotel-bookings data set: hotel, country, dates, nights, price, cancellation),
 //! so the quick start needs no download.
 
-use puffer_query::Database;
+use puffer_node::Database;
 use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
 
 /// Name of the sample table.

@@ -33,7 +33,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.listen = listen;
     }
     if args.sample {
-        let db = puffer_query::Database::open(&config.data_dir, Default::default())
+        let db = puffer_node::Database::open(&config.data_dir, Default::default())
             .with_context(|| format!("opening {}", config.data_dir.display()))?;
         if crate::sample::ensure_sample(&db)? {
             eprintln!(

@@ -5,7 +5,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use puffer_query::{Database, Statement};
+use puffer_node::Database;
+use puffer_query::Statement;
 use serde_json::{json, Value};
 
 /// Where statements go.

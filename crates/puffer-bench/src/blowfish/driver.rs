@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use puffer_store::serving::{AdaptiveNode, ReplicaHistoryRow, ShardGroup};
+use puffer_node::serving::{AdaptiveNode, ReplicaHistoryRow, ShardGroup};
 use puffer_store::Shard;
 
 use super::workload::{run_query, SharedTerms, TermSampler};

@@ -32,7 +32,7 @@ use anyhow::{ensure, Context};
 use puffer_adapt::planner::{storage_by_layers, storage_by_replication, zipf_shares, CurveStep};
 use puffer_adapt::{ManagerConfig, Marks};
 use puffer_index::Construction;
-use puffer_store::serving::{AdaptiveNode, NewReplica, NodeConfig};
+use puffer_node::serving::{AdaptiveNode, NewReplica, NodeConfig};
 use puffer_store::Shard;
 use serde_json::json;
 

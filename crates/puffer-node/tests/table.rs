@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use puffer_query::{Database, DatabaseOptions, TableLayout};
-use puffer_store::serving::NodeConfig;
+use puffer_node::serving::NodeConfig;
+use puffer_node::{Database, DatabaseOptions, TableLayout};
 use puffer_store::{
     AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, Value, WriteOp,
 };
@@ -144,7 +144,7 @@ fn sharded_replicated_tables_match_a_model() {
                 }
                 let shard_keys: Vec<Vec<u8>> = model
                     .keys()
-                    .filter(|k| puffer_query::table::shard_of(k, 3) == group.shard)
+                    .filter(|k| puffer_node::table::shard_of(k, 3) == group.shard)
                     .cloned()
                     .collect();
                 assert!(

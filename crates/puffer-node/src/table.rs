@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::serving::{AdaptiveNode, NewReplica, ShardGroup};
 use puffer_store::clock::SystemClock;
 use puffer_store::fs::RealFs;
-use puffer_store::serving::{AdaptiveNode, NewReplica, ShardGroup};
 use puffer_store::{
     Predicate, Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardLog, ShardOptions,
     ShardStats, SnapshotInfo, StoreError, Watermarks, WriteOp,
@@ -32,7 +32,7 @@ use puffer_store::{
 use serde::{Deserialize, Serialize};
 
 use crate::commit::Committer;
-use crate::error::{QueryError, Result};
+use puffer_query::{QueryError, Result};
 
 /// A record as stored (undecoded), the schema it decodes with, and the snapshot read.
 pub type RawAnswer = (Option<puffer_store::RawRecord>, Arc<Schema>, SnapshotInfo);

@@ -2,7 +2,8 @@
 //! the inserted rows by an independent three-valued-logic evaluator; every SELECT and
 //! COUNT(*) must agree, before and after compaction. Plus the errors of the subset.
 
-use puffer_query::{Answer, Database, QueryError};
+use puffer_node::{Answer, Database};
+use puffer_query::QueryError;
 use puffer_store::{Record, ShardOptions, Value};
 
 /// A row as the test sees it: column -> SQL literal value (None = NULL).

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use puffer_query::table::shard_of;
-use puffer_query::{Answer, Database, DatabaseOptions, TableLayout};
-use puffer_store::serving::NodeConfig;
+use puffer_node::serving::NodeConfig;
+use puffer_node::table::shard_of;
+use puffer_node::{Answer, Database, DatabaseOptions, TableLayout};
 use puffer_store::{
     AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, ShardOptions, Value,
     WriteOp,

@@ -21,9 +21,9 @@ use puffer_adapt::{
 use puffer_index::Construction;
 use serde::Serialize;
 
-use crate::error::{Result, StoreError};
 use crate::serving::pool::{PoolCounters, ReplicaPool};
 use crate::serving::replica::{reconcile, LayerState, LayeredReplica};
+use puffer_store::{Result, StoreError};
 
 /// Most layers an index has (puffer-index allows up to 8 levels).
 const MAX_INDEX_LAYERS: u32 = 8;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use puffer_adapt::{Decision, ManagerConfig, Marks};
 use puffer_index::{BuildOptions, Construction, TextIndex};
-use puffer_store::serving::{AdaptiveNode, NewReplica, NodeConfig};
+use puffer_node::serving::{AdaptiveNode, NewReplica, NodeConfig};
 
 fn text(seed: u64) -> Vec<u8> {
     let words = [

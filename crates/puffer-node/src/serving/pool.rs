@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::error::{Result, StoreError};
+use puffer_store::{Result, StoreError};
 
 type Job<R> = Box<dyn FnOnce(&R, usize) + Send>;
 

@@ -7,15 +7,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use puffer_store::serving::{AdaptiveNode, NodeConfig};
+use crate::serving::{AdaptiveNode, NodeConfig};
 use puffer_store::{
     Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardOptions, SnapshotInfo, WriteOp,
 };
 
-use crate::ast::{Output, Select, Statement};
 use crate::commit::{CommitOptions, Committer};
-use crate::error::{QueryError, Result};
 use crate::table::{Table, TableLayout};
+use puffer_query::ast::{Output, Select, Statement};
+use puffer_query::{QueryError, Result};
 
 /// Longest table name, in bytes.
 pub const MAX_TABLE_NAME_BYTES: usize = 64;

@@ -23,14 +23,14 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
+use crate::serving::ShardGroup;
 use puffer_store::clock::{Clock, SystemClock};
 use puffer_store::fs::{Fs, RealFs};
-use puffer_store::serving::ShardGroup;
 use puffer_store::wal::{self, LogWriter, Op};
 use puffer_store::{validate_ops, PreparedOps, ReadOptions, Shard, StoreError, WriteOp};
 
-use crate::error::{QueryError, Result};
 use crate::table::{shard_of, TableShards};
+use puffer_query::{QueryError, Result};
 
 /// Most SCUs made durable with one fsync.
 const MAX_GROUP_SCUS: usize = 256;

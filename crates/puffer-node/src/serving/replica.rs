@@ -8,7 +8,7 @@
 
 use puffer_index::{Construction, TextIndex};
 
-use crate::shard::Shard;
+use puffer_store::Shard;
 
 /// A copy of a shard's data whose sample layers the runtime manages.
 pub trait LayeredReplica: Send + Sync + 'static {
