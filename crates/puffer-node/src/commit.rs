@@ -23,11 +23,11 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use crate::serving::ShardGroup;
+use crate::message::{ReplicaRequest, ShardReplicas};
 use puffer_store::clock::{Clock, SystemClock};
 use puffer_store::fs::{Fs, RealFs};
 use puffer_store::wal::{self, LogWriter, Op};
-use puffer_store::{validate_ops, PreparedOps, ReadOptions, Shard, StoreError, WriteOp};
+use puffer_store::{validate_ops, PreparedOps, ReadOptions, StoreError, WriteOp};
 
 use crate::table::{shard_of, TableShards};
 use puffer_query::{QueryError, Result};
@@ -151,7 +151,7 @@ impl Committer {
             .fs
             .create_dir_all(&inner.log_dir)
             .map_err(|e| StoreError::io(&inner.log_dir, e))?;
-        let checkpoints = inner.max_checkpoint();
+        let checkpoints = inner.max_checkpoint()?;
         inner.published.store(checkpoints, Ordering::SeqCst);
         let records = wal::replay_with(&inner.log_dir, 0, |seq, commit_micros, body| {
             Ok((seq, commit_micros, decode_body(body)?))
@@ -226,8 +226,11 @@ impl Committer {
         let scu = prepare(parts)?;
         for part in &scu.parts {
             for (shard, _) in &part.shards {
-                for slot in part.table.groups[*shard as usize].replicas() {
-                    slot.pool().replica().check_write_room()?;
+                let replicas = &part.table.replicas[*shard as usize];
+                for replica in 0..replicas.replica_count() {
+                    replicas
+                        .send_to(replica, ReplicaRequest::CheckWriteRoom)?
+                        .into_done()?;
                 }
             }
         }
@@ -273,7 +276,7 @@ impl Committer {
     pub fn choose_snapshot(
         &self,
         read: ReadOptions,
-        max_sealed: impl FnOnce() -> u64,
+        max_sealed: impl FnOnce() -> Result<u64>,
     ) -> Result<u64> {
         let published = self.published();
         if read.min_snapshot > published {
@@ -291,7 +294,7 @@ impl Committer {
         let cutoff = now.saturating_sub(bound.as_micros().min(u128::from(u64::MAX)) as u64);
         let acked_before_cutoff = self.inner.acked_by(cutoff, published);
         Ok(acked_before_cutoff
-            .max(max_sealed())
+            .max(max_sealed()?)
             .max(read.min_snapshot)
             .min(published))
     }
@@ -392,10 +395,12 @@ fn decode_body(body: &[u8]) -> std::result::Result<Vec<(u64, Vec<Op>)>, String> 
 }
 
 /// Freezes the full log tables of the shards an SCU touched.
-fn freeze_full(touched: &[Arc<ShardGroup<Shard>>]) {
-    for group in touched {
-        for slot in group.replicas() {
-            slot.pool().replica().freeze_when_full();
+fn freeze_full(touched: &[Arc<dyn ShardReplicas>]) {
+    for replicas in touched {
+        for replica in 0..replicas.replica_count() {
+            // Best effort: a replica that misses it freezes at its next write, and a
+            // full log table only refuses writes (`check_write_room`), it loses nothing.
+            let _ = replicas.send_to(replica, ReplicaRequest::FreezeWhenFull);
         }
     }
 }
@@ -417,14 +422,16 @@ impl Inner {
 
     /// The highest checkpoint of any registered replica: numbering continues above it
     /// (shards that kept their own log before have checkpoints in their own numbering).
-    fn max_checkpoint(&self) -> u64 {
-        self.replicas_watermarks()
+    fn max_checkpoint(&self) -> Result<u64> {
+        Ok(self
+            .replicas_watermarks()?
+            .iter()
             .map(|w| w.compressed)
             .max()
-            .unwrap_or(0)
+            .unwrap_or(0))
     }
 
-    fn replicas_watermarks(&self) -> impl Iterator<Item = puffer_store::Watermarks> {
+    fn replicas_watermarks(&self) -> Result<Vec<puffer_store::Watermarks>> {
         let tables: Vec<Arc<TableShards>> = self
             .tables
             .read()
@@ -432,13 +439,13 @@ impl Inner {
             .values()
             .cloned()
             .collect();
-        tables.into_iter().flat_map(|table| {
-            table
-                .groups
-                .iter()
-                .flat_map(|g| g.replicas().iter().map(|s| s.pool().replica().watermarks()))
-                .collect::<Vec<_>>()
-        })
+        let mut all = Vec::new();
+        for table in tables {
+            for answer in table.to_every_replica(|| ReplicaRequest::Watermarks)? {
+                all.push(answer.into_watermarks()?);
+            }
+        }
+        Ok(all)
     }
 
     /// The highest SCU acknowledged at or before `cutoff_micros` (SCUs older than the
@@ -479,27 +486,33 @@ impl Inner {
         commit_micros: u64,
         parts: Vec<PreparedPart>,
         replaying: bool,
-    ) -> Result<Vec<Arc<ShardGroup<Shard>>>> {
+    ) -> Result<Vec<Arc<dyn ShardReplicas>>> {
         let mut touched = Vec::new();
         for part in parts {
+            let mut changes_schema = false;
             for (shard, prepared) in part.shards {
-                let group = part.table.groups[shard as usize].clone();
-                let (last, others) = group
-                    .replicas()
-                    .split_last()
-                    .expect("a shard has a replica");
-                for slot in others {
-                    slot.pool().replica().apply_logged(
-                        seq,
-                        commit_micros,
-                        prepared.clone(),
-                        replaying,
-                    )?;
+                changes_schema |= prepared
+                    .ops
+                    .iter()
+                    .any(|op| matches!(op, Op::AddAttribute(_)));
+                let replicas = part.table.replicas[shard as usize].clone();
+                let last = replicas.replica_count() - 1;
+                let apply = |ops| ReplicaRequest::Apply {
+                    seq,
+                    commit_micros,
+                    ops,
+                    replaying,
+                };
+                for replica in 0..last {
+                    replicas
+                        .send_to(replica, apply(prepared.clone()))?
+                        .into_done()?;
                 }
-                last.pool()
-                    .replica()
-                    .apply_logged(seq, commit_micros, prepared, replaying)?;
-                touched.push(group);
+                replicas.send_to(last, apply(prepared))?.into_done()?;
+                touched.push(replicas);
+            }
+            if changes_schema {
+                part.table.refresh_schema()?;
             }
         }
         Ok(touched)
@@ -610,7 +623,8 @@ impl Inner {
         // A replica that holds nothing past its checkpoint holds every SCU so far that
         // touches it; otherwise only those up to its checkpoint.
         let durable = self
-            .replicas_watermarks()
+            .replicas_watermarks()?
+            .into_iter()
             .map(|w| {
                 if w.published == w.compressed {
                     published

@@ -13,6 +13,7 @@ use puffer_store::{
 };
 
 use crate::commit::{CommitOptions, Committer};
+use crate::message::{ReadAnswer, ReadRequest, Wait};
 use crate::table::{Table, TableLayout};
 use puffer_query::ast::{Output, Select, Statement};
 use puffer_query::{QueryError, Result};
@@ -260,7 +261,11 @@ impl Database {
     /// Runs one statement.
     pub fn execute(&self, statement: Statement) -> Result<Answer> {
         match statement {
-            Statement::Select(select) => self.select(select),
+            Statement::Select(select) => self.select(&select, Wait::Allowed)?.ok_or_else(|| {
+                QueryError::Store(puffer_store::StoreError::Unavailable(
+                    "a read allowed to wait for a replica got no answer".into(),
+                ))
+            }),
             Statement::Insert { table, records } => {
                 let operations = records.len();
                 let ops = records.into_iter().map(WriteOp::Put).collect();
@@ -288,23 +293,10 @@ impl Database {
         }
     }
 
-    /// Runs a SELECT for a thread that must not wait (an event loop): the answer if the
-    /// replicas it needs can run it on this thread now, `None` if it would have to wait
-    /// in a replica's queue (then run it with [`Database::execute`] on a thread that may).
-    pub fn select_now(&self, select: &Select) -> Result<Option<Answer>> {
-        self.select_with(select, false)
-    }
-
-    fn select(&self, select: Select) -> Result<Answer> {
-        self.select_with(&select, true)?.ok_or_else(|| {
-            QueryError::Store(puffer_store::StoreError::Unavailable(
-                "a read allowed to wait for a replica got no answer".into(),
-            ))
-        })
-    }
-
-    /// The SELECT's answer; `None` only when `may_wait` is false and a replica is busy.
-    fn select_with(&self, select: &Select, may_wait: bool) -> Result<Option<Answer>> {
+    /// Runs a SELECT. With [`Wait::Never`] (a thread that must not block, such as an
+    /// event loop's), `None` if it would have to wait for a replica: run it again with
+    /// [`Wait::Allowed`] on a thread that may.
+    pub fn select(&self, select: &Select, wait: Wait) -> Result<Option<Answer>> {
         let shard = self.table(&select.table)?;
         let schema = shard.schema();
         let read = ReadOptions {
@@ -314,12 +306,17 @@ impl Database {
         };
         let projection = match &select.output {
             Output::Count => {
-                let counted = if may_wait {
-                    Some(shard.count(&select.predicate, read)?)
-                } else {
-                    shard.count_now(&select.predicate, read)?
+                let request = ReadRequest::Count {
+                    predicate: select.predicate.clone(),
+                    read,
                 };
-                return Ok(counted.map(|(count, snapshot)| Answer::Count { count, snapshot }));
+                return match shard.read(&request, wait)? {
+                    Some(ReadAnswer::Count { count, snapshot }) => {
+                        Ok(Some(Answer::Count { count, snapshot }))
+                    }
+                    None => Ok(None),
+                    Some(other) => Err(unexpected_answer(other)),
+                };
             }
             Output::All => None,
             Output::Columns(columns) => Some(
@@ -342,22 +339,25 @@ impl Database {
             limit: select.limit,
             read,
         };
-        let found = if may_wait {
-            Some(shard.search(&query)?)
-        } else {
-            shard.search_now(&query)?
-        };
-        Ok(found.map(
-            |SearchResult {
-                 rows,
-                 truncated,
-                 snapshot,
-             }| Answer::Rows {
+        match shard.read(&ReadRequest::Search { query }, wait)? {
+            Some(ReadAnswer::Rows(SearchResult {
+                rows,
+                truncated,
+                snapshot,
+            })) => Ok(Some(Answer::Rows {
                 columns,
                 rows,
                 truncated,
                 snapshot,
-            },
-        ))
+            })),
+            None => Ok(None),
+            Some(other) => Err(unexpected_answer(other)),
+        }
     }
+}
+
+fn unexpected_answer(answer: ReadAnswer) -> QueryError {
+    QueryError::Store(puffer_store::StoreError::Unavailable(format!(
+        "a read got an answer of another kind: {answer:?}"
+    )))
 }

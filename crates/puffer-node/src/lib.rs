@@ -4,12 +4,15 @@
 //! messages ([`replica`]); the adaptive node spending a memory budget on sample layers
 //! (BlowFish); the catalog of what the database holds.
 
+pub mod catalog;
 pub mod commit;
 pub mod database;
+pub mod message;
 pub mod serving;
 pub mod table;
 
 pub use database::{Answer, Database, DatabaseOptions};
+pub use message::{ReadAnswer, ReadRequest, ReplicaRequest, ReplicaResponse, ShardReplicas, Wait};
 pub use table::{RawAnswer, Table, TableLayout, TableShards};
 
 impl puffer_query::sql::SchemaSource for Database {

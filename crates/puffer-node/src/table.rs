@@ -19,7 +19,7 @@
 //! left in their own logs, and are then written as format 2.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::serving::{AdaptiveNode, NewReplica, ShardGroup};
@@ -32,6 +32,9 @@ use puffer_store::{
 use serde::{Deserialize, Serialize};
 
 use crate::commit::Committer;
+use crate::message::{
+    ReadAnswer, ReadRequest, ReplicaRequest, ReplicaResponse, Reply, ShardReplicas, Wait,
+};
 use puffer_query::{QueryError, Result};
 
 /// A record as stored (undecoded), the schema it decodes with, and the snapshot read.
@@ -129,8 +132,10 @@ pub struct TableShards {
     pub name: String,
     /// Number of shards.
     pub shards: u32,
-    /// Each shard's replicas, registered with the node.
-    pub groups: Vec<Arc<ShardGroup<Shard>>>,
+    /// Each shard's replicas, reached by request messages.
+    pub replicas: Vec<Arc<dyn ShardReplicas>>,
+    /// The schema every replica has, as of the last SCU applied.
+    schema: RwLock<Arc<Schema>>,
     /// Held by a writer whose SCU changes the schema, until it is applied.
     pub(crate) schema_change: Mutex<()>,
 }
@@ -138,24 +143,53 @@ pub struct TableShards {
 impl TableShards {
     /// The schema (every replica has the same).
     pub fn schema(&self) -> Arc<Schema> {
-        self.groups[0].replicas()[0].pool().replica().schema()
+        self.schema.read().expect("schema lock").clone()
+    }
+
+    /// Reads the schema again from a replica, after an SCU that changed it was applied.
+    pub(crate) fn refresh_schema(&self) -> Result<()> {
+        let schema = self.replicas[0]
+            .send_to(0, ReplicaRequest::Schema)?
+            .into_schema()?;
+        *self.schema.write().expect("schema lock") = schema;
+        Ok(())
     }
 
     /// The highest sealed SCU over every replica (a snapshot read on all of them must
     /// not be older).
-    fn max_sealed(&self) -> u64 {
-        self.groups
-            .iter()
-            .flat_map(|g| g.replicas())
-            .map(|slot| slot.pool().replica().watermarks().sorted)
-            .max()
-            .unwrap_or(0)
+    fn max_sealed(&self) -> Result<u64> {
+        let mut max = 0;
+        for shard in &self.replicas {
+            for replica in 0..shard.replica_count() {
+                let marks = shard
+                    .send_to(replica, ReplicaRequest::Watermarks)?
+                    .into_watermarks()?;
+                max = max.max(marks.sorted);
+            }
+        }
+        Ok(max)
+    }
+
+    /// Sends `request` to every replica of every shard, in order.
+    pub(crate) fn to_every_replica(
+        &self,
+        request: impl Fn() -> ReplicaRequest,
+    ) -> Result<Vec<ReplicaResponse>> {
+        let mut answers = Vec::new();
+        for shard in &self.replicas {
+            for replica in 0..shard.replica_count() {
+                answers.push(shard.send_to(replica, request())?);
+            }
+        }
+        Ok(answers)
     }
 }
 
 /// A table's shards, registered with the node and with the database's committer.
 pub struct Table {
     layout: TableLayout,
+    /// The shards' replica groups on this node (the adaptive node serves them).
+    groups: Vec<Arc<ShardGroup<Shard>>>,
     shards: Arc<TableShards>,
     committer: Arc<Committer>,
 }
@@ -286,16 +320,24 @@ impl Table {
                 }
             }
         }
+        let schema = groups[0]
+            .send_to(0, ReplicaRequest::Schema)?
+            .into_schema()?;
         let shards = Arc::new(TableShards {
+            schema: RwLock::new(schema),
             uid: file.uid,
             name: name.to_string(),
             shards: layout.shards,
-            groups,
+            replicas: groups
+                .iter()
+                .map(|g| g.clone() as Arc<dyn ShardReplicas>)
+                .collect(),
             schema_change: Mutex::new(()),
         });
         committer.register(shards.clone());
         Ok(Table {
             layout,
+            groups,
             shards,
             committer: committer.clone(),
         })
@@ -323,7 +365,7 @@ impl Table {
 
     /// The shards, with their replicas.
     pub fn shards(&self) -> &[Arc<ShardGroup<Shard>>] {
-        &self.shards.groups
+        &self.groups
     }
 
     /// The schema (every shard has the same).
@@ -337,23 +379,20 @@ impl Table {
         self.committer.write(vec![(self.shards.clone(), ops)])
     }
 
-    /// Runs `read_with` with `read` turned into one snapshot for every shard it asks,
-    /// choosing again (a bounded number of times) if a replica sealed past it meanwhile.
+    /// Runs `read_with` at one snapshot for every shard it asks, chosen from
+    /// `read`'s freshness, choosing again (a bounded number of times) if a replica
+    /// sealed past it meanwhile.
     fn at_one_snapshot<T>(
         &self,
         read: ReadOptions,
-        mut read_with: impl FnMut(ReadOptions) -> Result<T>,
+        mut read_with: impl FnMut(u64) -> Result<T>,
     ) -> Result<T> {
         let mut tries = 0;
         loop {
             let at = self
                 .committer
                 .choose_snapshot(read, || self.shards.max_sealed())?;
-            let chosen = ReadOptions {
-                at: Some(at),
-                ..read
-            };
-            match read_with(chosen) {
+            match read_with(at) {
                 Err(QueryError::Store(StoreError::SnapshotGone { .. }))
                     if tries + 1 < MAX_SNAPSHOT_TRIES =>
                 {
@@ -364,190 +403,126 @@ impl Table {
         }
     }
 
-    fn group_of(&self, key: &[u8]) -> &Arc<ShardGroup<Shard>> {
-        &self.shards.groups[shard_of(key, self.layout.shards) as usize]
+    /// The one read path: `request` answered at one snapshot over the shards it needs
+    /// (a key's shard, or all of them, merged). With [`Wait::Never`], `None` if a
+    /// replica would have to queue it, or if it needs several shards (which work at
+    /// once on several threads); run it again with [`Wait::Allowed`] on a thread that
+    /// may block.
+    pub fn read(&self, request: &ReadRequest, wait: Wait) -> Result<Option<ReadAnswer>> {
+        let shard = match request {
+            ReadRequest::Get { key, .. } | ReadRequest::GetRaw { key, .. } => {
+                Some(shard_of(key, self.layout.shards) as usize)
+            }
+            ReadRequest::Search { .. } | ReadRequest::Count { .. } => match self.layout.shards {
+                1 => Some(0),
+                _ if wait == Wait::Never => return Ok(None),
+                _ => None,
+            },
+        };
+        self.at_one_snapshot(request.read_options(), |at| {
+            let request = request.at(at);
+            match shard {
+                Some(shard) => {
+                    match self.shards.replicas[shard].read(ReplicaRequest::Read(request), wait)? {
+                        Reply::Answered(response) => Ok(Some(response.into_read()?)),
+                        Reply::WouldWait(_) => Ok(None),
+                    }
+                }
+                None => self.read_all_shards(request).map(Some),
+            }
+        })
     }
 
-    /// The record with `key`, read by a replica of its shard: on this thread when the
-    /// replica has a free worker slot and nobody queued, otherwise through its queue.
+    /// Every shard works at once (the last on this thread); answers are merged when
+    /// all are in.
+    fn read_all_shards(&self, request: ReadRequest) -> Result<ReadAnswer> {
+        let (last, others) = self
+            .shards
+            .replicas
+            .split_last()
+            .expect("a table has a shard");
+        let pending = others
+            .iter()
+            .map(|shard| shard.submit(ReplicaRequest::Read(request.clone())))
+            .collect::<puffer_store::Result<Vec<_>>>()?;
+        let here = last.read(ReplicaRequest::Read(request.clone()), Wait::Allowed);
+        let mut answers = Vec::with_capacity(self.shards.replicas.len());
+        for answer in pending {
+            answers.push(answer.wait()?.into_read()?);
+        }
+        match here? {
+            Reply::Answered(response) => answers.push(response.into_read()?),
+            Reply::WouldWait(_) => unreachable!("a read allowed to wait was given back"),
+        }
+        merged(&request, answers)
+    }
+
+    /// The record with `key` (see [`Table::read`]).
     pub fn get(&self, key: &[u8], read: ReadOptions) -> Result<(Option<Record>, SnapshotInfo)> {
-        let group = self.group_of(key);
-        self.at_one_snapshot(read, |read| {
-            let key = key.to_vec();
-            Ok(group.execute(move |shard| shard.get(&key, read))??)
-        })
+        let request = ReadRequest::Get {
+            key: key.to_vec(),
+            read,
+        };
+        match self.read(&request, Wait::Allowed)? {
+            Some(ReadAnswer::Record { record, snapshot }) => Ok((record, snapshot)),
+            other => Err(not_answered("a record", other)),
+        }
     }
 
-    /// [`Table::get`] for a thread that must not wait (an event loop): the answer if a
-    /// replica of the key's shard can read it on this thread now, `None` if the read
-    /// would have to wait in a queue.
-    pub fn get_now(
-        &self,
-        key: &[u8],
-        read: ReadOptions,
-    ) -> Result<Option<(Option<Record>, SnapshotInfo)>> {
-        let group = self.group_of(key);
-        self.at_one_snapshot(read, |read| {
-            match group.try_execute_here(|shard| shard.get(key, read))? {
-                Ok(answer) => Ok(Some(answer?)),
-                Err(_) => Ok(None),
-            }
-        })
-    }
-
-    /// [`Shard::get_raw`] on the key's shard (see [`Table::get`]).
+    /// The record with `key` as stored (see [`Table::read`]).
     pub fn get_raw(&self, key: &[u8], read: ReadOptions) -> Result<RawAnswer> {
-        let group = self.group_of(key);
-        self.at_one_snapshot(read, |read| {
-            let key = key.to_vec();
-            Ok(group.execute(move |shard| shard.get_raw(&key, read))??)
-        })
-    }
-
-    /// [`Table::get_raw`] for a thread that must not wait, as [`Table::get_now`].
-    pub fn get_raw_now(&self, key: &[u8], read: ReadOptions) -> Result<Option<RawAnswer>> {
-        let group = self.group_of(key);
-        self.at_one_snapshot(read, |read| {
-            match group.try_execute_here(|shard| shard.get_raw(key, read))? {
-                Ok(answer) => Ok(Some(answer?)),
-                Err(_) => Ok(None),
-            }
-        })
-    }
-
-    /// [`Table::search`] for a thread that must not wait: the answer if the table has
-    /// one shard and a replica can run the search on this thread now, `None` otherwise.
-    pub fn search_now(&self, query: &Query) -> Result<Option<SearchResult>> {
-        let [group] = self.shards.groups.as_slice() else {
-            return Ok(None);
+        let request = ReadRequest::GetRaw {
+            key: key.to_vec(),
+            read,
         };
-        self.at_one_snapshot(query.read, |read| {
-            let query = Query {
-                read,
-                ..query.clone()
-            };
-            match group.try_execute_here(|shard| shard.search(&query))? {
-                Ok(answer) => Ok(Some(answer?)),
-                Err(_) => Ok(None),
-            }
-        })
-    }
-
-    /// [`Table::count`] for a thread that must not wait, as [`Table::search_now`].
-    pub fn count_now(
-        &self,
-        predicate: &Predicate,
-        read: ReadOptions,
-    ) -> Result<Option<(u64, SnapshotInfo)>> {
-        let [group] = self.shards.groups.as_slice() else {
-            return Ok(None);
-        };
-        self.at_one_snapshot(read, |read| {
-            match group.try_execute_here(|shard| shard.count(predicate, read))? {
-                Ok(answer) => Ok(Some(answer?)),
-                Err(_) => Ok(None),
-            }
-        })
+        match self.read(&request, Wait::Allowed)? {
+            Some(ReadAnswer::Raw {
+                record,
+                schema,
+                snapshot,
+            }) => Ok((record, schema, snapshot)),
+            other => Err(not_answered("a stored record", other)),
+        }
     }
 
     /// Records matching the query over all shards, ascending by key, all read at one
-    /// snapshot.
+    /// snapshot (see [`Table::read`]).
     pub fn search(&self, query: &Query) -> Result<SearchResult> {
-        self.at_one_snapshot(query.read, |read| {
-            let query = Query {
-                read,
-                ..query.clone()
-            };
-            self.search_at(&query)
-        })
+        let request = ReadRequest::Search {
+            query: query.clone(),
+        };
+        match self.read(&request, Wait::Allowed)? {
+            Some(ReadAnswer::Rows(rows)) => Ok(rows),
+            other => Err(not_answered("rows", other)),
+        }
     }
 
-    fn search_at(&self, query: &Query) -> Result<SearchResult> {
-        // Every shard works at once (the last on this thread); answers are merged when
-        // all are in.
-        let (last, others) = self
-            .shards
-            .groups
-            .split_last()
-            .expect("a table has a shard");
-        let pending = others
-            .iter()
-            .map(|group| {
-                let query = query.clone();
-                group.submit(move |shard| shard.search(&query))
-            })
-            .collect::<puffer_store::Result<Vec<_>>>()?;
-        let query_here = query.clone();
-        let here = last.execute(move |shard| shard.search(&query_here))?;
-        let mut results = Vec::with_capacity(self.shards.groups.len());
-        for answer in pending {
-            results.push(answer.wait()??);
-        }
-        results.push(here?);
-        if results.len() == 1 {
-            return Ok(results.pop().expect("one result"));
-        }
-        let snapshot = combined(results.iter().map(|r| r.snapshot));
-        let mut truncated = results.iter().any(|r| r.truncated);
-        let mut rows: Vec<Record> = results.into_iter().flat_map(|r| r.rows).collect();
-        rows.sort_by(|a, b| a.key.cmp(&b.key));
-        if let Some(limit) = query.limit {
-            if rows.len() > limit {
-                rows.truncate(limit);
-                truncated = true;
-            }
-        }
-        Ok(SearchResult {
-            rows,
-            truncated,
-            snapshot,
-        })
-    }
-
-    /// Records matching `predicate` over all shards, counted at one snapshot.
+    /// Records matching `predicate` over all shards, counted at one snapshot (see
+    /// [`Table::read`]).
     pub fn count(&self, predicate: &Predicate, read: ReadOptions) -> Result<(u64, SnapshotInfo)> {
-        self.at_one_snapshot(read, |read| self.count_at(predicate, read))
-    }
-
-    fn count_at(&self, predicate: &Predicate, read: ReadOptions) -> Result<(u64, SnapshotInfo)> {
-        let (last, others) = self
-            .shards
-            .groups
-            .split_last()
-            .expect("a table has a shard");
-        let pending = others
-            .iter()
-            .map(|group| {
-                let predicate = predicate.clone();
-                group.submit(move |shard| shard.count(&predicate, read))
-            })
-            .collect::<puffer_store::Result<Vec<_>>>()?;
-        let predicate_here = predicate.clone();
-        let here = last.execute(move |shard| shard.count(&predicate_here, read))?;
-        let mut total = 0;
-        let mut snapshots = Vec::new();
-        for answer in pending {
-            let (count, snapshot) = answer.wait()??;
-            total += count;
-            snapshots.push(snapshot);
+        let request = ReadRequest::Count {
+            predicate: predicate.clone(),
+            read,
+        };
+        match self.read(&request, Wait::Allowed)? {
+            Some(ReadAnswer::Count { count, snapshot }) => Ok((count, snapshot)),
+            other => Err(not_answered("a count", other)),
         }
-        let (count, snapshot) = here?;
-        total += count;
-        snapshots.push(snapshot);
-        Ok((total, combined(snapshots.into_iter())))
     }
 
     /// Sizes: disk and memory of every replica, records of one replica per shard.
     pub fn stats(&self) -> Result<ShardStats> {
         let mut total = ShardStats::default();
-        for group in &self.shards.groups {
-            for slot in group.replicas() {
-                let stats = slot.pool().replica().stats()?;
+        for shard in &self.shards.replicas {
+            for replica in 0..shard.replica_count() {
+                let stats = shard
+                    .send_to(replica, ReplicaRequest::Stats)?
+                    .into_stats()?;
                 total.disk_bytes += stats.disk_bytes;
                 total.memory_bytes += stats.memory_bytes;
                 total.key_directory_bytes += stats.key_directory_bytes;
                 total.record_cache += stats.record_cache;
-                if slot.replica == 0 {
+                if replica == 0 {
                     total.segment_records += stats.segment_records;
                     total.segments += stats.segments;
                     total.sorted_batches += stats.sorted_batches;
@@ -560,37 +535,35 @@ impl Table {
 
     /// Watermarks: the database's published snapshot, and the lowest sealed and
     /// compressed SCU over the replicas.
-    pub fn watermarks(&self) -> Watermarks {
-        let all: Vec<Watermarks> = self
+    pub fn watermarks(&self) -> Result<Watermarks> {
+        let all = self
             .shards
-            .groups
-            .iter()
-            .flat_map(|g| g.replicas())
-            .map(|slot| slot.pool().replica().watermarks())
-            .collect();
-        Watermarks {
+            .to_every_replica(|| ReplicaRequest::Watermarks)?
+            .into_iter()
+            .map(|answer| answer.into_watermarks())
+            .collect::<puffer_store::Result<Vec<_>>>()?;
+        Ok(Watermarks {
             published: self.committer.published(),
             sorted: all.iter().map(|w| w.sorted).min().unwrap_or(0),
             compressed: all.iter().map(|w| w.compressed).min().unwrap_or(0),
-        }
+        })
     }
 
     /// Seals every replica's log stage into sorted batches.
     pub fn seal(&self) -> Result<()> {
-        for group in &self.shards.groups {
-            for slot in group.replicas() {
-                slot.pool().replica().seal()?;
-            }
+        for answer in self.shards.to_every_replica(|| ReplicaRequest::Seal)? {
+            answer.into_done()?;
         }
         Ok(())
     }
 
     /// Compacts every replica into segments.
     pub fn compact_all(&self) -> Result<()> {
-        for group in &self.shards.groups {
-            for slot in group.replicas() {
-                slot.pool().replica().compact_all()?;
-            }
+        for answer in self
+            .shards
+            .to_every_replica(|| ReplicaRequest::CompactAll)?
+        {
+            answer.into_done()?;
         }
         Ok(())
     }
@@ -598,9 +571,66 @@ impl Table {
     /// Whether every replica is running.
     pub fn is_running(&self) -> bool {
         self.shards
-            .groups
-            .iter()
-            .all(|g| g.replicas().iter().all(|s| s.pool().replica().is_running()))
+            .to_every_replica(|| ReplicaRequest::IsRunning)
+            .is_ok_and(|answers| {
+                answers
+                    .into_iter()
+                    .all(|answer| answer.into_running().unwrap_or(false))
+            })
+    }
+}
+
+fn not_answered(expected: &str, got: Option<ReadAnswer>) -> QueryError {
+    QueryError::Store(StoreError::Unavailable(format!(
+        "a read allowed to wait expected {expected} and got {got:?}"
+    )))
+}
+
+/// Merges several shards' answers to one read at one snapshot.
+fn merged(request: &ReadRequest, answers: Vec<ReadAnswer>) -> Result<ReadAnswer> {
+    let mut snapshots = Vec::with_capacity(answers.len());
+    match request {
+        ReadRequest::Search { query } => {
+            let mut truncated = false;
+            let mut rows: Vec<Record> = Vec::new();
+            for answer in answers {
+                let ReadAnswer::Rows(result) = answer else {
+                    return Err(not_answered("rows", Some(answer)));
+                };
+                snapshots.push(result.snapshot);
+                truncated |= result.truncated;
+                rows.extend(result.rows);
+            }
+            rows.sort_by(|a, b| a.key.cmp(&b.key));
+            if let Some(limit) = query.limit {
+                if rows.len() > limit {
+                    rows.truncate(limit);
+                    truncated = true;
+                }
+            }
+            Ok(ReadAnswer::Rows(SearchResult {
+                rows,
+                truncated,
+                snapshot: combined(snapshots.into_iter()),
+            }))
+        }
+        ReadRequest::Count { .. } => {
+            let mut total = 0;
+            for answer in answers {
+                let ReadAnswer::Count { count, snapshot } = answer else {
+                    return Err(not_answered("a count", Some(answer)));
+                };
+                total += count;
+                snapshots.push(snapshot);
+            }
+            Ok(ReadAnswer::Count {
+                count: total,
+                snapshot: combined(snapshots.into_iter()),
+            })
+        }
+        ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => Err(QueryError::Invalid(
+            "a read of one key is answered by its shard alone".into(),
+        )),
     }
 }
 

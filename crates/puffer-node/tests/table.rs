@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use puffer_node::serving::NodeConfig;
-use puffer_node::{Database, DatabaseOptions, TableLayout};
+use puffer_node::{Database, DatabaseOptions, ReadAnswer, ReadRequest, TableLayout, Wait};
 use puffer_store::{
     AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, Value, WriteOp,
 };
@@ -274,21 +274,21 @@ fn reads_that_must_not_wait_answer_like_reads_that_may() {
         let read = ReadOptions::default();
         for key in ["k000", "k042", "k099"] {
             // Nothing else runs: a replica always has a free slot.
-            let (got, _) = table.get_now(key.as_bytes(), read).unwrap().unwrap();
+            let (got, _) = get_now(&table, key.as_bytes(), read).unwrap().unwrap();
             assert_eq!(got.as_ref(), model.get(key.as_bytes()), "get {key}");
-            let (got, _) = sharded.get_now(key.as_bytes(), read).unwrap().unwrap();
+            let (got, _) = get_now(&sharded, key.as_bytes(), read).unwrap().unwrap();
             assert_eq!(got.as_ref(), model.get(key.as_bytes()), "sharded get {key}");
         }
         let city = cities[step % 3];
         let (query, expected) = city_query(&model, city, read);
         let predicate = query.predicate.clone();
-        let found = table.search_now(&query).unwrap().unwrap();
+        let found = search_now(&table, &query).unwrap().unwrap();
         assert_eq!(keys_of(&found.rows), expected, "step {step}");
-        let (count, _) = table.count_now(&predicate, read).unwrap().unwrap();
+        let (count, _) = count_now(&table, &predicate, read).unwrap().unwrap();
         assert_eq!(count, expected.len() as u64);
         // A search over several shards needs their replicas at once: never run here.
-        assert!(sharded.search_now(&query).unwrap().is_none());
-        assert!(sharded.count_now(&predicate, read).unwrap().is_none());
+        assert!(search_now(&sharded, &query).unwrap().is_none());
+        assert!(count_now(&sharded, &predicate, read).unwrap().is_none());
     }
     // Every replica busy (one worker each): the reads give up instead of waiting.
     let (release, gate) = std::sync::mpsc::channel::<()>();
@@ -310,14 +310,14 @@ fn reads_that_must_not_wait_answer_like_reads_that_may() {
         started.recv().unwrap();
     }
     let read = ReadOptions::default();
-    assert!(table.get_now(b"k000", read).unwrap().is_none());
+    assert!(get_now(&table, b"k000", read).unwrap().is_none());
     let all = Query {
         predicate: Predicate::All,
         projection: None,
         limit: None,
         read,
     };
-    assert!(table.search_now(&all).unwrap().is_none());
+    assert!(search_now(&table, &all).unwrap().is_none());
     for _ in 0..blockers.len() {
         release.send(()).unwrap();
     }
@@ -330,11 +330,61 @@ fn reads_that_must_not_wait_answer_like_reads_that_may() {
     // A worker frees its slot just after it answers: retry until it has.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let now = loop {
-        match table.search_now(&all).unwrap() {
+        match search_now(&table, &all).unwrap() {
             Some(found) => break found,
             None if std::time::Instant::now() < deadline => std::thread::yield_now(),
             None => panic!("the replicas stayed busy with nothing running"),
         }
     };
     assert_eq!(now.rows, rows);
+}
+
+// The read path for a thread that must not wait, as the server's event loop uses it.
+fn get_now(
+    table: &puffer_node::Table,
+    key: &[u8],
+    read: ReadOptions,
+) -> puffer_query::Result<Option<(Option<Record>, puffer_store::SnapshotInfo)>> {
+    let request = ReadRequest::Get {
+        key: key.to_vec(),
+        read,
+    };
+    Ok(table
+        .read(&request, Wait::Never)?
+        .map(|answer| match answer {
+            ReadAnswer::Record { record, snapshot } => (record, snapshot),
+            other => panic!("a get answered {other:?}"),
+        }))
+}
+
+fn search_now(
+    table: &puffer_node::Table,
+    query: &Query,
+) -> puffer_query::Result<Option<puffer_store::SearchResult>> {
+    let request = ReadRequest::Search {
+        query: query.clone(),
+    };
+    Ok(table
+        .read(&request, Wait::Never)?
+        .map(|answer| match answer {
+            ReadAnswer::Rows(rows) => rows,
+            other => panic!("a search answered {other:?}"),
+        }))
+}
+
+fn count_now(
+    table: &puffer_node::Table,
+    predicate: &Predicate,
+    read: ReadOptions,
+) -> puffer_query::Result<Option<(u64, puffer_store::SnapshotInfo)>> {
+    let request = ReadRequest::Count {
+        predicate: predicate.clone(),
+        read,
+    };
+    Ok(table
+        .read(&request, Wait::Never)?
+        .map(|answer| match answer {
+            ReadAnswer::Count { count, snapshot } => (count, snapshot),
+            other => panic!("a count answered {other:?}"),
+        }))
 }

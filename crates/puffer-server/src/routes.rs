@@ -13,7 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use puffer_node::{Answer, Table, TableLayout};
+use puffer_node::{Answer, ReadAnswer, ReadRequest, Table, TableLayout, Wait};
 use puffer_query::{Output, Select, Statement};
 use puffer_store::{AttrType, Attribute, ReadOptions, Schema, WriteOp};
 use serde::{Deserialize, Serialize};
@@ -54,7 +54,7 @@ fn freshness(seconds: Option<f64>) -> Result<Option<Duration>, ApiError> {
 fn describe(name: &str, table: &Table) -> Result<JsonValue, ApiError> {
     let schema = table.schema();
     let stats = table.stats()?;
-    let marks = table.watermarks();
+    let marks = table.watermarks()?;
     let layout = table.layout();
     Ok(json!({
         "name": name,
@@ -535,14 +535,33 @@ pub(crate) async fn get_record(
         at: None,
     };
     let shard = state.db.table(&table)?;
-    let answer = match shard.get_raw_now(key.as_bytes(), read)? {
+    let request = ReadRequest::GetRaw {
+        key: key.as_bytes().to_vec(),
+        read,
+    };
+    // On the event loop thread if a replica is free now, else on a blocking thread.
+    let answer = match shard.read(&request, Wait::Never)? {
         Some(answer) => answer,
         None => {
-            let (shard, key) = (shard.clone(), key.clone());
-            blocking(move || Ok(shard.get_raw(key.as_bytes(), read)?)).await?
+            blocking(move || {
+                shard.read(&request, Wait::Allowed)?.ok_or_else(|| {
+                    ApiError::internal("a read allowed to wait for a replica got no answer")
+                })
+            })
+            .await?
         }
     };
-    get_response(&table, &key, answer)
+    let ReadAnswer::Raw {
+        record,
+        schema,
+        snapshot,
+    } = answer
+    else {
+        return Err(ApiError::internal(format!(
+            "a read of one record got {answer:?}"
+        )));
+    };
+    get_response(&table, &key, (record, schema, snapshot))
 }
 
 fn get_response(
@@ -637,7 +656,7 @@ pub(crate) async fn search(
     check_sizes(&state, &mut statement)?;
     if let Statement::Select(select) = &statement {
         if short_search(select, &schema.key) {
-            if let Some(answer) = state.db.select_now(select)? {
+            if let Some(answer) = state.db.select(select, Wait::Never)? {
                 return Ok(answer_response(answer, Some(&schema), request.format));
             }
         }

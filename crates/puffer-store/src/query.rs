@@ -2,6 +2,7 @@
 //! of stage: as suffix-array probes on text stages (sorted batches, segments), as
 //! n-gram-narrowed scans on log tables, and directly on decoded records (verification).
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::ops::Bound;
 
@@ -13,7 +14,7 @@ use crate::stage::TextStage;
 
 /// A condition on records. Attribute conditions are false on records that omit the
 /// attribute. The key can be named like an attribute (its values are strings).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Predicate {
     /// Every record.
     All,

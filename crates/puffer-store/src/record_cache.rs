@@ -11,6 +11,7 @@
 //! quick_cache's (CLOCK-Pro-like, resistant to one-off scans such as a search that
 //! touches many cold records once).
 
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use quick_cache::sync::Cache;
@@ -48,7 +49,7 @@ pub struct RecordCache {
 }
 
 /// Counters of a record cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordCacheStats {
     /// Bytes held (texts plus per-entry overhead).
     pub bytes: u64,

@@ -148,7 +148,7 @@ impl From<Schema> for SchemaFields {
 }
 
 /// A record as callers give it: a key and named values; omitted attributes are absent.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 pub struct Record {
     /// The key (non-empty).
     pub key: Vec<u8>,
@@ -173,7 +173,7 @@ impl Record {
 }
 
 /// A validated record: values by attribute id, ascending.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredRecord {
     /// The key.
     pub key: Vec<u8>,

@@ -5,6 +5,7 @@
 //!
 //! Directory layout: `MANIFEST`, `wal/<first seq>.wal`, `seg-NNNNNN.{idx,meta,del-C}`.
 
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,7 +78,7 @@ impl Default for ShardOptions {
 }
 
 /// One write of an SCU, as callers give it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WriteOp {
     /// Insert or replace.
     Put(Record),
@@ -92,7 +93,7 @@ pub enum WriteOp {
 }
 
 /// How fresh a read must be.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadOptions {
     /// Every SCU acknowledged more than this long ago must be visible; `None` = every
     /// acknowledged SCU (freshness 0).
@@ -107,7 +108,7 @@ pub struct ReadOptions {
 }
 
 /// Which snapshot a read saw.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotInfo {
     /// The snapshot: every SCU up to it is visible, none after it.
     pub snapshot: u64,
@@ -118,7 +119,7 @@ pub struct SnapshotInfo {
 }
 
 /// A search request.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Query {
     /// Which records.
     pub predicate: Predicate,
@@ -134,7 +135,7 @@ pub struct Query {
 pub const MAX_RESULT_ROWS: usize = 1_000_000;
 
 /// Records found, sorted by key, and the snapshot read.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SearchResult {
     /// Matching records (projected), ascending by key.
     pub rows: Vec<Record>,
@@ -145,7 +146,7 @@ pub struct SearchResult {
 }
 
 /// Sequence numbers up to which each stage holds every SCU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watermarks {
     /// Acknowledged and visible in the log stage.
     pub published: u64,
@@ -156,7 +157,7 @@ pub struct Watermarks {
 }
 
 /// Sizes of a shard, for benchmarks and the adaptivity layer.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ShardStats {
     /// Bytes of all files in the shard directory.
     pub disk_bytes: u64,
@@ -185,7 +186,7 @@ enum Visible<'s> {
 }
 
 /// A record as stored, for callers that read its fields without naming them.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum RawRecord {
     /// From a log table: values by attribute id.
     Stored(StoredRecord),
@@ -287,7 +288,7 @@ pub enum ShardLog {
 
 /// Operations validated against a schema, with the flattened text of each put, ready
 /// to be applied by any replica whose schema they were validated against.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PreparedOps {
     /// The operations.
     pub ops: Vec<Op>,

@@ -16,6 +16,7 @@
 //! disagrees with its inverted copy, or a gap in sequence numbers is reported as corruption
 //! naming the file: damage is never mistaken for a torn write.
 
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
@@ -29,7 +30,7 @@ const RECORD_HEADER_BYTES: usize = 12;
 pub const MAX_SCU_BYTES: usize = 64 << 20;
 
 /// One operation of an SCU, validated against the schema.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
     /// Insert or replace the record with this key.
     Put(StoredRecord),

@@ -263,7 +263,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             for name in db.table_names() {
                 let table = db.table(&name)?;
                 let stats = table.stats()?;
-                let marks = table.watermarks();
+                let marks = table.watermarks()?;
                 let layout = table.layout();
                 tables.push(json!({
                     "name": name,

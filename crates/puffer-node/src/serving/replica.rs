@@ -44,7 +44,7 @@ impl LayeredReplica for Shard {
 }
 
 /// Layer state of a replica, read off its indexes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LayerState {
     /// Layers every index has (the replica's effective layer count); 1 with no index.
     pub layers: u32,
