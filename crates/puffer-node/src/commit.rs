@@ -20,9 +20,10 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
 
+use crate::catalog::Catalog;
 use crate::message::{ReplicaRequest, ShardReplicas};
 use puffer_store::clock::{Clock, SystemClock};
 use puffer_store::fs::{Fs, RealFs};
@@ -81,6 +82,8 @@ struct Inner {
     /// Why the committer stopped (a failed log write or apply); it then refuses writes.
     stopped: Mutex<Option<String>>,
     queue: Mutex<Option<SyncSender<(PreparedScu, Reply)>>>,
+    /// Where schemas changed by SCUs are recorded once applied.
+    catalog: OnceLock<Arc<dyn Catalog>>,
 }
 
 /// The database's committer: numbers, logs, applies and publishes SCUs.
@@ -114,6 +117,7 @@ impl Committer {
                 tables: RwLock::new(HashMap::new()),
                 stopped: Mutex::new(None),
                 queue: Mutex::new(None),
+                catalog: OnceLock::new(),
             }),
             thread: Mutex::new(None),
         }
@@ -127,6 +131,12 @@ impl Committer {
     /// The newest snapshot: every SCU up to it is applied everywhere it goes.
     pub fn published(&self) -> u64 {
         self.inner.published.load(Ordering::SeqCst)
+    }
+
+    /// Records every schema an SCU changes in `catalog` once the SCU is applied (set
+    /// once, before [`Committer::start`]).
+    pub fn attach_catalog(&self, catalog: Arc<dyn Catalog>) {
+        let _ = self.inner.catalog.set(catalog);
     }
 
     /// Makes a table's shards reachable by the log (replay, removal of log files).
@@ -513,6 +523,14 @@ impl Inner {
             }
             if changes_schema {
                 part.table.refresh_schema()?;
+                if let Some(catalog) = self.catalog.get() {
+                    let schema = part.table.schema();
+                    match catalog.set_schema(&part.table.name, part.table.uid, &schema) {
+                        // Dropped meanwhile: nothing left to record it for.
+                        Ok(()) | Err(QueryError::UnknownTable(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         }
         Ok(touched)

@@ -4,16 +4,21 @@
 //! execution of statements on them.
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::serving::{AdaptiveNode, NodeConfig};
 use puffer_store::{
     Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardOptions, SnapshotInfo, WriteOp,
 };
 
+use crate::catalog::{Catalog, FileCatalog, SegmentEntry, TableEntry, TextEntry};
 use crate::commit::{CommitOptions, Committer};
 use crate::message::{ReadAnswer, ReadRequest, Wait};
+use crate::message::{ReplicaRequest, SegmentFacts};
 use crate::table::{Table, TableLayout};
 use puffer_query::ast::{Output, Select, Statement};
 use puffer_query::{QueryError, Result};
@@ -70,6 +75,9 @@ pub struct DatabaseOptions {
     pub node: NodeConfig,
     /// Layout of tables created without one.
     pub default_layout: TableLayout,
+    /// The catalog; `None`: the file catalog of the data directory (made from the
+    /// directory's tables and texts if it has none yet).
+    pub catalog: Option<Arc<dyn Catalog>>,
 }
 
 /// The tables of a data directory.
@@ -78,7 +86,136 @@ pub struct Database {
     options: DatabaseOptions,
     node: AdaptiveNode<Shard>,
     committer: Arc<Committer>,
-    tables: RwLock<BTreeMap<String, Arc<Table>>>,
+    catalog: Arc<dyn Catalog>,
+    tables: Arc<Tables>,
+    registry: Arc<Registry>,
+    registry_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        *self.registry.stop.lock().expect("registry lock") = true;
+        self.registry.wake.notify_all();
+        if let Some(thread) = self.registry_thread.lock().expect("registry lock").take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// How often the registry thread brings the segment registry up to date.
+pub const REGISTRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the segment registry last recorded per (table uid, shard, replica).
+#[derive(Default)]
+struct Registry {
+    known: Mutex<HashMap<(u64, u32, u32), Vec<SegmentFacts>>>,
+    last_error: Mutex<Option<String>>,
+    /// Set when the database closes; the registry thread then ends.
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+type Tables = RwLock<BTreeMap<String, Arc<Table>>>;
+
+fn sync_registry(tables: &Tables, catalog: &dyn Catalog, registry: &Registry) -> Result<()> {
+    let tables: Vec<Arc<Table>> = tables
+        .read()
+        .expect("tables lock")
+        .values()
+        .cloned()
+        .collect();
+    let mut known = registry.known.lock().expect("registry lock");
+    for table in tables {
+        for (shard, replicas) in table.table_shards().replicas.iter().enumerate() {
+            for replica in 0..replicas.replica_count() {
+                let facts = replicas
+                    .send_to(replica, ReplicaRequest::Segments)?
+                    .into_segments()?;
+                let key = (table.uid(), shard as u32, replica);
+                if known.get(&key) == Some(&facts) {
+                    continue;
+                }
+                let entries: Vec<SegmentEntry> = facts
+                    .iter()
+                    .map(|f| SegmentEntry {
+                        table_uid: table.uid(),
+                        shard: shard as u32,
+                        replica,
+                        segment: f.segment,
+                        records: f.records,
+                        file_bytes: f.file_bytes,
+                    })
+                    .collect();
+                match catalog.set_segments(table.uid(), shard as u32, replica, &entries) {
+                    Ok(()) => {
+                        known.insert(key, facts);
+                    }
+                    // Dropped meanwhile.
+                    Err(QueryError::UnknownTable(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The registry thread: brings the registry up to date every interval until the
+/// database closes.
+fn run_registry(tables: Arc<Tables>, catalog: Arc<dyn Catalog>, registry: Arc<Registry>) {
+    loop {
+        {
+            let stop = registry.stop.lock().expect("registry lock");
+            let (stop, _) = registry
+                .wake
+                .wait_timeout_while(stop, REGISTRY_INTERVAL, |stop| !*stop)
+                .expect("registry lock");
+            if *stop {
+                return;
+            }
+        }
+        let outcome = sync_registry(&tables, catalog.as_ref(), &registry);
+        *registry.last_error.lock().expect("registry lock") = outcome.err().map(|e| e.to_string());
+    }
+}
+
+/// Where a data directory keeps its text files' indexes.
+pub const TEXTS_DIR: &str = "texts";
+
+/// The text indexes in `dir` (`<name>.pidx`), for a catalog made from a data directory
+/// that had none.
+fn existing_texts(dir: &Path) -> Result<Vec<TextEntry>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(puffer_store::StoreError::io(dir, e).into()),
+    };
+    let mut texts = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| puffer_store::StoreError::io(dir, e))?
+            .path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".pidx"))
+        else {
+            continue;
+        };
+        if check_table_name(name).is_err() {
+            continue;
+        }
+        let index = puffer_index::TextIndex::open(&path).map_err(puffer_store::StoreError::from)?;
+        let index_bytes = std::fs::metadata(&path)
+            .map_err(|e| puffer_store::StoreError::io(&path, e))?
+            .len();
+        texts.push(TextEntry {
+            name: name.to_string(),
+            text_bytes: index.text_len(),
+            index_bytes,
+        });
+    }
+    Ok(texts)
 }
 
 /// Checks a table name: 1 to 64 bytes of ASCII letters, digits and `_`, not starting
@@ -125,30 +262,110 @@ impl Database {
         let tables_dir = dir.join("tables");
         std::fs::create_dir_all(&tables_dir)
             .map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
+        let given = match &options.catalog {
+            Some(catalog) => Some(catalog.clone()),
+            None => FileCatalog::open(&dir)?.map(|c| Arc::new(c) as Arc<dyn Catalog>),
+        };
         let mut tables = BTreeMap::new();
-        let entries = std::fs::read_dir(&tables_dir)
-            .map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if check_table_name(&name).is_err() {
-                continue; // not a table
+        let catalog = match given {
+            Some(catalog) => {
+                for entry in catalog.tables()? {
+                    let path = tables_dir.join(&entry.name);
+                    let table = Table::open(&node, &committer, &path, &entry.name, &options.shard)?
+                        .filter(|table| table.uid() == entry.uid)
+                        .ok_or_else(|| {
+                            puffer_store::StoreError::corrupt(
+                                &path,
+                                format!(
+                                    "the catalog lists table {:?} with uid {}, which this \
+                                     directory does not hold",
+                                    entry.name, entry.uid
+                                ),
+                            )
+                        })?;
+                    tables.insert(entry.name, Arc::new(table));
+                }
+                catalog
             }
-            // `None`: a creation that never finished.
-            let opened = Table::open(&node, &committer, &entry.path(), &name, &options.shard)?;
-            if let Some(table) = opened {
-                tables.insert(name, Arc::new(table));
+            // A data directory from before catalogs: its tables are the finished ones
+            // in `tables/`, its texts the indexes in `texts/`.
+            None => {
+                let entries = std::fs::read_dir(&tables_dir)
+                    .map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
+                for entry in entries {
+                    let entry = entry.map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if check_table_name(&name).is_err() {
+                        continue; // not a table
+                    }
+                    // `None`: a creation that never finished.
+                    let opened =
+                        Table::open(&node, &committer, &entry.path(), &name, &options.shard)?;
+                    if let Some(table) = opened {
+                        tables.insert(name, Arc::new(table));
+                    }
+                }
+                let listed: Vec<TableEntry> = tables.values().map(|t| t.entry()).collect();
+                let texts = existing_texts(&dir.join(TEXTS_DIR))?;
+                Arc::new(FileCatalog::create_listing(
+                    &dir,
+                    Arc::new(puffer_store::fs::RealFs),
+                    &listed,
+                    &texts,
+                )?)
             }
-        }
+        };
+        committer.attach_catalog(catalog.clone());
         // Every table is registered: the log replays what their replicas lack.
         committer.start()?;
+        // A schema change applied just before a crash may not have reached the catalog.
+        for table in tables.values() {
+            let schema = table.schema();
+            if catalog.table(table.name())?.map(|e| e.schema) != Some((*schema).clone()) {
+                catalog.set_schema(table.name(), table.uid(), &schema)?;
+            }
+        }
+        let tables = Arc::new(RwLock::new(tables));
+        let registry = Arc::new(Registry::default());
+        sync_registry(&tables, catalog.as_ref(), &registry)?;
+        let registry_thread = {
+            let (tables, catalog, registry) = (tables.clone(), catalog.clone(), registry.clone());
+            std::thread::Builder::new()
+                .name("puffer-registry".into())
+                .spawn(move || run_registry(tables, catalog, registry))
+                .map_err(|e| puffer_store::StoreError::io(&dir, e))?
+        };
         Ok(Database {
             dir,
             options,
             node,
             committer,
-            tables: RwLock::new(tables),
+            catalog,
+            tables,
+            registry,
+            registry_thread: Mutex::new(Some(registry_thread)),
         })
+    }
+
+    /// The catalog: tables, texts, and the registry of every replica's segments.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// Records every replica's segments in the catalog's registry where they changed
+    /// since the last time. Runs at open, then every [`REGISTRY_INTERVAL`] on the
+    /// database's registry thread (compactions replace segments in the background).
+    pub fn sync_segment_registry(&self) -> Result<()> {
+        sync_registry(&self.tables, self.catalog.as_ref(), &self.registry)
+    }
+
+    /// Why the last registry update failed, if it did (it is retried every interval).
+    pub fn registry_error(&self) -> Option<String> {
+        self.registry
+            .last_error
+            .lock()
+            .expect("registry lock")
+            .clone()
     }
 
     /// The data directory.
@@ -213,18 +430,31 @@ impl Database {
             layout,
             &self.options.shard,
         )?;
+        // The catalog entry is the commit point: until it is written, the table's
+        // directories are the leftovers of a creation that never finished.
+        if let Err(e) = self.catalog.create_table(&table.entry()) {
+            self.committer.unregister(table.uid());
+            self.node.remove_table(name);
+            drop(table);
+            let _ = std::fs::remove_dir_all(&path);
+            return Err(e);
+        }
         tables.insert(name.to_string(), Arc::new(table));
         Ok(())
     }
 
     /// Drops a table and deletes its data.
     pub fn drop_table(&self, name: &str) -> Result<()> {
-        let table = self
-            .tables
-            .write()
-            .expect("tables lock")
-            .remove(name)
-            .ok_or_else(|| QueryError::UnknownTable(name.to_string()))?;
+        let table = {
+            let mut tables = self.tables.write().expect("tables lock");
+            if !tables.contains_key(name) {
+                return Err(QueryError::UnknownTable(name.to_string()));
+            }
+            // The commit point: once the entry is gone, so is the table, whatever
+            // happens to its directories below.
+            self.catalog.drop_table(name)?;
+            tables.remove(name).expect("checked above")
+        };
         self.committer.unregister(table.uid());
         self.node.remove_table(name);
         // Stops its replicas' threads once the last query holding the table ends.

@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use puffer_index::Construction;
+use puffer_store::stage::TextStage;
 use puffer_store::{
     Predicate, PreparedOps, Query, RawRecord, ReadOptions, Record, Result, Schema, SearchResult,
     Shard, ShardStats, SnapshotInfo, StoreError, Watermarks,
@@ -109,6 +110,8 @@ pub enum ReplicaRequest {
     CompactAll,
     /// Whether the replica's background work runs.
     IsRunning,
+    /// The replica's segments now.
+    Segments,
     /// Move every index of the replica to `layers` sample layers (added in the
     /// background when `dedicated`, else filled by queries).
     SetLayers { layers: u32, dedicated: bool },
@@ -131,6 +134,19 @@ pub enum ReplicaResponse {
     Running(bool),
     /// For [`ReplicaRequest::SetLayers`]: the layers now.
     Layers(LayerState),
+    /// For [`ReplicaRequest::Segments`], ascending by id.
+    Segments(Vec<SegmentFacts>),
+}
+
+/// One segment of a replica, as the segment registry records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentFacts {
+    /// The segment's id within the replica.
+    pub segment: u64,
+    /// Records (deleted ones included).
+    pub records: u64,
+    /// Bytes of its files.
+    pub file_bytes: u64,
 }
 
 fn unexpected(expected: &str, got: &ReplicaResponse) -> StoreError {
@@ -177,6 +193,14 @@ impl ReplicaResponse {
         match self {
             ReplicaResponse::Watermarks(marks) => Ok(marks),
             other => Err(unexpected("watermarks", &other)),
+        }
+    }
+
+    /// The segments.
+    pub fn into_segments(self) -> Result<Vec<SegmentFacts>> {
+        match self {
+            ReplicaResponse::Segments(segments) => Ok(segments),
+            other => Err(unexpected("segments", &other)),
         }
     }
 
@@ -240,6 +264,19 @@ pub fn serve(shard: &Shard, request: ReplicaRequest) -> Result<ReplicaResponse> 
             ReplicaResponse::Done
         }
         ReplicaRequest::IsRunning => ReplicaResponse::Running(shard.is_running()),
+        ReplicaRequest::Segments => {
+            let mut segments: Vec<SegmentFacts> = shard
+                .segments()
+                .iter()
+                .map(|segment| SegmentFacts {
+                    segment: segment.id,
+                    records: segment.record_count(),
+                    file_bytes: segment.file_bytes(),
+                })
+                .collect();
+            segments.sort_by_key(|s| s.segment);
+            ReplicaResponse::Segments(segments)
+        }
         ReplicaRequest::SetLayers { layers, dedicated } => {
             let construction = if dedicated {
                 Construction::Dedicated

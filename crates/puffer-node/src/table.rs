@@ -343,6 +343,16 @@ impl Table {
         })
     }
 
+    /// The table's catalog entry.
+    pub fn entry(&self) -> crate::catalog::TableEntry {
+        crate::catalog::TableEntry {
+            name: self.name().to_string(),
+            uid: self.uid(),
+            layout: self.layout,
+            schema: (*self.schema()).clone(),
+        }
+    }
+
     /// The table's name.
     pub fn name(&self) -> &str {
         &self.shards.name

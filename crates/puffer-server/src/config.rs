@@ -146,6 +146,7 @@ impl AdaptConfig {
             shard: puffer_store::ShardOptions::default(),
             node,
             default_layout: layout,
+            catalog: None,
         })
     }
 }

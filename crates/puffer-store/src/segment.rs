@@ -285,6 +285,15 @@ impl Segment {
         self.keys.byte_len() as u64
     }
 
+    /// Bytes of the segment's index and meta files on disk (deletion marks aside).
+    pub fn file_bytes(&self) -> u64 {
+        [index_file_name(self.id), meta_file_name(self.id)]
+            .iter()
+            .filter_map(|name| std::fs::metadata(self.dir.join(name)).ok())
+            .map(|meta| meta.len())
+            .sum()
+    }
+
     /// Bytes resident for serving: index footprint, key directory, boundaries, marks.
     pub fn memory_bytes(&self) -> u64 {
         self.index.footprint().total_bytes()

@@ -73,19 +73,39 @@ impl FileCatalog {
 
     /// [`FileCatalog::create`] writing through `fs`.
     pub fn create_with(dir: &Path, fs: Arc<dyn Fs>) -> Result<FileCatalog> {
-        let catalog = FileCatalog {
-            path: dir.join(CATALOG_FILE),
-            fs,
-            state: Mutex::new(CatalogState::default()),
-        };
-        if catalog.path.exists() {
+        FileCatalog::create_listing(dir, fs, &[], &[])
+    }
+
+    /// Creates the catalog of a data directory that had none (made before catalogs
+    /// existed), listing `tables` and `texts`, in one write: a crash leaves no catalog
+    /// or all of it.
+    pub fn create_listing(
+        dir: &Path,
+        fs: Arc<dyn Fs>,
+        tables: &[TableEntry],
+        texts: &[TextEntry],
+    ) -> Result<FileCatalog> {
+        let path = dir.join(CATALOG_FILE);
+        if path.exists() {
             return Err(StoreError::InvalidSetting(format!(
                 "{} already holds a catalog",
                 dir.display()
             ))
             .into());
         }
-        catalog.write(&CatalogState::default())?;
+        let mut state = CatalogState::default();
+        for table in tables {
+            state.create_table(table)?;
+        }
+        for text in texts {
+            state.put_text(text)?;
+        }
+        let catalog = FileCatalog {
+            path,
+            fs,
+            state: Mutex::new(state.clone()),
+        };
+        catalog.write(&state)?;
         Ok(catalog)
     }
 
@@ -119,6 +139,14 @@ impl FileCatalog {
         }
         *state = next;
         Ok(answer)
+    }
+}
+
+impl std::fmt::Debug for FileCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileCatalog")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -243,7 +271,7 @@ mod tests {
             let mut bad = good.clone();
             bad[at] ^= 0x20;
             std::fs::write(&path, &bad).unwrap();
-            let error = FileCatalog::open(dir.path()).err().expect("refused");
+            let error = FileCatalog::open(dir.path()).expect_err("refused");
             assert!(
                 matches!(
                     error,

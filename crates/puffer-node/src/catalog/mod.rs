@@ -73,7 +73,7 @@ pub struct SegmentEntry {
 /// Where a database's catalog lives. Every method is atomic: it changes all it says
 /// or nothing. Errors: `UnknownTable`, `TableExists`, `Limit` and `Invalid` for what
 /// the caller asked, `Store` for the catalog's own storage.
-pub trait Catalog: Send + Sync {
+pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// Every table, ascending by name.
     fn tables(&self) -> Result<Vec<TableEntry>>;
 
