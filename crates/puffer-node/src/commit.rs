@@ -30,7 +30,8 @@ use puffer_store::fs::{Fs, RealFs};
 use puffer_store::wal::{self, LogWriter, Op};
 use puffer_store::{validate_ops, PreparedOps, ReadOptions, StoreError, WriteOp};
 
-use crate::table::{shard_of, TableShards};
+use crate::layout::shard_of;
+use crate::shards::TableShards;
 use puffer_query::{QueryError, Result};
 
 /// Most SCUs made durable with one fsync.

@@ -17,14 +17,13 @@ use puffer_store::{
 
 use crate::catalog::{Catalog, FileCatalog, SegmentEntry, TableEntry, TextEntry};
 use crate::commit::{CommitOptions, Committer};
+pub use crate::layout::{check_table_name, MAX_TABLE_NAME_BYTES};
 use crate::message::{ReadAnswer, ReadRequest, Wait};
 use crate::message::{ReplicaRequest, SegmentFacts};
 use crate::table::{Table, TableLayout};
 use puffer_query::ast::{Output, Select, Statement};
 use puffer_query::{QueryError, Result};
 
-/// Longest table name, in bytes.
-pub const MAX_TABLE_NAME_BYTES: usize = 64;
 /// Most tables in one database.
 pub const MAX_TABLES: usize = 1024;
 
@@ -216,23 +215,6 @@ fn existing_texts(dir: &Path) -> Result<Vec<TextEntry>> {
         });
     }
     Ok(texts)
-}
-
-/// Checks a table name: 1 to 64 bytes of ASCII letters, digits and `_`, not starting
-/// with a digit.
-pub fn check_table_name(name: &str) -> Result<()> {
-    let valid = !name.is_empty()
-        && name.len() <= MAX_TABLE_NAME_BYTES
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && !name.as_bytes()[0].is_ascii_digit();
-    if valid {
-        Ok(())
-    } else {
-        Err(QueryError::Invalid(format!(
-            "table names are 1 to {MAX_TABLE_NAME_BYTES} ASCII letters, digits or '_', \
-             not starting with a digit; got {name:?}"
-        )))
-    }
 }
 
 impl Database {

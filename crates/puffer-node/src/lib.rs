@@ -7,8 +7,10 @@
 pub mod catalog;
 pub mod commit;
 pub mod database;
+pub mod layout;
 pub mod message;
 pub mod serving;
+pub mod shards;
 pub mod table;
 
 pub use database::{Answer, Database, DatabaseOptions};

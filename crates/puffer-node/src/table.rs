@@ -19,7 +19,7 @@
 //! left in their own logs, and are then written as format 2.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::serving::{AdaptiveNode, NewReplica, ShardGroup};
@@ -32,55 +32,13 @@ use puffer_store::{
 use serde::{Deserialize, Serialize};
 
 use crate::commit::Committer;
-use crate::message::{
-    ReadAnswer, ReadRequest, ReplicaRequest, ReplicaResponse, Reply, ShardReplicas, Wait,
-};
+pub use crate::layout::{shard_of, TableLayout, MAX_REPLICAS, MAX_SHARDS};
+use crate::message::{ReadAnswer, ReadRequest, ReplicaRequest, Reply, ShardReplicas, Wait};
+pub use crate::shards::TableShards;
 use puffer_query::{QueryError, Result};
 
 /// A record as stored (undecoded), the schema it decodes with, and the snapshot read.
 pub type RawAnswer = (Option<puffer_store::RawRecord>, Arc<Schema>, SnapshotInfo);
-
-/// Most shards of one table.
-pub const MAX_SHARDS: u32 = 256;
-/// Most replicas of one shard on a node.
-pub const MAX_REPLICAS: u32 = 8;
-
-/// How a table is laid out: shards and replicas per shard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TableLayout {
-    /// Shards (records spread by key hash).
-    pub shards: u32,
-    /// Replicas of each shard on this node.
-    pub replicas: u32,
-}
-
-impl Default for TableLayout {
-    fn default() -> Self {
-        TableLayout {
-            shards: 1,
-            replicas: 1,
-        }
-    }
-}
-
-impl TableLayout {
-    /// Checks the counts.
-    pub fn validate(&self) -> Result<()> {
-        if !(1..=MAX_SHARDS).contains(&self.shards) {
-            return Err(QueryError::Invalid(format!(
-                "shards must be 1 to {MAX_SHARDS}, got {}",
-                self.shards
-            )));
-        }
-        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
-            return Err(QueryError::Invalid(format!(
-                "replicas must be 1 to {MAX_REPLICAS}, got {}",
-                self.replicas
-            )));
-        }
-        Ok(())
-    }
-}
 
 #[derive(Serialize, Deserialize)]
 struct TableFile {
@@ -112,77 +70,6 @@ fn new_table_uid() -> u64 {
         .map_or(0, |d| d.as_nanos());
     hasher.write_u128(nanos);
     hasher.finish().max(1)
-}
-
-/// The shard of `key` among `shards`: FNV-1a (64 bit) of the key bytes, modulo.
-pub fn shard_of(key: &[u8], shards: u32) -> u32 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in key {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    (hash % u64::from(shards.max(1))) as u32
-}
-
-/// A table's shards and their replicas, as the committer reaches them.
-pub struct TableShards {
-    /// The table's uid (see the module docs).
-    pub uid: u64,
-    /// The table's name.
-    pub name: String,
-    /// Number of shards.
-    pub shards: u32,
-    /// Each shard's replicas, reached by request messages.
-    pub replicas: Vec<Arc<dyn ShardReplicas>>,
-    /// The schema every replica has, as of the last SCU applied.
-    schema: RwLock<Arc<Schema>>,
-    /// Held by a writer whose SCU changes the schema, until it is applied.
-    pub(crate) schema_change: Mutex<()>,
-}
-
-impl TableShards {
-    /// The schema (every replica has the same).
-    pub fn schema(&self) -> Arc<Schema> {
-        self.schema.read().expect("schema lock").clone()
-    }
-
-    /// Reads the schema again from a replica, after an SCU that changed it was applied.
-    pub(crate) fn refresh_schema(&self) -> Result<()> {
-        let schema = self.replicas[0]
-            .send_to(0, ReplicaRequest::Schema)?
-            .into_schema()?;
-        *self.schema.write().expect("schema lock") = schema;
-        Ok(())
-    }
-
-    /// The highest sealed SCU over every replica (a snapshot read on all of them must
-    /// not be older).
-    fn max_sealed(&self) -> Result<u64> {
-        let mut max = 0;
-        for shard in &self.replicas {
-            for replica in 0..shard.replica_count() {
-                let marks = shard
-                    .send_to(replica, ReplicaRequest::Watermarks)?
-                    .into_watermarks()?;
-                max = max.max(marks.sorted);
-            }
-        }
-        Ok(max)
-    }
-
-    /// Sends `request` to every replica of every shard, in order.
-    pub(crate) fn to_every_replica(
-        &self,
-        request: impl Fn() -> ReplicaRequest,
-    ) -> Result<Vec<ReplicaResponse>> {
-        let mut answers = Vec::new();
-        for shard in &self.replicas {
-            for replica in 0..shard.replica_count() {
-                answers.push(shard.send_to(replica, request())?);
-            }
-        }
-        Ok(answers)
-    }
 }
 
 /// A table's shards, registered with the node and with the database's committer.
@@ -320,20 +207,14 @@ impl Table {
                 }
             }
         }
-        let schema = groups[0]
-            .send_to(0, ReplicaRequest::Schema)?
-            .into_schema()?;
-        let shards = Arc::new(TableShards {
-            schema: RwLock::new(schema),
-            uid: file.uid,
-            name: name.to_string(),
-            shards: layout.shards,
-            replicas: groups
+        let shards = Arc::new(TableShards::new(
+            file.uid,
+            name,
+            groups
                 .iter()
                 .map(|g| g.clone() as Arc<dyn ShardReplicas>)
                 .collect(),
-            schema_change: Mutex::new(()),
-        });
+        )?);
         committer.register(shards.clone());
         Ok(Table {
             layout,

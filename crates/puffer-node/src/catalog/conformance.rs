@@ -11,7 +11,7 @@ use puffer_query::QueryError;
 use puffer_store::{AttrType, Attribute, Schema};
 
 use super::{Catalog, SegmentEntry, TableEntry, TextEntry};
-use crate::table::TableLayout;
+use crate::layout::TableLayout;
 
 /// How the suite gets catalogs of one implementation.
 pub trait Harness {

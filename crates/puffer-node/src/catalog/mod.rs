@@ -19,7 +19,7 @@ use puffer_query::Result;
 use puffer_store::Schema;
 use serde::{Deserialize, Serialize};
 
-use crate::table::TableLayout;
+use crate::layout::TableLayout;
 
 /// Most tables a catalog lists.
 pub const MAX_CATALOG_TABLES: usize = 4096;
@@ -121,7 +121,7 @@ pub(crate) mod checks {
     use super::*;
 
     pub fn new_table(entry: &TableEntry, tables: &[&TableEntry]) -> Result<()> {
-        crate::database::check_table_name(&entry.name)?;
+        crate::layout::check_table_name(&entry.name)?;
         entry.layout.validate()?;
         if entry.uid == 0 {
             return Err(QueryError::Invalid("a table's uid is never 0".into()));
@@ -141,7 +141,7 @@ pub(crate) mod checks {
     }
 
     pub fn text(entry: &TextEntry, texts: usize, replacing: bool) -> Result<()> {
-        crate::database::check_table_name(&entry.name).map_err(|_| {
+        crate::layout::check_table_name(&entry.name).map_err(|_| {
             QueryError::Invalid(format!(
                 "text names follow table-name rules; got {:?}",
                 entry.name
