@@ -21,6 +21,7 @@ pub use crate::layout::{check_table_name, MAX_TABLE_NAME_BYTES};
 use crate::message::{ReadAnswer, ReadRequest, Wait};
 use crate::message::{ReplicaRequest, SegmentFacts};
 use crate::table::{Table, TableLayout};
+use crate::texts::Texts;
 use puffer_query::ast::{Output, Select, Statement};
 use puffer_query::{QueryError, Result};
 
@@ -86,6 +87,7 @@ pub struct Database {
     node: AdaptiveNode<Shard>,
     committer: Arc<Committer>,
     catalog: Arc<dyn Catalog>,
+    texts: Texts,
     tables: Arc<Tables>,
     registry: Arc<Registry>,
     registry_thread: Mutex<Option<JoinHandle<()>>>,
@@ -297,6 +299,7 @@ impl Database {
                 )?)
             }
         };
+        let texts = Texts::open(&dir.join(TEXTS_DIR), catalog.clone())?;
         committer.attach_catalog(catalog.clone());
         // Every table is registered: the log replays what their replicas lack.
         committer.start()?;
@@ -323,10 +326,16 @@ impl Database {
             node,
             committer,
             catalog,
+            texts,
             tables,
             registry,
             registry_thread: Mutex::new(Some(registry_thread)),
         })
+    }
+
+    /// The text files.
+    pub fn texts(&self) -> &Texts {
+        &self.texts
     }
 
     /// The catalog: tables, texts, and the registry of every replica's segments.

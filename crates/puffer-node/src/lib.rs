@@ -12,6 +12,7 @@ pub mod message;
 pub mod serving;
 pub mod shards;
 pub mod table;
+pub mod texts;
 
 pub use database::{Answer, Database, DatabaseOptions};
 pub use message::{ReadAnswer, ReadRequest, ReplicaRequest, ReplicaResponse, ShardReplicas, Wait};

@@ -237,3 +237,39 @@ fn a_database_on_a_memory_catalog_lists_its_tables_there() {
     db.drop_table("m").unwrap();
     assert_eq!(catalog.tables().unwrap().len(), 1);
 }
+
+#[test]
+fn texts_are_listed_in_the_catalog_and_survive_a_reopen() {
+    use puffer_node::texts::Added;
+    let dir = tempfile::tempdir().unwrap();
+    let text = b"the puffer fish puffs up; a puffer is no pufferfish".to_vec();
+    let naive = |pattern: &[u8]| {
+        text.windows(pattern.len())
+            .filter(|w| *w == pattern)
+            .count() as u64
+    };
+    {
+        let db = Database::open_with(dir.path(), options()).unwrap();
+        let Added::New(entry) = db.texts().add("fish", &text).unwrap() else {
+            panic!("a new text");
+        };
+        assert_eq!(entry.text_bytes, text.len() as u64);
+        assert_eq!(db.catalog().texts().unwrap(), vec![entry]);
+        assert_eq!(db.texts().add("fish", b"other").unwrap(), Added::Exists);
+        assert!(db.texts().add("no/slash", b"x").is_err());
+        // A leftover index no entry names (an add that crashed before the catalog).
+        std::fs::write(dir.path().join("texts").join("ghost.pidx"), b"junk").unwrap();
+    }
+    let db = Database::open_with(dir.path(), options()).unwrap();
+    assert_eq!(db.texts().names(), vec!["fish".to_string()]);
+    let index = db.texts().get("fish").unwrap();
+    for pattern in [&b"puff"[..], b"fish", b"puffer", b"z"] {
+        assert_eq!(index.count(pattern).unwrap(), naive(pattern), "{pattern:?}");
+    }
+    // The leftover is replaced by the next add of its name.
+    assert!(matches!(
+        db.texts().add("ghost", b"boo").unwrap(),
+        Added::New(_)
+    ));
+    assert_eq!(db.texts().get("ghost").unwrap().count(b"o").unwrap(), 2);
+}
