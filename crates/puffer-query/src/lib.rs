@@ -8,4 +8,4 @@ pub mod import;
 pub mod sql;
 
 pub use ast::{Output, Select, Statement};
-pub use error::{QueryError, Result};
+pub use error::{ErrorCode, QueryError, Result};

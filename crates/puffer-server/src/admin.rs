@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value as JsonValue};
 
 use crate::auth::{require, Role};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::routes::{blocking, parse_json, Shared};
 
 /// Most seconds of history one request returns.
@@ -97,7 +97,7 @@ pub(crate) async fn set_layers(
             .replicas
             .into_iter()
             .find(|r| r.id == id)
-            .ok_or_else(|| ApiError::not_found("unknown_replica", format!("no replica {id} on this node")))?;
+            .ok_or_else(|| ApiError::new(ErrorCode::UnknownReplica, format!("no replica {id} on this node")))?;
         // The target may still exceed what the indexes allow until the next tick clamps it.
         let now_target = current.target_layers.clamp(1, current.max_layers.max(1));
         let target = match (request.action.as_deref(), request.layers) {

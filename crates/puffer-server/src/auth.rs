@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::AppState;
 
 /// What a caller may do; each role includes the ones before it.
@@ -32,13 +32,11 @@ pub fn require(role: Role, needed: Role) -> Result<(), ApiError> {
     }
     Err(match role {
         Role::Anonymous => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "a bearer token is required (Authorization: Bearer <token>)",
         ),
         _ => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!("this needs the {needed:?} role; the token gives {role:?}"),
         ),
     })

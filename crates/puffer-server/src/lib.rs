@@ -9,6 +9,8 @@ mod dashboard;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
+#[cfg(test)]
+mod panic_tests;
 mod routes;
 pub mod texts;
 pub mod values;
@@ -19,6 +21,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use puffer_node::Database;
+use tower_http::catch_panic::CatchPanicLayer;
 
 pub use config::ServerConfig;
 pub use error::ApiError;
@@ -62,8 +65,14 @@ impl AppState {
     }
 }
 
-/// The router with every route, auth, metrics and the body limit.
+/// The router with every route, auth, metrics, the body limit, and panics answered 500.
 pub fn router(state: Arc<AppState>) -> Router {
+    router_with(state, Router::new())
+}
+
+/// [`router`] with `extra` routes under the same layers: tests add routes that fail on
+/// purpose, which the real server must not serve.
+fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
     let v1 = Router::new()
         .route("/v1/sql", post(routes::sql))
         .route(
@@ -105,6 +114,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.config.max_body_bytes;
     Router::new()
         .merge(v1)
+        .merge(extra)
         .route("/", get(dashboard::page))
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))
@@ -112,6 +122,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .fallback(error::unknown_route)
         .method_not_allowed_fallback(error::method_not_allowed)
+        // Inside the metrics layer, so a panic is counted as the 500 it is answered with.
+        .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::track,
@@ -130,8 +142,7 @@ async fn limit_in_flight(
     use axum::response::IntoResponse;
     let Ok(_permit) = state.in_flight.try_acquire() else {
         let mut error = ApiError::new(
-            axum::http::StatusCode::TOO_MANY_REQUESTS,
-            "overloaded",
+            error::ErrorCode::Overloaded,
             format!(
                 "{} requests are being served (the limit); retry later",
                 state.config.max_concurrent_requests

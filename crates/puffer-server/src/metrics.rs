@@ -1,7 +1,7 @@
 //! Request counters and latency sums by route and status, in Prometheus text format.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -27,10 +27,31 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The counters, also when a panic poisoned their lock: a holder that panicked can
+    /// at worst have left one counter with its request counted and its time not, which
+    /// skews a metric by one request, while failing on the lock would fail every later
+    /// request (each one is counted).
+    fn by_route(&self) -> MutexGuard<'_, ByRoute> {
+        self.by_route.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Panics while holding the lock, as a bug in a holder would (tests only).
+    #[cfg(test)]
+    pub(crate) fn panic_holding_lock(&self, message: &str) -> ! {
+        let _map = self.by_route.lock();
+        panic!("{message}");
+    }
+
+    /// Whether a panic poisoned the lock (tests only).
+    #[cfg(test)]
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.by_route.is_poisoned()
+    }
+
     /// Counts a request. Looked up by borrowed names, so a request of a known route
     /// allocates nothing.
     fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
-        let mut map = self.by_route.lock().expect("metrics lock");
+        let mut map = self.by_route();
         let methods = match map.get_mut(route) {
             Some(methods) => methods,
             None => map.entry(route.to_string()).or_default(),
@@ -62,7 +83,7 @@ impl Metrics {
 
     /// Prometheus exposition text.
     pub fn render(&self) -> String {
-        let map = self.by_route.lock().expect("metrics lock");
+        let map = self.by_route();
         let counters = Self::counters(&map);
         let mut out = String::from(
             "# HELP puffer_http_requests_total HTTP requests by route and status.\n\

@@ -70,7 +70,13 @@ pub fn document() -> Value {
                     "type": "object",
                     "required": ["code", "message", "retryable"],
                     "properties": {
-                        "code": {"type": "string"},
+                        "code": {
+                            "type": "string",
+                            "enum": puffer_query::ErrorCode::ALL
+                                .iter()
+                                .map(|code| code.as_str())
+                                .collect::<Vec<_>>()
+                        },
                         "message": {"type": "string"},
                         "retryable": {"type": "boolean"}
                     }

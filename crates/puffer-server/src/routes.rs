@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as JsonValue};
 
 use crate::auth::{require, Role};
-use crate::error::ApiError;
+use crate::error::{status_of, ApiError, ErrorCode};
 use crate::values::{
     answer_json, predicate_from_json, record_from_json, snapshot_json, RawRecordJson, RecordsJson,
 };
@@ -277,13 +277,8 @@ pub(crate) async fn sql(
 }
 
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_json",
-            format!("bad JSON body: {e}"),
-        )
-    })
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(ErrorCode::BadJson, format!("bad JSON body: {e}")))
 }
 
 #[derive(Deserialize)]
@@ -374,20 +369,14 @@ fn batch_records(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("ndjson") || v.contains("jsonl"));
     let items: Vec<JsonValue> = if jsonl {
-        let text = std::str::from_utf8(body).map_err(|_| {
-            ApiError::new(StatusCode::BAD_REQUEST, "bad_json", "the body is not UTF-8")
-        })?;
+        let text = std::str::from_utf8(body)
+            .map_err(|_| ApiError::new(ErrorCode::BadJson, "the body is not UTF-8"))?;
         text.lines()
             .filter(|line| !line.trim().is_empty())
             .enumerate()
             .map(|(i, line)| {
-                serde_json::from_str(line).map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "bad_json",
-                        format!("line {}: {e}", i + 1),
-                    )
-                })
+                serde_json::from_str(line)
+                    .map_err(|e| ApiError::new(ErrorCode::BadJson, format!("line {}: {e}", i + 1)))
             })
             .collect::<Result<_, _>>()?
     } else {
@@ -430,7 +419,7 @@ pub(crate) async fn put_records(
             .enumerate()
             .map(|(i, item)| {
                 record_from_json(item, &schema).map_err(|mut e| {
-                    e.code = "invalid_record";
+                    e.code = ErrorCode::InvalidRecord;
                     e.message = format!("record {i}: {}", e.message);
                     e
                 })
@@ -501,7 +490,7 @@ fn batch_operation(state: &AppState, i: usize, item: &JsonValue) -> Result<Write
         (Some(record), None) => {
             let schema = state.db.table(table)?.schema();
             let record = record_from_json(record, &schema).map_err(|mut e| {
-                e.code = "invalid_record";
+                e.code = ErrorCode::InvalidRecord;
                 e.message = format!("operation {i}: {}", e.message);
                 e
             })?;
@@ -580,9 +569,9 @@ fn get_response(
         })
         .into_response(),
         None => (
-            StatusCode::NOT_FOUND,
+            status_of(ErrorCode::NotFound),
             Json(json!({
-                "code": "not_found",
+                "code": ErrorCode::NotFound,
                 "message": format!("no record with key {key:?} in table {table:?}"),
                 "retryable": false,
                 "record": null,

@@ -1,9 +1,9 @@
 //! Text files: uploaded, indexed (puffer-index), kept compressed in `texts/<name>.pidx`,
 //! and queried without decompressing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLockReadGuard, RwLockWriteGuard};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, RawQuery, State};
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::auth::{require, Role};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::routes::blocking;
 use crate::AppState;
 
@@ -29,14 +29,23 @@ fn check_name(name: &str) -> Result<(), ApiError> {
         .map_err(|_| ApiError::invalid(format!("text names follow table-name rules; got {name:?}")))
 }
 
+// The texts lock is taken through these two, which also take it when a panic poisoned
+// it: the map is only changed by `insert`s of whole indexes, built or opened before the
+// insert, so a holder that panicked cannot have left it half-changed; failing on the
+// lock instead would fail every later text request.
+fn read_texts(state: &AppState) -> RwLockReadGuard<'_, BTreeMap<String, TextIndex>> {
+    state.texts.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write_texts(state: &AppState) -> RwLockWriteGuard<'_, BTreeMap<String, TextIndex>> {
+    state.texts.write().unwrap_or_else(PoisonError::into_inner)
+}
+
 fn text(state: &AppState, name: &str) -> Result<TextIndex, ApiError> {
-    state
-        .texts
-        .read()
-        .expect("texts lock")
+    read_texts(state)
         .get(name)
         .cloned()
-        .ok_or_else(|| ApiError::not_found("unknown_text", format!("unknown text {name:?}")))
+        .ok_or_else(|| ApiError::new(ErrorCode::UnknownText, format!("unknown text {name:?}")))
 }
 
 /// Opens every text index of the data directory.
@@ -46,7 +55,7 @@ pub fn load_texts(state: &AppState) -> Result<(), ApiError> {
         .map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
     let entries = std::fs::read_dir(&dir)
         .map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
-    let mut texts = state.texts.write().expect("texts lock");
+    let mut texts = write_texts(state);
     for entry in entries.flatten() {
         let path = entry.path();
         let Some(name) = path
@@ -76,10 +85,9 @@ pub(crate) async fn upload(
             state.config.max_text_bytes
         )));
     }
-    if state.texts.read().expect("texts lock").contains_key(&name) {
+    if read_texts(&state).contains_key(&name) {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "text_exists",
+            ErrorCode::TextExists,
             format!("text {name:?} exists"),
         ));
     }
@@ -87,11 +95,7 @@ pub(crate) async fn upload(
         let index = TextIndex::build(&body)?;
         index.save(texts_dir(&state).join(format!("{name}.pidx")))?;
         let index_bytes = index.footprint().total_bytes();
-        state
-            .texts
-            .write()
-            .expect("texts lock")
-            .insert(name.clone(), index);
+        write_texts(&state).insert(name.clone(), index);
         Ok((
             StatusCode::CREATED,
             Json(json!({"name": name, "bytes": body.len(), "index_bytes": index_bytes})),
