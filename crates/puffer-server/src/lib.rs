@@ -30,8 +30,6 @@ pub use error::ApiError;
 pub struct AppState {
     /// The tables.
     pub db: Database,
-    /// The texts, by name.
-    pub texts: routes::Texts,
     /// Settings.
     pub config: ServerConfig,
     /// Request metrics.
@@ -41,7 +39,7 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Opens the data directory: every table and every text.
+    /// Opens the data directory: every table and every text of its catalog.
     pub fn open(config: ServerConfig) -> Result<Arc<AppState>, ApiError> {
         let mut options = config.adapt.database_options()?;
         if config.record_cache_mb > config::MAX_RECORD_CACHE_MB {
@@ -55,12 +53,10 @@ impl AppState {
         let db = Database::open_with(&config.data_dir, options)?;
         let state = Arc::new(AppState {
             db,
-            texts: Default::default(),
             in_flight: tokio::sync::Semaphore::new(config.max_concurrent_requests.max(1)),
             config,
             metrics: Default::default(),
         });
-        texts::load_texts(&state)?;
         Ok(state)
     }
 }

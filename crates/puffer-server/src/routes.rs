@@ -4,7 +4,6 @@
 //! the event loop thread itself when a replica has a free worker slot (sparing the thread
 //! hand-offs, which cost more than the read), and through [`blocking`] when it has none.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -714,9 +713,6 @@ pub(crate) fn type_names() -> Vec<&'static str> {
     .map(|t| t.name())
     .collect()
 }
-
-/// Texts currently loaded, by name.
-pub(crate) type Texts = std::sync::RwLock<BTreeMap<String, puffer_index::TextIndex>>;
 
 #[cfg(test)]
 mod tests {

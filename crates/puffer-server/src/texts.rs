@@ -1,9 +1,8 @@
-//! Text files: uploaded, indexed (puffer-index), kept compressed in `texts/<name>.pidx`,
-//! and queried without decompressing.
+//! Text files over HTTP: uploaded, indexed and kept by the node (`puffer_node::texts`,
+//! listed in the catalog), and queried without decompressing.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::sync::{Arc, PoisonError, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, RawQuery, State};
@@ -11,6 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use puffer_index::TextIndex;
+use puffer_node::texts::Added;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -19,55 +19,21 @@ use crate::error::{ApiError, ErrorCode};
 use crate::routes::blocking;
 use crate::AppState;
 
-/// Where text indexes live in the data directory.
-pub fn texts_dir(state: &AppState) -> PathBuf {
-    state.config.data_dir.join("texts")
-}
-
 fn check_name(name: &str) -> Result<(), ApiError> {
     puffer_node::database::check_table_name(name)
         .map_err(|_| ApiError::invalid(format!("text names follow table-name rules; got {name:?}")))
 }
 
-// The texts lock is taken through these two, which also take it when a panic poisoned
-// it: the map is only changed by `insert`s of whole indexes, built or opened before the
-// insert, so a holder that panicked cannot have left it half-changed; failing on the
-// lock instead would fail every later text request.
-fn read_texts(state: &AppState) -> RwLockReadGuard<'_, BTreeMap<String, TextIndex>> {
-    state.texts.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn write_texts(state: &AppState) -> RwLockWriteGuard<'_, BTreeMap<String, TextIndex>> {
-    state.texts.write().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn text(state: &AppState, name: &str) -> Result<TextIndex, ApiError> {
-    read_texts(state)
+    state
+        .db
+        .texts()
         .get(name)
-        .cloned()
         .ok_or_else(|| ApiError::new(ErrorCode::UnknownText, format!("unknown text {name:?}")))
 }
 
-/// Opens every text index of the data directory.
-pub fn load_texts(state: &AppState) -> Result<(), ApiError> {
-    let dir = texts_dir(state);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
-    let entries = std::fs::read_dir(&dir)
-        .map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
-    let mut texts = write_texts(state);
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Some(name) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".pidx"))
-        else {
-            continue;
-        };
-        texts.insert(name.to_string(), TextIndex::open(&path)?);
-    }
-    Ok(())
+fn exists(name: &str) -> ApiError {
+    ApiError::new(ErrorCode::TextExists, format!("text {name:?} exists"))
 }
 
 pub(crate) async fn upload(
@@ -85,20 +51,23 @@ pub(crate) async fn upload(
             state.config.max_text_bytes
         )));
     }
-    if read_texts(&state).contains_key(&name) {
-        return Err(ApiError::new(
-            ErrorCode::TextExists,
-            format!("text {name:?} exists"),
-        ));
+    // Refused before the build when the name is taken; the node checks again, under
+    // its lock, for two uploads of one name at once.
+    if state.db.texts().get(&name).is_some() {
+        return Err(exists(&name));
     }
     blocking(move || -> Result<Response, ApiError> {
-        let index = TextIndex::build(&body)?;
-        index.save(texts_dir(&state).join(format!("{name}.pidx")))?;
-        let index_bytes = index.footprint().total_bytes();
-        write_texts(&state).insert(name.clone(), index);
+        let Added::New(entry) = state.db.texts().add(&name, &body)? else {
+            return Err(exists(&name));
+        };
+        let index_bytes = state
+            .db
+            .texts()
+            .get(&name)
+            .map_or(entry.index_bytes, |index| index.footprint().total_bytes());
         Ok((
             StatusCode::CREATED,
-            Json(json!({"name": name, "bytes": body.len(), "index_bytes": index_bytes})),
+            Json(json!({"name": name, "bytes": entry.text_bytes, "index_bytes": index_bytes})),
         )
             .into_response())
     })
