@@ -1,6 +1,23 @@
 //! `puffer load`: CSV / JSON Lines files into a table, through a running server (`--url`)
-//! or the data directory directly (`--data`). The files are read and typed by
-//! `puffer_query::import`, then written in batches, one SCU each.
+//! or the data directory directly (`--data`).
+//!
+//! The files are streamed, never held: `puffer_query::import::plan` reads them once to
+//! check them and find the schema, then `ImportPlan::rows` reads them again, one row at
+//! a time, into batches, each written (one SCU) before the next is read. So the loader's
+//! memory is bounded whatever the size of the files, by [`MEMORY_BOUND_BYTES`] (30 MiB)
+//! beyond the program itself:
+//!
+//! - the import's own: at most [`MAX_INPUT_COLUMNS`] columns with their type-inference
+//!   counters, [`SORT_MEMORY_BYTES`] for the key check (beyond that it sorts in
+//!   temporary files), and the record being read, at most [`MAX_RECORD_BYTES`] of text,
+//!   held a few times over (as read, as cells, as values);
+//! - one batch: at most `--batch-rows` (at most [`MAX_BATCH_ROWS`]) rows and
+//!   [`MAX_BATCH_BYTES`] as encoded for the destination (a batch is written early when
+//!   it reaches that), plus the row that reached it, held twice while a data directory
+//!   takes it (the store gets a copy; the batch is kept for a retry).
+//!
+//! With `--data` the store's own memory comes on top (its log tables, and compactions,
+//! which hold the records they merge).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -10,8 +27,12 @@ use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use puffer_node::database::check_table_name;
 use puffer_node::Database;
-use puffer_query::import::{self, ImportedRow, ImportedTable, KeySource, NewColumns, Typing};
+use puffer_query::import::{
+    self, ImportPlan, ImportedRow, KeySource, NewColumns, Origin, Typing, KEY_ENTRY_BYTES,
+    MAX_INPUT_COLUMNS, MAX_RECORD_BYTES, SORT_MEMORY_BYTES,
+};
 use puffer_query::QueryError;
+use puffer_store::schema::StoredRecord;
 use puffer_store::{Attribute, Schema, StoreError, Value, WriteOp};
 use serde_json::{json, Value as Json};
 
@@ -21,7 +42,26 @@ const MAX_OVERLOADED_WAIT: Duration = Duration::from_secs(600);
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-const AFTER_HELP: &str = "\
+/// Most rows in one batch: an SCU takes at most 100,000 operations (the store's
+/// `max_ops_per_scu` and the server's `max_batch_records` defaults).
+pub const MAX_BATCH_ROWS: usize = 100_000;
+
+/// A batch is written once its rows take this many bytes as encoded for the
+/// destination (the JSON body, or the records in memory), even short of --batch-rows;
+/// half the server's default body limit, so that wide rows do not meet it.
+pub const MAX_BATCH_BYTES: usize = 8 << 20;
+
+/// The loader's memory beyond the program, at most: the key check's (while reading,
+/// and its list of skipped rows while writing), a few copies of one record, and one
+/// batch (plus one row) held twice.
+pub const MEMORY_BOUND_BYTES: usize =
+    SORT_MEMORY_BYTES + 4 * MAX_RECORD_BYTES + 2 * (MAX_BATCH_BYTES + MAX_RECORD_BYTES);
+
+/// The help's text after the options, with the limits of the code.
+fn after_help() -> String {
+    let mib = |bytes: usize| bytes >> 20;
+    format!(
+        "\
 Files: .csv (with a header row), .jsonl or .json (one JSON object per line), each \
 optionally .gz; several files load as one table whose columns are the union of theirs. \
 An empty cell, NULL or JSON null is an absent value.
@@ -29,16 +69,39 @@ An empty cell, NULL or JSON null is an absent value.
 A missing table is created with each column's inferred type (int, float, bool, \
 timestamp, else string); an existing table's column types are used instead.
 
+The files are streamed, never held: they are read twice, first to check every row and \
+key and find the column types (a bad row fails naming its file and line before anything \
+is written), then row by row into batches, each written before the next is read. A \
+record (a CSV row, or a JSON line) may be at most {record} MiB; a longer one is refused, \
+naming its file and line, without being read whole. Memory is bounded whatever the size \
+of the files, by: the type-inference state (a few counters for each of at most \
+{columns} columns); at most {sort} MiB for the duplicate-key check with --key ({entry} \
+bytes a row; beyond that it sorts in temporary files in $TMPDIR); the record being read \
+(a few copies of at most {record} MiB); and one batch: at most --batch-rows rows (1 to \
+{max_rows}) and {batch} MiB as encoded for the store (a batch is written early when it \
+reaches that), held twice while a data directory takes it. In all about {total} MiB \
+at most, beyond the program itself. With --data the store's own memory (its log tables, and \
+compactions, which hold the records they merge) comes on top.
+
 Resumable: records are put by key, so re-running the same load (after an error or an \
 interruption) replaces the rows already written instead of duplicating them. With \
 --key-row-number, keys are row numbers, so re-run it with the same files in the same \
 order.
 
-An overloaded store (HTTP 429) makes the batch wait and retry.";
+An overloaded store (HTTP 429) makes the batch wait and retry.",
+        record = mib(MAX_RECORD_BYTES),
+        columns = MAX_INPUT_COLUMNS,
+        sort = mib(SORT_MEMORY_BYTES),
+        max_rows = MAX_BATCH_ROWS,
+        batch = mib(MAX_BATCH_BYTES),
+        entry = KEY_ENTRY_BYTES,
+        total = mib(MEMORY_BOUND_BYTES),
+    )
+}
 
 /// Arguments of `puffer load`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = AFTER_HELP)]
+#[command(after_help = after_help())]
 pub struct LoadArgs {
     /// Table to load into (created if it does not exist).
     table: String,
@@ -57,7 +120,7 @@ pub struct LoadArgs {
     /// `row_number`).
     #[arg(long)]
     key_row_number: bool,
-    /// Records per write; each write is one SCU (all or nothing).
+    /// Records per write (1 to 100000); each write is one SCU (all or nothing).
     #[arg(long, value_name = "N", default_value_t = 1000)]
     batch_rows: usize,
     /// Add columns an existing table lacks, with their inferred types, instead of
@@ -84,6 +147,9 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     if args.batch_rows == 0 {
         bail!("--batch-rows must be at least 1");
     }
+    if args.batch_rows > MAX_BATCH_ROWS {
+        bail!("--batch-rows must be at most {MAX_BATCH_ROWS} (the most operations of one SCU)");
+    }
     check_table_name(&args.table)?;
     let key = match &args.key {
         Some(column) => KeySource::Column(column.clone()),
@@ -105,33 +171,33 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     };
     let spinner = stderr_is_terminal().then(|| {
         let spinner = ProgressBar::new_spinner();
-        spinner.set_message("reading the files");
+        spinner.set_message("checking the files");
         spinner.enable_steady_tick(Duration::from_millis(100));
         spinner
     });
-    let read = import::read_table_with(&args.files, key, typing);
+    let checked = import::plan(&args.files, key, typing);
     if let Some(spinner) = spinner {
         spinner.finish_and_clear();
     }
-    let table = match (read, &existing) {
-        (Ok(table), _) => table,
+    let plan = match (checked, &existing) {
+        (Ok(plan), _) => plan,
         (Err(e), None) => return Err(e.into()),
         (Err(e), Some(_)) => {
             return Err(e)
                 .with_context(|| format!("loading into the existing table {:?}", args.table))
         }
     };
-    if table.is_empty() {
+    if plan.is_empty() {
         bail!("the files hold no rows; nothing was loaded");
     }
     if existing.is_none() {
-        destination.create(&table.schema)?;
+        destination.create(plan.schema())?;
     }
-    if !table.added.is_empty() {
-        destination.add_attributes(&table.added)?;
+    if !plan.added().is_empty() {
+        destination.add_attributes(plan.added())?;
     }
-    destination.check_ids(&table.schema)?;
-    let written = write_batches(&destination, &table, args.batch_rows)?;
+    destination.check_ids(plan.schema())?;
+    let written = write_batches(&destination, &plan, args.batch_rows)?;
     let seconds = started.elapsed().as_secs_f64();
     let mut notes = vec![format!(
         "{} of at most {} rows",
@@ -141,14 +207,14 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     if existing.is_none() {
         notes.push("table created".into());
     }
-    if !table.added.is_empty() {
-        let names: Vec<&str> = table.added.iter().map(|a| a.name.as_str()).collect();
+    if !plan.added().is_empty() {
+        let names: Vec<&str> = plan.added().iter().map(|a| a.name.as_str()).collect();
         notes.push(format!("columns added: {}", names.join(", ")));
     }
-    if table.duplicates_skipped > 0 {
+    if plan.duplicates_skipped() > 0 {
         notes.push(format!(
             "{} skipped: an earlier file had their key",
-            plural(table.duplicates_skipped, "row", "rows")
+            plural(plan.duplicates_skipped(), "row", "rows")
         ));
     }
     if written.overloaded_retries > 0 {
@@ -159,9 +225,9 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     }
     println!(
         "loaded {} rows into {} in {seconds:.2} s ({:.0} rows/s; {})",
-        table.len(),
+        written.rows,
         args.table,
-        table.len() as f64 / seconds.max(1e-9),
+        written.rows as f64 / seconds.max(1e-9),
         notes.join("; ")
     );
     Ok(())
@@ -179,39 +245,153 @@ fn stderr_is_terminal() -> bool {
 // Writing.
 
 struct Written {
+    rows: u64,
     batches: usize,
     overloaded_retries: u64,
 }
 
-/// Writes the rows in batches of `batch_rows`, each one SCU; an overloaded store makes
-/// the batch wait and retry.
+/// One batch, encoded for its destination as its rows arrive (the rows themselves are
+/// not kept).
+struct Batch {
+    rows: usize,
+    /// Where its first row came from.
+    first: Option<Origin>,
+    encoded: Encoded,
+}
+
+enum Encoded {
+    /// The JSON array the HTTP API takes.
+    Json(Vec<u8>),
+    /// Records by attribute id, for a data directory.
+    Records {
+        records: Vec<StoredRecord>,
+        bytes: usize,
+    },
+}
+
+impl Batch {
+    fn new(destination: &Destination) -> Batch {
+        let encoded = match destination {
+            Destination::Http { .. } => Encoded::Json(Vec::new()),
+            Destination::Direct { .. } => Encoded::Records {
+                records: Vec::new(),
+                bytes: 0,
+            },
+        };
+        Batch {
+            rows: 0,
+            first: None,
+            encoded,
+        }
+    }
+
+    fn push(&mut self, row: ImportedRow, schema: &Schema, batch_rows: usize) -> anyhow::Result<()> {
+        self.first.get_or_insert(row.origin);
+        self.rows += 1;
+        match &mut self.encoded {
+            Encoded::Json(body) => {
+                let json = serde_json::to_vec(&row_json(&row, schema))?;
+                // '[' or ',' before the row, and room for the closing ']'.
+                reserve_bounded(body, json.len() + 2, MAX_BATCH_BYTES);
+                body.push(if body.is_empty() { b'[' } else { b',' });
+                body.extend_from_slice(&json);
+            }
+            Encoded::Records { records, bytes } => {
+                let record = row.into_fields();
+                *bytes += record_heap_bytes(&record);
+                reserve_bounded(records, 1, batch_rows);
+                records.push(record);
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes it takes in memory, as encoded.
+    fn bytes(&self) -> usize {
+        match &self.encoded {
+            Encoded::Json(body) => body.capacity(),
+            Encoded::Records { records, bytes } => {
+                records.capacity() * std::mem::size_of::<StoredRecord>() + bytes
+            }
+        }
+    }
+}
+
+/// Makes room for `extra` more items, doubling the capacity as a `Vec` does, but not
+/// past `bound` unless the items need it.
+fn reserve_bounded<T>(buffer: &mut Vec<T>, extra: usize, bound: usize) {
+    let needed = buffer.len() + extra;
+    if needed <= buffer.capacity() {
+        return;
+    }
+    let doubled = (buffer.capacity() * 2).max(64);
+    let target = doubled.min(bound).max(needed);
+    buffer.reserve_exact(target - buffer.len());
+}
+
+/// Bytes a record's allocations take.
+fn record_heap_bytes(record: &StoredRecord) -> usize {
+    let strings: usize = record
+        .fields
+        .iter()
+        .map(|(_, value)| match value {
+            Value::String(bytes) => bytes.capacity(),
+            _ => 0,
+        })
+        .sum();
+    record.key.capacity() + record.fields.capacity() * std::mem::size_of::<(u16, Value)>() + strings
+}
+
+/// Reads the rows and writes them in batches of at most `batch_rows` rows and
+/// [`MAX_BATCH_BYTES`], each one SCU, one batch in memory at a time; an overloaded store
+/// makes the batch wait and retry.
 fn write_batches(
     destination: &Destination,
-    table: &ImportedTable,
+    plan: &ImportPlan,
     batch_rows: usize,
 ) -> anyhow::Result<Written> {
-    let bar = stderr_is_terminal().then(|| progress_bar(table.len() as u64));
+    let bar = stderr_is_terminal().then(|| progress_bar(plan.len()));
     let mut written = Written {
+        rows: 0,
         batches: 0,
         overloaded_retries: 0,
     };
     let result = (|| {
-        for (index, batch) in table.rows.chunks(batch_rows).enumerate() {
-            let first = index * batch_rows;
-            write_one(destination, table, batch, &bar, &mut written).with_context(|| {
+        let mut rows = plan.rows()?;
+        loop {
+            let mut batch = Batch::new(destination);
+            while batch.rows < batch_rows && batch.bytes() < MAX_BATCH_BYTES {
+                let Some(row) = rows.next() else {
+                    break;
+                };
+                let row = row.with_context(|| {
+                    format!(
+                        "reading the files again to write them; the {} rows before are \
+                         loaded, and running the same load again replaces them",
+                        written.rows + batch.rows as u64
+                    )
+                })?;
+                batch.push(row, plan.schema(), batch_rows)?;
+            }
+            let Some(first_origin) = batch.first else {
+                return Ok(());
+            };
+            let first = written.rows;
+            let rows_in_batch = batch.rows;
+            write_one(destination, batch, &bar, &mut written).with_context(|| {
                 format!(
                     "writing rows {first}..{} (from {}); the {first} rows before them are \
                      loaded, and running the same load again replaces them",
-                    first + batch.len(),
-                    table.place(batch[0].origin),
+                    first + rows_in_batch as u64,
+                    plan.place(first_origin),
                 )
             })?;
+            written.rows += rows_in_batch as u64;
             written.batches += 1;
             if let Some(bar) = &bar {
-                bar.inc(batch.len() as u64);
+                bar.inc(rows_in_batch as u64);
             }
         }
-        Ok(())
     })();
     if let Some(bar) = &bar {
         match result {
@@ -224,15 +404,17 @@ fn write_batches(
 
 fn write_one(
     destination: &Destination,
-    table: &ImportedTable,
-    batch: &[ImportedRow],
+    mut batch: Batch,
     bar: &Option<ProgressBar>,
     written: &mut Written,
 ) -> anyhow::Result<()> {
+    if let Encoded::Json(body) = &mut batch.encoded {
+        body.push(b']');
+    }
     let mut backoff = FIRST_BACKOFF;
     let mut waited = Duration::ZERO;
     loop {
-        let Some(overloaded) = destination.write(&table.schema, batch)? else {
+        let Some(overloaded) = destination.write(&batch.encoded)? else {
             if let Some(bar) = bar {
                 bar.set_message("writing");
             }
@@ -408,12 +590,12 @@ impl Destination {
     }
 
     /// Writes one batch as one SCU; `Some` when the store is overloaded (nothing written).
-    fn write(&self, schema: &Schema, batch: &[ImportedRow]) -> anyhow::Result<Option<Overloaded>> {
-        match self {
-            Destination::Http { url, table } => {
-                let records: Vec<Json> = batch.iter().map(|row| row_json(row, schema)).collect();
+    fn write(&self, batch: &Encoded) -> anyhow::Result<Option<Overloaded>> {
+        match (self, batch) {
+            (Destination::Http { url, table }, Encoded::Json(body)) => {
                 let sent = ureq::post(&format!("{url}/v1/tables/{table}/records"))
-                    .send_json(Json::Array(records));
+                    .set("Content-Type", "application/json")
+                    .send_bytes(body);
                 match sent {
                     Ok(_) => Ok(None),
                     Err(ureq::Error::Status(429, response)) => {
@@ -430,11 +612,9 @@ impl Destination {
                     Err(e) => Err(http_error(e, url)),
                 }
             }
-            Destination::Direct { db, table } => {
-                let ops = batch
-                    .iter()
-                    .map(|row| WriteOp::PutFields(row.to_fields()))
-                    .collect();
+            (Destination::Direct { db, table }, Encoded::Records { records, .. }) => {
+                // A copy: an overloaded store takes nothing, and the batch is sent again.
+                let ops = records.iter().cloned().map(WriteOp::PutFields).collect();
                 match db.table(table)?.write(ops) {
                     Ok(_) => Ok(None),
                     Err(puffer_query::QueryError::Store(StoreError::Overloaded(message))) => {
@@ -446,6 +626,7 @@ impl Destination {
                     Err(e) => Err(e.into()),
                 }
             }
+            _ => bail!("a batch encoded for another destination"),
         }
     }
 

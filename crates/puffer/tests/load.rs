@@ -621,3 +621,400 @@ fn statements_piped_to_the_shell_run_one_per_line() {
     let total = count(&["--data", data.as_str()], "t", "id IS NOT NULL");
     assert_eq!(answers[1]["count"], json!(total));
 }
+
+// ---------------------------------------------------------------------------------
+// Files larger than the loader's memory bound.
+
+/// The loader's memory beyond the program, as `puffer load --help` states it.
+const LOADER_BOUND_BYTES: u64 = 30 << 20;
+/// Size of the generated large files.
+const LARGE_FILE_BYTES: u64 = 100 << 20;
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+/// Dense row `i` of the large CSV file, and the record the API should receive for it.
+fn dense_row(i: usize) -> (String, Value) {
+    let name = NAMES[i % NAMES.len()];
+    let price = ((i * 37) % 1001) as i64;
+    let rating = (!i.is_multiple_of(4)).then(|| ((i * 13) % 9) as f64 / 2.0);
+    let note = format!(
+        "{} {} reef {} tide {i}",
+        NAMES[(i * 3) % NAMES.len()],
+        NAMES[(i * 7) % NAMES.len()],
+        i % 977
+    );
+    let line = format!(
+        "k{i},{},{price},{},{}\n",
+        csv_field(name),
+        rating.map_or(String::new(), |r| r.to_string()),
+        csv_field(&note)
+    );
+    let mut record = json!({"id": format!("k{i}"), "name": name, "price": price, "note": note});
+    if let Some(rating) = rating {
+        record["rating"] = json!(rating);
+    }
+    (line, record)
+}
+
+/// Writes dense rows until the file holds `bytes`; returns the number of rows.
+fn write_dense_csv(path: &Path, bytes: u64) -> usize {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    file.write_all(b"id,name,price,rating,note\n").unwrap();
+    let mut written = 0;
+    let mut rows = 0;
+    while written < bytes {
+        let (line, _) = dense_row(rows);
+        file.write_all(line.as_bytes()).unwrap();
+        written += line.len() as u64;
+        rows += 1;
+    }
+    file.flush().unwrap();
+    rows
+}
+
+/// What the fake server received.
+#[derive(Default)]
+struct Received {
+    schema: Value,
+    batches: usize,
+    largest_batch_rows: usize,
+    /// Whether row `i` arrived (each must arrive once).
+    seen: Vec<bool>,
+}
+
+/// A fake server that takes a table's creation and its batches, checking every record
+/// against `dense_row`, until a `GET /stop`.
+fn dense_sink(listener: TcpListener, rows: usize) -> std::thread::JoinHandle<Received> {
+    std::thread::spawn(move || {
+        let mut received = Received {
+            seen: vec![false; rows],
+            ..Received::default()
+        };
+        loop {
+            let (mut stream, _) = listener.accept().unwrap();
+            let request = read_request(&mut stream);
+            let line = request.line.as_str();
+            let (status, body) = if line.starts_with("GET /stop ") {
+                break;
+            } else if line.starts_with("GET /v1/tables/t ") {
+                (
+                    "404 Not Found",
+                    json!({"code": "unknown_table", "message": "no"}),
+                )
+            } else if line.starts_with("POST /v1/tables ") {
+                received.schema = request.body;
+                ("201 Created", json!({"name": "t"}))
+            } else if line.starts_with("POST /v1/tables/t/records ") {
+                let records = request.body.as_array().expect("a batch is an array");
+                received.batches += 1;
+                received.largest_batch_rows = received.largest_batch_rows.max(records.len());
+                for record in records {
+                    let id = record["id"].as_str().expect("an id");
+                    let i: usize = id[1..].parse().expect("a generated id");
+                    assert!(!received.seen[i], "{id} arrived twice");
+                    received.seen[i] = true;
+                    assert_eq!(record, &dense_row(i).1, "record {id}");
+                }
+                ("200 OK", json!({"seq": 1, "operations": records.len()}))
+            } else {
+                panic!("unexpected request {line}");
+            };
+            let body = body.to_string();
+            write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        }
+        received
+    })
+}
+
+#[test]
+fn a_file_far_larger_than_the_memory_bound_streams_to_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("large.csv");
+    let rows = write_dense_csv(&path, LARGE_FILE_BYTES);
+    let file_bytes = std::fs::metadata(&path).unwrap().len();
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let sink = dense_sink(listener, rows);
+    let (output, peak_rss_bytes) =
+        common::output_and_peak_rss_bytes(Command::new(env!("CARGO_BIN_EXE_puffer")).args([
+            "load",
+            "t",
+            &path.display().to_string(),
+            "--key",
+            "id",
+            "--batch-rows",
+            "500",
+            "--url",
+            &url,
+        ]));
+    // Stops the fake server (which may have stopped already, failing a check).
+    let _ = std::net::TcpStream::connect(url.trim_start_matches("http://"))
+        .and_then(|mut stream| stream.write_all(b"GET /stop HTTP/1.1\r\n\r\n"));
+    let received = sink.join().expect("the fake server checked every record");
+    assert!(output.status.success(), "{}", stderr(&output));
+    eprintln!(
+        "loaded {rows} rows from {:.1} MiB over HTTP: peak RSS {:.1} MiB",
+        mib(file_bytes),
+        mib(peak_rss_bytes)
+    );
+    assert!(
+        stdout(&output).contains(&format!("loaded {rows} rows into t")),
+        "{}",
+        stdout(&output)
+    );
+    // Every row arrived once, as generated, in batches of at most 500 rows.
+    assert!(received.seen.iter().all(|&seen| seen), "rows are missing");
+    assert_eq!(received.batches, rows.div_ceil(500));
+    assert_eq!(received.largest_batch_rows, 500);
+    assert_eq!(
+        received.schema["attributes"],
+        json!([
+            {"name": "name", "type": "string"},
+            {"name": "price", "type": "int"},
+            {"name": "rating", "type": "float"},
+            {"name": "note", "type": "string"},
+        ])
+    );
+    // The file is several times the bound; the process (the program's own 6-7 MiB
+    // included) stays under 60 MiB, far below the file.
+    assert!(file_bytes > 3 * LOADER_BOUND_BYTES);
+    assert!(
+        peak_rss_bytes < 60 << 20,
+        "peak RSS {:.1} MiB loading a {:.1} MiB file",
+        mib(peak_rss_bytes),
+        mib(file_bytes)
+    );
+}
+
+/// Columns of the sparse file: most cells of a row are NULL.
+const SPARSE_COLUMNS: usize = 240;
+
+/// The present cells of sparse row `i`: (column, text); even columns hold ints.
+fn sparse_cells(i: usize) -> Vec<(usize, String)> {
+    let mut columns = vec![i % SPARSE_COLUMNS, (i * 7 + 3) % SPARSE_COLUMNS];
+    columns.dedup();
+    columns
+        .into_iter()
+        .map(|c| {
+            let text = if c % 2 == 0 {
+                (i * c).to_string()
+            } else {
+                format!("v{i}")
+            };
+            (c, text)
+        })
+        .collect()
+}
+
+/// Writes the sparse rows as a CSV file of at least `bytes` (NULL in absent cells) and
+/// the same rows as compact JSON Lines; returns the number of rows.
+fn write_sparse(csv: &Path, jsonl: &Path, bytes: u64) -> usize {
+    let mut csv = std::io::BufWriter::new(std::fs::File::create(csv).unwrap());
+    let mut jsonl = std::io::BufWriter::new(std::fs::File::create(jsonl).unwrap());
+    let header: Vec<String> = (0..SPARSE_COLUMNS).map(|c| format!("c{c}")).collect();
+    writeln!(csv, "id,{}", header.join(",")).unwrap();
+    let mut written = 0;
+    let mut rows = 0;
+    while written < bytes {
+        let mut cells = vec!["NULL".to_string(); SPARSE_COLUMNS];
+        let mut object = serde_json::Map::new();
+        object.insert("id".into(), json!(format!("k{rows}")));
+        for (c, text) in sparse_cells(rows) {
+            object.insert(format!("c{c}"), json!(text));
+            cells[c] = text;
+        }
+        let line = format!("k{rows},{}\n", cells.join(","));
+        csv.write_all(line.as_bytes()).unwrap();
+        writeln!(jsonl, "{}", Value::Object(object)).unwrap();
+        written += line.len() as u64;
+        rows += 1;
+    }
+    csv.flush().unwrap();
+    jsonl.flush().unwrap();
+    rows
+}
+
+#[test]
+fn a_file_far_larger_than_the_memory_bound_loads_into_a_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("sparse.csv");
+    let compact = dir.path().join("compact.jsonl");
+    let rows = write_sparse(&csv, &compact, LARGE_FILE_BYTES);
+    let file_bytes = std::fs::metadata(&csv).unwrap().len();
+    let load = |file: &Path, data: &str| {
+        let (output, peak_rss_bytes) =
+            common::output_and_peak_rss_bytes(Command::new(env!("CARGO_BIN_EXE_puffer")).args([
+                "load",
+                "t",
+                &file.display().to_string(),
+                "--key",
+                "id",
+                "--batch-rows",
+                "500",
+                "--data",
+                data,
+            ]));
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(
+            stdout(&output).contains(&format!("loaded {rows} rows into t")),
+            "{}",
+            stdout(&output)
+        );
+        peak_rss_bytes
+    };
+    let data = dir.path().join("data").display().to_string();
+    let peak_rss_bytes = load(&csv, &data);
+    // With --data the store's own memory is in the process too: the same rows from a
+    // small file measure it.
+    let compact_data = dir.path().join("compact-data").display().to_string();
+    let compact_peak_rss_bytes = load(&compact, &compact_data);
+    eprintln!(
+        "loaded {rows} rows from {:.1} MiB with --data: peak RSS {:.1} MiB; the same rows \
+         from {:.1} MiB: {:.1} MiB",
+        mib(file_bytes),
+        mib(peak_rss_bytes),
+        mib(std::fs::metadata(&compact).unwrap().len()),
+        mib(compact_peak_rss_bytes)
+    );
+    assert!(file_bytes > 3 * LOADER_BOUND_BYTES);
+    assert!(
+        peak_rss_bytes < compact_peak_rss_bytes + LOADER_BOUND_BYTES,
+        "peak RSS {:.1} MiB loading a {:.1} MiB file, {:.1} MiB loading its rows from a \
+         small one",
+        mib(peak_rss_bytes),
+        mib(file_bytes),
+        mib(compact_peak_rss_bytes)
+    );
+
+    // The oracle: the count, the types, a count per column and whole rows.
+    let target = ["--data", data.as_str()];
+    assert_eq!(count(&target, "t", ""), rows as u64);
+    let attributes = sql(&target, "DESCRIBE t")["attributes"].clone();
+    for c in [0, 1, 238, 239] {
+        let expected = if c % 2 == 0 { "int" } else { "string" };
+        assert_eq!(
+            attributes[c],
+            json!({"name": format!("c{c}"), "type": expected})
+        );
+    }
+    for c in [0, 3, 100, 239] {
+        let expected = (0..rows)
+            .filter(|&i| sparse_cells(i).iter().any(|(column, _)| *column == c))
+            .count() as u64;
+        assert_eq!(
+            count(&target, "t", &format!("c{c} IS NOT NULL")),
+            expected,
+            "c{c}"
+        );
+    }
+    for i in [0, 1, 4_321, rows / 2, rows - 1] {
+        let answer = sql(&target, &format!("SELECT * FROM t WHERE id = 'k{i}'"));
+        let row = answer["rows"][0].as_object().expect("the row").clone();
+        // Absent values are left out of the answer.
+        let mut expected = serde_json::Map::new();
+        expected.insert("id".into(), json!(format!("k{i}")));
+        for (c, text) in sparse_cells(i) {
+            let value = if c % 2 == 0 {
+                json!(text.parse::<i64>().unwrap())
+            } else {
+                json!(text)
+            };
+            expected.insert(format!("c{c}"), value);
+        }
+        assert_eq!(row, expected, "row k{i}");
+    }
+}
+
+#[test]
+fn an_over_long_record_is_refused_naming_it_and_nothing_is_loaded() {
+    use puffer_query::import::MAX_RECORD_BYTES;
+    let fixture = Fixture::new();
+    let data = fixture.data();
+    let target = ["--data", data.as_str()];
+    let first = fixture.write("first.csv", b"id,note\na,x\nb,y\n");
+    load_ok(&["t", &first, "--key", "id", "--data", &data]);
+
+    // 2,000 good rows, then one longer than the limit on line 2002, then more.
+    let mut text = String::from("id,note\n");
+    for i in 0..2000 {
+        text += &format!("r{i},fine\n");
+    }
+    text += &format!("long,{}\n", "v".repeat(MAX_RECORD_BYTES));
+    text += "after,fine\n";
+    let long = fixture.write("long.csv", text.as_bytes());
+    for table in ["t", "fresh"] {
+        let message = load_fails(&[
+            table,
+            &long,
+            "--key",
+            "id",
+            "--batch-rows",
+            "100",
+            "--data",
+            &data,
+        ]);
+        assert!(
+            message.contains("long.csv line 2002")
+                && message.contains(&format!("longer than {MAX_RECORD_BYTES} bytes")),
+            "{message}"
+        );
+        assert!(
+            !message.contains("are loaded"),
+            "claims a partial load: {message}"
+        );
+    }
+    // Nothing was written: the existing table is unchanged and no table was created.
+    assert_eq!(count(&target, "t", ""), 2);
+    assert_eq!(sql(&target, "SHOW TABLES")["tables"], json!(["t"]));
+
+    let jsonl = fixture.write(
+        "long.jsonl",
+        format!(
+            "{{\"id\": \"a\"}}\n{{\"id\": \"{}\"}}\n",
+            "k".repeat(MAX_RECORD_BYTES)
+        )
+        .as_bytes(),
+    );
+    let message = load_fails(&["t", &jsonl, "--key", "id", "--data", &data]);
+    assert!(message.contains("long.jsonl line 2"), "{message}");
+    assert_eq!(count(&target, "t", ""), 2);
+}
+
+#[test]
+fn batch_rows_must_be_in_range_and_the_help_states_the_memory_bound() {
+    let fixture = Fixture::new();
+    let data = fixture.data();
+    let [csv, _] = fixture.files();
+    for (rows, expected) in [("0", "at least 1"), ("100001", "at most 100000")] {
+        let message = load_fails(&[
+            "t",
+            &csv,
+            "--key",
+            "id",
+            "--batch-rows",
+            rows,
+            "--data",
+            &data,
+        ]);
+        assert!(message.contains(expected), "{message}");
+    }
+    let help = stdout(&puffer(&["load", "--help"]));
+    for phrase in [
+        "Memory is bounded whatever the size of the files",
+        "at most 1 MiB",
+        "at most 8 MiB for the duplicate-key check",
+        "8 MiB as encoded for the store",
+        "about 30 MiB at most, beyond the program itself",
+    ] {
+        assert!(help.contains(phrase), "{phrase:?} is not in:\n{help}");
+    }
+}

@@ -228,3 +228,61 @@ pub const TEXT_WILDCARDS: &[(&str, &str, u64)] = &[
     ("zzz", "a", 10),
     ("reef", "zzz", 10),
 ];
+
+// ---------------------------------------------------------------------------------------
+// Memory of a child process
+// ---------------------------------------------------------------------------------------
+
+/// Runs `command` to its end, sampling its peak resident set size (`VmHWM` in
+/// `/proc/<pid>/status`, which only grows) every 20 ms; returns its output and the
+/// largest peak seen, in bytes (a peak in its last 20 ms may be missed).
+pub fn output_and_peak_rss_bytes(command: &mut Command) -> (std::process::Output, u64) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the child");
+    let stdout = read_all(child.stdout.take().expect("piped stdout"));
+    let stderr = read_all(child.stderr.take().expect("piped stderr"));
+    let status_path = format!("/proc/{}/status", child.id());
+    let mut peak_bytes = 0;
+    let status = loop {
+        if let Some(kib) = std::fs::read_to_string(&status_path)
+            .ok()
+            .and_then(|status| status_kib(&status, "VmHWM:"))
+        {
+            peak_bytes = peak_bytes.max(kib * 1024);
+        }
+        if let Some(status) = child.try_wait().expect("waiting for the child") {
+            break status;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    };
+    (output, peak_bytes)
+}
+
+/// A `Name:   1234 kB` line of a /proc status file, in KiB.
+fn status_kib(status: &str, name: &str) -> Option<u64> {
+    let line = status.lines().find(|line| line.starts_with(name))?;
+    line[name.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Reads a pipe to its end on a thread.
+fn read_all(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
