@@ -10,12 +10,16 @@
 //! - [`manager`]: the layer manager, spending a node memory budget where the queues need it.
 //! - [`scheduler`]: routing a shard's queries to its replicas in inverse proportion to their queues.
 //! - [`planner`]: the storage needed for a load by layers versus by selective replication.
+//! - [`replication`]: segment replicas across nodes after Getafix: aged popularity,
+//!   MODIFIEDBESTFIT, bins matched onto nodes, lazy deletion, garbage collection, and the
+//!   Scarlett and uniform baselines.
 
 pub mod averager;
 pub mod curve;
 pub mod manager;
 pub mod marks;
 pub mod planner;
+pub mod replication;
 pub mod scheduler;
 
 pub use averager::QueueAverager;
@@ -24,11 +28,12 @@ pub use manager::{Decision, LayerManager, ManagerConfig, ReplicaId, ReplicaSampl
 pub use marks::Marks;
 pub use scheduler::ReplicaScheduler;
 
-/// A configuration value out of its valid range.
+/// A configuration value or a policy's input out of its valid range.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("invalid adaptivity setting {setting}: {reason}")]
 pub struct ConfigError {
-    /// The setting's name, as it appears in the configuration file.
+    /// The setting's name, as it appears in the configuration file, or the input's
+    /// parameter name.
     pub setting: &'static str,
     /// What is wrong with it.
     pub reason: String,
