@@ -11,14 +11,14 @@
 //! catalog. The file is small: table and text entries, and one line per segment.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use puffer_query::Result;
 use puffer_store::fs::{write_file_atomic, Fs, RealFs};
-use puffer_store::{Schema, StoreError};
+use puffer_store::StoreError;
 
-use super::memory::CatalogState;
-use super::{Catalog, SegmentEntry, TableEntry, TextEntry};
+use super::memory::{CatalogState, StateCatalog, Storage};
+use super::{TableEntry, TextEntry};
 
 /// The catalog file's name in the data directory.
 pub const CATALOG_FILE: &str = "CATALOG";
@@ -27,12 +27,33 @@ const FORMAT: u32 = 1;
 /// Largest catalog file read (a full catalog of the maximum size is far below).
 const MAX_CATALOG_FILE_BYTES: u64 = 256 << 20;
 
-/// A catalog kept in a file.
-pub struct FileCatalog {
+/// The catalog file of a data directory, where a [`FileCatalog`] keeps its state.
+pub struct CatalogFile {
     path: PathBuf,
     fs: Arc<dyn Fs>,
-    state: Mutex<CatalogState>,
 }
+
+impl std::fmt::Debug for CatalogFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatalogFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Storage for CatalogFile {
+    fn write(&self, state: &CatalogState) -> Result<()> {
+        write_file_atomic(self.fs.as_ref(), &self.path, &encode(state))
+            .map_err(|e| StoreError::io(&self.path, e).into())
+    }
+
+    fn reread(&self) -> Option<CatalogState> {
+        decode(&std::fs::read(&self.path).ok()?).ok()
+    }
+}
+
+/// A catalog kept in a file.
+pub type FileCatalog = StateCatalog<CatalogFile>;
 
 impl FileCatalog {
     /// Opens the catalog in `dir`; `None` if the directory holds none yet.
@@ -59,11 +80,7 @@ impl FileCatalog {
             Err(e) => return Err(StoreError::io(&path, e).into()),
         };
         let state = decode(&bytes).map_err(|why| StoreError::corrupt(&path, why))?;
-        Ok(Some(FileCatalog {
-            path,
-            fs,
-            state: Mutex::new(state),
-        }))
+        Ok(Some(StateCatalog::with(state, CatalogFile { path, fs })))
     }
 
     /// Creates an empty catalog in `dir` (replacing none: `dir` must hold no catalog).
@@ -100,53 +117,9 @@ impl FileCatalog {
         for text in texts {
             state.put_text(text)?;
         }
-        let catalog = FileCatalog {
-            path,
-            fs,
-            state: Mutex::new(state.clone()),
-        };
-        catalog.write(&state)?;
-        Ok(catalog)
-    }
-
-    fn state(&self) -> MutexGuard<'_, CatalogState> {
-        // Changes are made on a copy and swapped in only once written, so a panic while
-        // the lock was held cannot have left the state half changed.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self, state: &CatalogState) -> Result<()> {
-        write_file_atomic(self.fs.as_ref(), &self.path, &encode(state))
-            .map_err(|e| StoreError::io(&self.path, e).into())
-    }
-
-    /// Applies `change` to a copy, writes the copy, and only then makes it the state.
-    /// A failed write is not acknowledged but may still have replaced the file (the
-    /// rename done, the directory's fsync failed): the state is then read back from
-    /// the file, so that what this catalog answers is what a restart would find.
-    fn change<T>(&self, change: impl FnOnce(&mut CatalogState) -> Result<T>) -> Result<T> {
-        let mut state = self.state();
-        let mut next = state.clone();
-        let answer = change(&mut next)?;
-        if let Err(error) = self.write(&next) {
-            if let Some(on_disk) = std::fs::read(&self.path)
-                .ok()
-                .and_then(|bytes| decode(&bytes).ok())
-            {
-                *state = on_disk;
-            }
-            return Err(error);
-        }
-        *state = next;
-        Ok(answer)
-    }
-}
-
-impl std::fmt::Debug for FileCatalog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileCatalog")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
+        let file = CatalogFile { path, fs };
+        file.write(&state)?;
+        Ok(StateCatalog::with(state, file))
     }
 }
 
@@ -197,60 +170,10 @@ fn decode(bytes: &[u8]) -> std::result::Result<CatalogState, String> {
     serde_json::from_slice(body).map_err(|e| format!("body: {e}"))
 }
 
-impl Catalog for FileCatalog {
-    fn tables(&self) -> Result<Vec<TableEntry>> {
-        Ok(self.state().tables.values().cloned().collect())
-    }
-
-    fn table(&self, name: &str) -> Result<Option<TableEntry>> {
-        Ok(self.state().tables.get(name).cloned())
-    }
-
-    fn create_table(&self, entry: &TableEntry) -> Result<()> {
-        self.change(|state| state.create_table(entry))
-    }
-
-    fn set_schema(&self, name: &str, uid: u64, schema: &Schema) -> Result<()> {
-        self.change(|state| state.set_schema(name, uid, schema))
-    }
-
-    fn drop_table(&self, name: &str) -> Result<TableEntry> {
-        self.change(|state| state.drop_table(name))
-    }
-
-    fn texts(&self) -> Result<Vec<TextEntry>> {
-        Ok(self.state().texts.values().cloned().collect())
-    }
-
-    fn put_text(&self, entry: &TextEntry) -> Result<()> {
-        self.change(|state| state.put_text(entry))
-    }
-
-    fn remove_text(&self, name: &str) -> Result<bool> {
-        if !self.state().texts.contains_key(name) {
-            return Ok(false);
-        }
-        self.change(|state| Ok(state.texts.remove(name).is_some()))
-    }
-
-    fn segments(&self, table_uid: u64) -> Result<Vec<SegmentEntry>> {
-        Ok(self.state().segments(table_uid))
-    }
-
-    fn set_segments(
-        &self,
-        table_uid: u64,
-        shard: u32,
-        replica: u32,
-        segments: &[SegmentEntry],
-    ) -> Result<()> {
-        self.change(|state| state.set_segments(table_uid, shard, replica, segments))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::Catalog;
 
     #[test]
     fn a_damaged_file_is_reported_not_read_as_a_smaller_catalog() {

@@ -1,5 +1,6 @@
-//! The catalog in memory: for tests and for databases that live only as long as their
-//! process. [`CatalogState`] is also what the file catalog keeps and writes.
+//! A catalog's state, and the one implementation of [`Catalog`] over it
+//! ([`StateCatalog`]): in memory only ([`MemoryCatalog`], for tests and databases that
+//! live as long as their process), or kept in a [`Storage`] too (the file catalog).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -10,13 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use super::{checks, Catalog, SegmentEntry, TableEntry, TextEntry};
 
-/// Everything a catalog lists.
+/// Everything a catalog lists (its fields are the catalog's business).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct CatalogState {
-    pub tables: BTreeMap<String, TableEntry>,
-    pub texts: BTreeMap<String, TextEntry>,
+pub struct CatalogState {
+    pub(crate) tables: BTreeMap<String, TableEntry>,
+    pub(crate) texts: BTreeMap<String, TextEntry>,
     /// Registered segments by (table uid, shard, replica), each list by segment id.
-    pub segments: Vec<SegmentEntry>,
+    pub(crate) segments: Vec<SegmentEntry>,
 }
 
 impl CatalogState {
@@ -87,34 +88,88 @@ impl CatalogState {
     }
 }
 
-/// A catalog in memory.
-#[derive(Debug, Default)]
-pub struct MemoryCatalog {
-    state: Mutex<CatalogState>,
+/// Where a [`StateCatalog`] keeps its state besides memory.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Makes `state` durable; an error means it may or may not have landed.
+    fn write(&self, state: &CatalogState) -> Result<()>;
+    /// The state as stored now, if it can be read (after a failed write).
+    fn reread(&self) -> Option<CatalogState>;
 }
+
+/// No storage: the catalog lives as long as its process.
+#[derive(Debug, Default)]
+pub struct NoStorage;
+
+impl Storage for NoStorage {
+    fn write(&self, _state: &CatalogState) -> Result<()> {
+        Ok(())
+    }
+
+    fn reread(&self) -> Option<CatalogState> {
+        None
+    }
+}
+
+/// A catalog whose state is in memory, kept in `storage` as well.
+#[derive(Debug)]
+pub struct StateCatalog<S: Storage> {
+    state: Mutex<CatalogState>,
+    storage: S,
+}
+
+/// A catalog in memory only.
+pub type MemoryCatalog = StateCatalog<NoStorage>;
 
 impl MemoryCatalog {
     /// An empty catalog.
     pub fn new() -> MemoryCatalog {
-        MemoryCatalog::default()
+        StateCatalog::with(CatalogState::default(), NoStorage)
+    }
+}
+
+impl Default for MemoryCatalog {
+    fn default() -> Self {
+        MemoryCatalog::new()
+    }
+}
+
+impl<S: Storage> StateCatalog<S> {
+    pub(crate) fn with(state: CatalogState, storage: S) -> StateCatalog<S> {
+        StateCatalog {
+            state: Mutex::new(state),
+            storage,
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, CatalogState> {
-        // Every change is made on a copy and swapped in whole, so a panic while the
-        // lock was held cannot have left the state half changed.
+        // Changes are made on a copy and swapped in whole, so a panic while the lock was
+        // held cannot have left the state half changed.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Applies `change` to a copy, stores the copy (if it differs), and only then makes
+    /// it the state. A failed store is not acknowledged but may still have landed (a
+    /// file renamed, the directory's fsync failed): the state is then read back from
+    /// storage, so that the catalog answers what a restart would find.
     fn change<T>(&self, change: impl FnOnce(&mut CatalogState) -> Result<T>) -> Result<T> {
         let mut state = self.state();
         let mut next = state.clone();
         let answer = change(&mut next)?;
+        if next == *state {
+            return Ok(answer);
+        }
+        if let Err(error) = self.storage.write(&next) {
+            if let Some(stored) = self.storage.reread() {
+                *state = stored;
+            }
+            return Err(error);
+        }
         *state = next;
         Ok(answer)
     }
 }
 
-impl Catalog for MemoryCatalog {
+impl<S: Storage> Catalog for StateCatalog<S> {
     fn tables(&self) -> Result<Vec<TableEntry>> {
         Ok(self.state().tables.values().cloned().collect())
     }

@@ -12,8 +12,8 @@ pub mod conformance;
 mod file;
 mod memory;
 
-pub use file::FileCatalog;
-pub use memory::MemoryCatalog;
+pub use file::{CatalogFile, FileCatalog, CATALOG_FILE};
+pub use memory::{CatalogState, MemoryCatalog, NoStorage, StateCatalog, Storage};
 
 use puffer_query::Result;
 use puffer_store::Schema;
