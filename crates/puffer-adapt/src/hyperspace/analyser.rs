@@ -270,9 +270,9 @@ mod tests {
 
     #[test]
     fn pruning_keeps_the_best_scored_subspaces() {
-        // Workload A: <locality, price> is fixed by 26 + 55 % of the searches, more than
-        // any other pair; with room for 3 candidates the key-only configuration and the two
-        // best single subspaces remain: price (94 %) and locality (87 %).
+        // Workload A: price is fixed by 94 % of the searches, locality by 87 %, the pair
+        // <locality, price> by 81 %; with room for 3 candidates of one subspace, the
+        // key-only configuration and the two best scored subspaces remain.
         let profile = table_one([6.0, 13.0, 26.0, 55.0]);
         let candidates = candidate_configurations(&profile, &config(1, 3)).unwrap();
         let expected: Vec<Configuration> = vec![

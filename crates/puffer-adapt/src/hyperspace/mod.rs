@@ -16,7 +16,8 @@
 //!    from the searched attributes: exhaustively while that is small, pruned beyond.
 //! 3. [`predicted_throughput_ops_per_s`] evaluates equations 1 to 4 (§3) for one
 //!    configuration with a measured [`Calibration`]; [`rank_configurations`] orders the
-//!    candidates; [`alpha_from_update_runs`] is equation 5 (§4.3).
+//!    candidates; [`alpha_from_update_runs`] is equation 5 (§4.3) and
+//!    [`beta_from_search_runs`] the same inversion of equation 2 for `β`.
 //! 4. [`decide`] (the configurator, §5.1) switches only when the best candidate beats the
 //!    current configuration by a margin.
 //!
@@ -44,8 +45,9 @@ pub use analyser::{candidate_configurations, AnalyserConfig};
 pub use configurator::{decide, ConfiguratorDecision, DecisionReason, DEFAULT_SWITCH_MARGIN};
 pub use heuristics::{dominant, hyperspace, no_subspace, subspaces_all};
 pub use model::{
-    alpha_from_update_runs, predicted_throughput_ops_per_s, rank_configurations, Calibration,
-    RankedConfiguration, SearchFrequency, UpdateFrequency, UpdateRun, WorkloadProfile,
+    alpha_from_update_runs, beta_from_search_runs, predicted_throughput_ops_per_s,
+    rank_configurations, Calibration, RankedConfiguration, SearchFrequency, SearchRun,
+    UpdateFrequency, UpdateRun, WorkloadProfile,
 };
 pub use model::{search_cost_s, update_chain_length, update_cost_s};
 pub use profiler::{Profiler, ProfilerConfig};

@@ -360,6 +360,53 @@ pub fn alpha_from_update_runs(
     Ok(alpha)
 }
 
+/// One calibration run of searches alone (§4.3): the objects each search scanned (its
+/// regions asked times the objects per region) and the throughput measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchRun {
+    /// Objects one search scans, `regions · O / grid` (> 0).
+    pub objects_scanned: f64,
+    /// `T_real`, searches per second measured (> 0).
+    pub measured_throughput_ops_per_s: f64,
+}
+
+/// `β` from calibration runs of searches (equation 2 inverted): each run gives
+/// `1 / T_real = β · objects scanned`, and `β` is the least-squares solution of those
+/// equations (a single run gives `1 / (T_real · objects scanned)`).
+pub fn beta_from_search_runs(runs: &[SearchRun]) -> Result<f64, ConfigError> {
+    let mut weighted_sum = 0.0;
+    let mut weight_square_sum = 0.0;
+    for run in runs {
+        for (name, value) in [
+            ("objects scanned", run.objects_scanned),
+            ("measured throughput", run.measured_throughput_ops_per_s),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(config_error(
+                    "search_runs",
+                    format!("{name} {value} is not a finite positive number"),
+                ));
+            }
+        }
+        weighted_sum += run.objects_scanned / run.measured_throughput_ops_per_s;
+        weight_square_sum += run.objects_scanned * run.objects_scanned;
+    }
+    if runs.is_empty() {
+        return Err(config_error(
+            "search_runs",
+            "no run: nothing to estimate beta from",
+        ));
+    }
+    let beta = weighted_sum / weight_square_sum;
+    if !(beta.is_finite() && beta > 0.0) {
+        return Err(config_error(
+            "search_runs",
+            format!("the runs give beta = {beta}, not a finite positive number"),
+        ));
+    }
+    Ok(beta)
+}
+
 fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
     if !(1..=MAX_REPLICAS).contains(&run.replicas) {
         return Err(config_error(
@@ -514,6 +561,33 @@ mod tests {
         };
         let alpha = alpha_from_update_runs(&[run, run], calibration.max_throughput_ops_per_s);
         assert!((alpha.unwrap() - 2.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn beta_round_trips_through_equation_two() {
+        let calibration = calibration();
+        let configuration =
+            Configuration::new([Subspace::new([0, 1], 64).unwrap()], 64, 1).unwrap();
+        let runs: Vec<SearchRun> = [vec![0], vec![0, 1], vec![5]]
+            .into_iter()
+            .map(|attributes| {
+                let shape = SearchShape::equalities(attributes);
+                let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
+                SearchRun {
+                    objects_scanned: route.scanned_fraction() * calibration.objects as f64,
+                    measured_throughput_ops_per_s: 1.0
+                        / search_cost_s(&configuration, &shape, &calibration).unwrap(),
+                }
+            })
+            .collect();
+        let beta = beta_from_search_runs(&runs).unwrap();
+        assert!((beta / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
+        assert!(beta_from_search_runs(&[]).is_err());
+        let bad = SearchRun {
+            objects_scanned: 0.0,
+            ..runs[0]
+        };
+        assert!(beta_from_search_runs(&[bad]).is_err());
     }
 
     #[test]
