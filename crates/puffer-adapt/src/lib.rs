@@ -13,9 +13,13 @@
 //! - [`replication`]: segment replicas across nodes after Getafix: aged popularity,
 //!   MODIFIEDBESTFIT, bins matched onto nodes, lazy deletion, garbage collection, and the
 //!   Scarlett and uniform baselines.
+//! - [`hyperspace`]: hyperspace-hashing subspaces after Diegues et al.: region pruning
+//!   (equation 1), a windowed profiler, the query analyser, the throughput model
+//!   (equations 2 to 5), the configurator's margin rule and the paper's heuristics.
 
 pub mod averager;
 pub mod curve;
+pub mod hyperspace;
 pub mod manager;
 pub mod marks;
 pub mod planner;

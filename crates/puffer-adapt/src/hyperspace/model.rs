@@ -1,0 +1,713 @@
+//! The predictive model (paper §3): a configuration's throughput for a workload profile,
+//! from parameters measured on the deployment ([`Calibration`]).
+//!
+//! As implemented, for a configuration with subspaces `S`, `K` copies per subspace:
+//! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · (O / grid) · β` seconds, where
+//!   `regions` is equation 1 in the subspace the search is routed to
+//!   ([`route_search`](super::route_search)), `grid` that subspace's region count and `O`
+//!   the object count. The paper writes `O / R`; the grid is `R` whenever `R` is a perfect
+//!   power, and otherwise the real number of objects per region.
+//! - Update `U_j` (equation 4): `cost(U_j) = (1 + K(1 + |N| + 2α|M|)) / T_max` seconds,
+//!   with `M` the subspaces of `S` having an attribute `U_j` changes and `N` the others;
+//!   the first `1` is the fetch by key before the update, the `1` inside is the key
+//!   subspace (Observation 4 and equation 4). The key never changes in an update.
+//! - Workload (equation 3, extended to updates as §3.3 says): with `p` each operation's
+//!   share of all operations, `T = 1 / (Σ_i p_i cost(Q_i) + Σ_j p_j cost(U_j))`
+//!   operations per second.
+//!
+//! Equation 5 as printed, `α = (T_max − T_real − |N| K T_max) / (2|M| K T_real)`, is not
+//! the inverse of equation 4 (it charges `|N| K T_max` where equation 4 gives
+//! `K (1 + |N|) T_real`); [`alpha_from_update_runs`] inverts equation 4 exactly, so a
+//! throughput predicted with the returned `α` reproduces the measured one.
+
+use super::{
+    check_update_attributes, regions::route_search_unchecked, AttributeSet, Configuration,
+    SearchShape, MAX_REPLICAS, MAX_SUBSPACES,
+};
+use crate::{config_error, ConfigError};
+
+/// Parameters of the deployment, measured on it (§4.3); never assumed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Calibration {
+    /// `β`: seconds one server spends on one object a search scans (> 0).
+    pub beta_s_per_object: f64,
+    /// `α`: cost of rewriting an object in a subspace whose coordinates the update moves
+    /// (a delete on the old server and a write on the new), relative to an overwrite in
+    /// place (>= 0; the paper measured 2.3).
+    pub alpha: f64,
+    /// `T_max`: operations per second with a replication chain of length 1 (> 0).
+    pub max_throughput_ops_per_s: f64,
+    /// `O`: objects stored (>= 1).
+    pub objects: u64,
+}
+
+impl Calibration {
+    fn check(&self) -> Result<(), ConfigError> {
+        if !(self.beta_s_per_object.is_finite() && self.beta_s_per_object > 0.0) {
+            return Err(config_error(
+                "beta_s_per_object",
+                format!("{} is not a finite positive number", self.beta_s_per_object),
+            ));
+        }
+        if !(self.alpha.is_finite() && self.alpha >= 0.0) {
+            return Err(config_error(
+                "alpha",
+                format!("{} is not a finite non-negative number", self.alpha),
+            ));
+        }
+        if !(self.max_throughput_ops_per_s.is_finite() && self.max_throughput_ops_per_s > 0.0) {
+            return Err(config_error(
+                "max_throughput_ops_per_s",
+                format!(
+                    "{} is not a finite positive number",
+                    self.max_throughput_ops_per_s
+                ),
+            ));
+        }
+        if self.objects == 0 {
+            return Err(config_error("objects", "0 objects: nothing to model"));
+        }
+        Ok(())
+    }
+}
+
+/// A search shape and how often it occurs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchFrequency {
+    /// What the search constrains.
+    pub shape: SearchShape,
+    /// Its weight among all operations (any non-negative scale; the model normalises).
+    pub frequency: f64,
+}
+
+/// An update's changed attributes and how often it occurs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateFrequency {
+    /// The secondary attributes whose values the update changes.
+    pub attributes: AttributeSet,
+    /// Its weight among all operations (any non-negative scale; the model normalises).
+    pub frequency: f64,
+}
+
+/// The operations of a workload and their frequencies (the paper's `Q_i` and `p_i`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkloadProfile {
+    /// The searches.
+    pub searches: Vec<SearchFrequency>,
+    /// The updates.
+    pub updates: Vec<UpdateFrequency>,
+}
+
+impl WorkloadProfile {
+    /// Checks every operation and frequency; returns the total weight (> 0).
+    pub(crate) fn check(&self) -> Result<f64, ConfigError> {
+        let total = self.check_entries()?;
+        if total <= 0.0 {
+            return Err(config_error(
+                "workload_profile",
+                "no operation has a positive frequency: nothing to predict",
+            ));
+        }
+        Ok(total)
+    }
+
+    /// Checks every operation and frequency; returns the total weight (>= 0, finite).
+    pub(crate) fn check_entries(&self) -> Result<f64, ConfigError> {
+        let mut total = 0.0;
+        for search in &self.searches {
+            search.shape.check()?;
+            check_frequency(search.frequency)?;
+            total += search.frequency;
+        }
+        for update in &self.updates {
+            check_update_attributes(&update.attributes)?;
+            check_frequency(update.frequency)?;
+            total += update.frequency;
+        }
+        if !total.is_finite() {
+            return Err(config_error(
+                "workload_profile",
+                format!("frequencies sum to {total}, not a finite number"),
+            ));
+        }
+        Ok(total)
+    }
+}
+
+fn check_frequency(frequency: f64) -> Result<(), ConfigError> {
+    if !(frequency.is_finite() && frequency >= 0.0) {
+        return Err(config_error(
+            "workload_profile",
+            format!("frequency {frequency} is not a finite non-negative number"),
+        ));
+    }
+    Ok(())
+}
+
+/// Seconds one search of `shape` costs in `configuration` (equation 2).
+pub fn search_cost_s(
+    configuration: &Configuration,
+    shape: &SearchShape,
+    calibration: &Calibration,
+) -> Result<f64, ConfigError> {
+    calibration.check()?;
+    shape.check()?;
+    Ok(search_cost_unchecked(configuration, shape, calibration))
+}
+
+fn search_cost_unchecked(
+    configuration: &Configuration,
+    shape: &SearchShape,
+    calibration: &Calibration,
+) -> f64 {
+    let route = route_search_unchecked(configuration, shape);
+    route.regions_contacted as f64
+        * (calibration.objects as f64 / route.grid_regions as f64)
+        * calibration.beta_s_per_object
+}
+
+/// The weighted chain length `K(1 + |N| + 2α|M|)` of an update changing `attributes`
+/// (Observation 4 with the corrective factor of Observation 5); with `α = 1` it is the
+/// number of servers in the chain.
+pub fn update_chain_length(
+    configuration: &Configuration,
+    attributes: &AttributeSet,
+    alpha: f64,
+) -> f64 {
+    let modified = configuration
+        .subspaces()
+        .iter()
+        .filter(|subspace| {
+            subspace
+                .attributes()
+                .iter()
+                .any(|attribute| attributes.contains(attribute))
+        })
+        .count();
+    let untouched = configuration.subspaces().len() - modified;
+    f64::from(configuration.replicas()) * (1.0 + untouched as f64 + 2.0 * alpha * modified as f64)
+}
+
+/// Seconds one update changing `attributes` costs in `configuration`: the inverse of
+/// equation 4, `(1 + K(1 + |N| + 2α|M|)) / T_max`.
+pub fn update_cost_s(
+    configuration: &Configuration,
+    attributes: &AttributeSet,
+    calibration: &Calibration,
+) -> Result<f64, ConfigError> {
+    calibration.check()?;
+    check_update_attributes(attributes)?;
+    Ok(update_cost_unchecked(
+        configuration,
+        attributes,
+        calibration,
+    ))
+}
+
+fn update_cost_unchecked(
+    configuration: &Configuration,
+    attributes: &AttributeSet,
+    calibration: &Calibration,
+) -> f64 {
+    (1.0 + update_chain_length(configuration, attributes, calibration.alpha))
+        / calibration.max_throughput_ops_per_s
+}
+
+/// Predicted operations per second of `configuration` under `profile` (equations 1 to 4,
+/// combined as equation 3 and §3.3).
+pub fn predicted_throughput_ops_per_s(
+    configuration: &Configuration,
+    profile: &WorkloadProfile,
+    calibration: &Calibration,
+) -> Result<f64, ConfigError> {
+    calibration.check()?;
+    let total = profile.check()?;
+    Ok(throughput_unchecked(
+        configuration,
+        profile,
+        calibration,
+        total,
+    ))
+}
+
+fn throughput_unchecked(
+    configuration: &Configuration,
+    profile: &WorkloadProfile,
+    calibration: &Calibration,
+    total_frequency: f64,
+) -> f64 {
+    let search_cost: f64 = profile
+        .searches
+        .iter()
+        .map(|search| {
+            search.frequency * search_cost_unchecked(configuration, &search.shape, calibration)
+        })
+        .sum();
+    let update_cost: f64 = profile
+        .updates
+        .iter()
+        .map(|update| {
+            update.frequency * update_cost_unchecked(configuration, &update.attributes, calibration)
+        })
+        .sum();
+    // Costs are positive (β, O, T_max > 0), so the mean cost is too.
+    total_frequency / (search_cost + update_cost)
+}
+
+/// A configuration and its predicted throughput.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankedConfiguration {
+    /// The configuration.
+    pub configuration: Configuration,
+    /// Its predicted operations per second.
+    pub predicted_throughput_ops_per_s: f64,
+}
+
+/// `candidates` with their predicted throughput, best first; equal predictions put the
+/// configuration with fewer subspaces (less storage, shorter chains) first, then the one
+/// that sorts first. Duplicated candidates are listed once.
+pub fn rank_configurations(
+    candidates: &[Configuration],
+    profile: &WorkloadProfile,
+    calibration: &Calibration,
+) -> Result<Vec<RankedConfiguration>, ConfigError> {
+    calibration.check()?;
+    let total = profile.check()?;
+    let mut unique: Vec<&Configuration> = candidates.iter().collect();
+    unique.sort();
+    unique.dedup();
+    let mut ranked: Vec<RankedConfiguration> = unique
+        .into_iter()
+        .map(|configuration| RankedConfiguration {
+            configuration: configuration.clone(),
+            predicted_throughput_ops_per_s: throughput_unchecked(
+                configuration,
+                profile,
+                calibration,
+                total,
+            ),
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.predicted_throughput_ops_per_s
+            .total_cmp(&a.predicted_throughput_ops_per_s)
+            .then(
+                a.configuration
+                    .subspaces()
+                    .len()
+                    .cmp(&b.configuration.subspaces().len()),
+            )
+            .then(a.configuration.cmp(&b.configuration))
+    });
+    Ok(ranked)
+}
+
+/// One calibration run of updates alone (§4.3): the configuration's shape as the update
+/// sees it, and the throughput measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpdateRun {
+    /// `K`, copies per subspace (1..=16).
+    pub replicas: u32,
+    /// `|N|`, subspaces the update leaves in place.
+    pub untouched_subspaces: u32,
+    /// `|M|`, subspaces the update moves the object in.
+    pub modified_subspaces: u32,
+    /// `T_real`, operations per second measured (> 0).
+    pub measured_throughput_ops_per_s: f64,
+}
+
+/// `α` from calibration runs (equation 5, as the exact inverse of equation 4).
+///
+/// Each run gives `T_max / T_real − 1 − K(1 + |N|) = 2K|M| · α`; `α` is the least-squares
+/// solution of those equations (a single run with `|M| >= 1` gives equation 4 inverted).
+/// At least one run must move a subspace (`|M| >= 1`); an `α` below 0 means the runs were
+/// faster than any chain allows, and is reported rather than used.
+pub fn alpha_from_update_runs(
+    runs: &[UpdateRun],
+    max_throughput_ops_per_s: f64,
+) -> Result<f64, ConfigError> {
+    if !(max_throughput_ops_per_s.is_finite() && max_throughput_ops_per_s > 0.0) {
+        return Err(config_error(
+            "max_throughput_ops_per_s",
+            format!("{max_throughput_ops_per_s} is not a finite positive number"),
+        ));
+    }
+    let mut weighted_sum = 0.0;
+    let mut weight_square_sum = 0.0;
+    for run in runs {
+        check_update_run(run)?;
+        let replicas = f64::from(run.replicas);
+        let excess = max_throughput_ops_per_s / run.measured_throughput_ops_per_s
+            - 1.0
+            - replicas * (1.0 + f64::from(run.untouched_subspaces));
+        let weight = 2.0 * replicas * f64::from(run.modified_subspaces);
+        weighted_sum += weight * excess;
+        weight_square_sum += weight * weight;
+    }
+    if weight_square_sum == 0.0 {
+        return Err(config_error(
+            "update_runs",
+            "no run modifies a subspace (|M| >= 1), so they say nothing about alpha",
+        ));
+    }
+    let alpha = weighted_sum / weight_square_sum;
+    if !(alpha.is_finite() && alpha >= 0.0) {
+        return Err(config_error(
+            "update_runs",
+            format!("the runs give alpha = {alpha}: faster than equation 4 allows for any alpha"),
+        ));
+    }
+    Ok(alpha)
+}
+
+/// One calibration run of searches alone (§4.3): the objects each search scanned (its
+/// regions asked times the objects per region) and the throughput measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchRun {
+    /// Objects one search scans, `regions · O / grid` (> 0).
+    pub objects_scanned: f64,
+    /// `T_real`, searches per second measured (> 0).
+    pub measured_throughput_ops_per_s: f64,
+}
+
+/// `β` from calibration runs of searches (equation 2 inverted): each run gives
+/// `1 / T_real = β · objects scanned`, and `β` is the least-squares solution of those
+/// equations (a single run gives `1 / (T_real · objects scanned)`).
+pub fn beta_from_search_runs(runs: &[SearchRun]) -> Result<f64, ConfigError> {
+    let mut weighted_sum = 0.0;
+    let mut weight_square_sum = 0.0;
+    for run in runs {
+        for (name, value) in [
+            ("objects scanned", run.objects_scanned),
+            ("measured throughput", run.measured_throughput_ops_per_s),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(config_error(
+                    "search_runs",
+                    format!("{name} {value} is not a finite positive number"),
+                ));
+            }
+        }
+        weighted_sum += run.objects_scanned / run.measured_throughput_ops_per_s;
+        weight_square_sum += run.objects_scanned * run.objects_scanned;
+    }
+    if runs.is_empty() {
+        return Err(config_error(
+            "search_runs",
+            "no run: nothing to estimate beta from",
+        ));
+    }
+    let beta = weighted_sum / weight_square_sum;
+    if !(beta.is_finite() && beta > 0.0) {
+        return Err(config_error(
+            "search_runs",
+            format!("the runs give beta = {beta}, not a finite positive number"),
+        ));
+    }
+    Ok(beta)
+}
+
+fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
+    if !(1..=MAX_REPLICAS).contains(&run.replicas) {
+        return Err(config_error(
+            "update_runs",
+            format!("{} copies is not in 1..={MAX_REPLICAS}", run.replicas),
+        ));
+    }
+    let subspaces = u64::from(run.untouched_subspaces) + u64::from(run.modified_subspaces);
+    if subspaces > MAX_SUBSPACES as u64 {
+        return Err(config_error(
+            "update_runs",
+            format!("{subspaces} subspaces is more than {MAX_SUBSPACES}"),
+        ));
+    }
+    let measured = run.measured_throughput_ops_per_s;
+    if !(measured.is_finite() && measured > 0.0) {
+        return Err(config_error(
+            "update_runs",
+            format!("measured throughput {measured} is not a finite positive number"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hyperspace::{AttributeId, Subspace};
+    use proptest::prelude::*;
+
+    fn calibration() -> Calibration {
+        Calibration {
+            beta_s_per_object: 1e-6,
+            alpha: 2.3,
+            max_throughput_ops_per_s: 100_000.0,
+            objects: 140_000,
+        }
+    }
+
+    fn set(attributes: &[AttributeId]) -> AttributeSet {
+        attributes.iter().copied().collect()
+    }
+
+    #[test]
+    fn figure_three_chain_lengths() {
+        // Fig. 3: two subspaces besides the key, K = 3; <city, stars> and <price>, say.
+        let configuration = Configuration::new(
+            [
+                Subspace::new([0, 1], 16).unwrap(),
+                Subspace::new([2], 16).unwrap(),
+            ],
+            16,
+            3,
+        )
+        .unwrap();
+        // U = <tel>: (1 + |S|) K = 9 servers.
+        assert_eq!(update_chain_length(&configuration, &set(&[7]), 1.0), 9.0);
+        // U = <stars, tel>: stars moves the object in one subspace, 3 (1 + 1 + 2) = 12.
+        assert_eq!(
+            update_chain_length(&configuration, &set(&[1, 7]), 1.0),
+            12.0
+        );
+        // With α = 2.3: 3 (1 + 1 + 4.6).
+        let length = update_chain_length(&configuration, &set(&[1, 7]), 2.3);
+        assert!((length - 19.8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn hand_evaluation_of_a_small_instance() {
+        // R = 16 everywhere, K = 2, O = 1600, β = 1 ms, T_max = 1000, α = 2.
+        let calibration = Calibration {
+            beta_s_per_object: 1e-3,
+            alpha: 2.0,
+            max_throughput_ops_per_s: 1000.0,
+            objects: 1600,
+        };
+        let configuration = Configuration::new(
+            [
+                Subspace::new([0, 1], 16).unwrap(),
+                Subspace::new([2], 16).unwrap(),
+            ],
+            16,
+            2,
+        )
+        .unwrap();
+        let profile = WorkloadProfile {
+            searches: vec![
+                // <0>: 4 of 16 regions of <0, 1> (4 parts free), 100 objects each.
+                SearchFrequency {
+                    shape: SearchShape::equalities([0]),
+                    frequency: 2.0,
+                },
+                // <3>: nothing indexes it, all 1600 objects.
+                SearchFrequency {
+                    shape: SearchShape::equalities([3]),
+                    frequency: 1.0,
+                },
+            ],
+            updates: vec![UpdateFrequency {
+                attributes: set(&[2]),
+                frequency: 1.0,
+            }],
+        };
+        let search_zero = 4.0 * 100.0 * 1e-3; // equation 2: 0.4 s
+        let search_three = 16.0 * 100.0 * 1e-3; // 1.6 s
+        let update = (1.0 + 2.0 * (1.0 + 1.0 + 2.0 * 2.0 * 1.0)) / 1000.0; // 13 ms
+        let expected = 1.0 / (0.5 * search_zero + 0.25 * search_three + 0.25 * update);
+        let predicted =
+            predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap();
+        assert!(
+            (predicted / expected - 1.0).abs() < 1e-12,
+            "{predicted} {expected}"
+        );
+        assert_eq!(
+            search_cost_s(&configuration, &SearchShape::equalities([0]), &calibration).unwrap(),
+            search_zero
+        );
+    }
+
+    #[test]
+    fn searches_alone_follow_equation_three() {
+        // Observation 1 and 2: a search no subspace indexes scans all O objects; one a
+        // subspace fully fixes scans O / R.
+        let configuration = Configuration::new([Subspace::new([0], 64).unwrap()], 64, 1).unwrap();
+        let calibration = calibration();
+        let full = search_cost_s(&configuration, &SearchShape::equalities([5]), &calibration);
+        assert!((full.unwrap() - 140_000.0 * 1e-6).abs() < 1e-12);
+        let one = search_cost_s(&configuration, &SearchShape::equalities([0]), &calibration);
+        assert!((one.unwrap() - 140_000.0 / 64.0 * 1e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn alpha_round_trips_through_equation_four() {
+        let calibration = calibration();
+        let configuration = Configuration::new(
+            [
+                Subspace::new([0], 16).unwrap(),
+                Subspace::new([1, 2], 16).unwrap(),
+                Subspace::new([3], 16).unwrap(),
+            ],
+            16,
+            3,
+        )
+        .unwrap();
+        let attributes = set(&[0, 2]);
+        let measured = 1.0 / update_cost_s(&configuration, &attributes, &calibration).unwrap();
+        let run = UpdateRun {
+            replicas: 3,
+            untouched_subspaces: 1,
+            modified_subspaces: 2,
+            measured_throughput_ops_per_s: measured,
+        };
+        let alpha = alpha_from_update_runs(&[run, run], calibration.max_throughput_ops_per_s);
+        assert!((alpha.unwrap() - 2.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn beta_round_trips_through_equation_two() {
+        let calibration = calibration();
+        let configuration =
+            Configuration::new([Subspace::new([0, 1], 64).unwrap()], 64, 1).unwrap();
+        let runs: Vec<SearchRun> = [vec![0], vec![0, 1], vec![5]]
+            .into_iter()
+            .map(|attributes| {
+                let shape = SearchShape::equalities(attributes);
+                let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
+                SearchRun {
+                    objects_scanned: route.scanned_fraction() * calibration.objects as f64,
+                    measured_throughput_ops_per_s: 1.0
+                        / search_cost_s(&configuration, &shape, &calibration).unwrap(),
+                }
+            })
+            .collect();
+        let beta = beta_from_search_runs(&runs).unwrap();
+        assert!((beta / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
+        assert!(beta_from_search_runs(&[]).is_err());
+        let bad = SearchRun {
+            objects_scanned: 0.0,
+            ..runs[0]
+        };
+        assert!(beta_from_search_runs(&[bad]).is_err());
+    }
+
+    #[test]
+    fn alpha_needs_a_modified_subspace_and_sane_runs() {
+        let run = UpdateRun {
+            replicas: 1,
+            untouched_subspaces: 1,
+            modified_subspaces: 0,
+            measured_throughput_ops_per_s: 100.0,
+        };
+        assert!(alpha_from_update_runs(&[run], 1000.0).is_err());
+        assert!(alpha_from_update_runs(&[], 1000.0).is_err());
+        let too_fast = UpdateRun {
+            modified_subspaces: 1,
+            measured_throughput_ops_per_s: 999.0,
+            ..run
+        };
+        assert!(alpha_from_update_runs(&[too_fast], 1000.0).is_err());
+        let zero = UpdateRun {
+            measured_throughput_ops_per_s: 0.0,
+            ..too_fast
+        };
+        assert!(alpha_from_update_runs(&[zero], 1000.0).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_calibration_and_profiles() {
+        let configuration = Configuration::key_only(16, 1).unwrap();
+        let profile = WorkloadProfile {
+            searches: vec![SearchFrequency {
+                shape: SearchShape::default(),
+                frequency: 1.0,
+            }],
+            updates: vec![],
+        };
+        let bad = Calibration {
+            beta_s_per_object: f64::NAN,
+            ..calibration()
+        };
+        assert!(predicted_throughput_ops_per_s(&configuration, &profile, &bad).is_err());
+        let bad = Calibration {
+            objects: 0,
+            ..calibration()
+        };
+        assert!(predicted_throughput_ops_per_s(&configuration, &profile, &bad).is_err());
+        let empty = WorkloadProfile::default();
+        assert!(predicted_throughput_ops_per_s(&configuration, &empty, &calibration()).is_err());
+        let negative = WorkloadProfile {
+            searches: vec![SearchFrequency {
+                shape: SearchShape::default(),
+                frequency: -1.0,
+            }],
+            updates: vec![],
+        };
+        assert!(predicted_throughput_ops_per_s(&configuration, &negative, &calibration()).is_err());
+    }
+
+    #[test]
+    fn ranking_is_best_first_with_fewer_subspaces_on_ties() {
+        let key_only = Configuration::key_only(16, 1).unwrap();
+        let useless = Configuration::new([Subspace::new([9], 16).unwrap()], 16, 1).unwrap();
+        let useful = Configuration::new([Subspace::new([0], 16).unwrap()], 16, 1).unwrap();
+        let profile = WorkloadProfile {
+            searches: vec![SearchFrequency {
+                shape: SearchShape::equalities([0]),
+                frequency: 1.0,
+            }],
+            updates: vec![],
+        };
+        let ranked = rank_configurations(
+            &[
+                useless.clone(),
+                key_only.clone(),
+                useful.clone(),
+                key_only.clone(),
+            ],
+            &profile,
+            &calibration(),
+        )
+        .unwrap();
+        let order: Vec<&Configuration> = ranked.iter().map(|r| &r.configuration).collect();
+        // Searches alone: `useless` ties with `key_only`, which has fewer subspaces.
+        assert_eq!(order, vec![&useful, &key_only, &useless]);
+    }
+
+    fn subspace_strategy() -> impl Strategy<Value = Subspace> {
+        proptest::sample::subsequence((0..5).collect::<Vec<AttributeId>>(), 1..=3)
+            .prop_map(|attributes| Subspace::new(attributes, 64).unwrap())
+    }
+
+    proptest! {
+        /// Adding a subspace never makes a search costlier (it can only offer a better
+        /// route) and always makes an update costlier (one more chain of K servers).
+        #[test]
+        fn adding_a_subspace_trades_updates_for_searches(
+            subspaces in proptest::collection::vec(subspace_strategy(), 0..4),
+            extra in subspace_strategy(),
+            searched in proptest::collection::btree_set(0..6u16, 0..4),
+            updated in proptest::collection::btree_set(0..6u16, 0..3),
+            replicas in 1u32..=4,
+            alpha in 0.01f64..5.0,
+        ) {
+            let Ok(before) = Configuration::new(subspaces.clone(), 64, replicas) else {
+                return Ok(());
+            };
+            let mut more = subspaces;
+            more.push(extra);
+            let Ok(after) = Configuration::new(more, 64, replicas) else {
+                return Ok(());
+            };
+            let calibration = Calibration { alpha, ..calibration() };
+            let shape = SearchShape::equalities(searched);
+            prop_assert!(
+                search_cost_s(&after, &shape, &calibration).unwrap()
+                    <= search_cost_s(&before, &shape, &calibration).unwrap()
+            );
+            prop_assert!(
+                update_cost_s(&after, &updated, &calibration).unwrap()
+                    > update_cost_s(&before, &updated, &calibration).unwrap()
+            );
+        }
+    }
+}
