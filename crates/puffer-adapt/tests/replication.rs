@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use puffer_adapt::replication::{
     collect_garbage, lazy_transition, match_bins_to_nodes, modified_best_fit, modified_fit,
     place_new_segment, scarlett_placement, uniform_placement, FitHeuristic, GcConfig, Matching,
-    NodeStorage, Placement, Plan, Popularity, ScarlettConfig, SegmentId, Share,
+    NodeStorage, Placement, Plan, Popularity, ScarlettConfig, SegmentId,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -28,14 +28,11 @@ fn loads(counts: &[u64]) -> BTreeMap<SegmentId, f64> {
 
 /// Each bin's (segment, load) in the order placed, loads rounded to 1e-9.
 fn bin_contents(plan: &Plan) -> Vec<Vec<(SegmentId, f64)>> {
-    plan.bins()
-        .iter()
+    plan.loads_by_bin()
+        .into_iter()
         .map(|bin| {
-            bin.iter()
-                .map(|share| {
-                    let load = share.fraction * plan.loads_by_segment()[&share.segment];
-                    (share.segment, (load * 1e9).round() / 1e9)
-                })
+            bin.into_iter()
+                .map(|(segment, load)| (segment, (load * 1e9).round() / 1e9))
                 .collect()
         })
         .collect()
@@ -666,25 +663,7 @@ fn held_strategy(nodes: usize) -> impl Strategy<Value = Vec<BTreeSet<SegmentId>>
 
 /// A placement with the given segments per node, equal shares per segment.
 fn equal_shares(segments_by_node: &[BTreeSet<SegmentId>]) -> Placement {
-    let mut counts: BTreeMap<SegmentId, usize> = BTreeMap::new();
-    for segment in segments_by_node.iter().flatten() {
-        *counts.entry(*segment).or_insert(0) += 1;
-    }
-    Placement::new(
-        segments_by_node
-            .iter()
-            .map(|segments| {
-                segments
-                    .iter()
-                    .map(|&segment| Share {
-                        segment,
-                        fraction: 1.0 / counts[&segment] as f64,
-                    })
-                    .collect()
-            })
-            .collect(),
-    )
-    .unwrap()
+    Placement::with_equal_shares(segments_by_node).unwrap()
 }
 
 proptest! {

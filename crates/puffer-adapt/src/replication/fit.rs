@@ -82,13 +82,24 @@ impl Plan {
     /// The load each bin carries: the sum of its replicas' fractions of their segments'
     /// loads (equal to [`Plan::capacity_per_bin`] up to rounding).
     pub fn bin_loads(&self) -> Vec<f64> {
+        self.loads_by_bin()
+            .iter()
+            .map(|bin| bin.iter().map(|(_, load)| load).sum())
+            .collect()
+    }
+
+    /// Each bin's replicas as (segment, load it serves), in the order they were placed.
+    pub fn loads_by_bin(&self) -> Vec<Vec<(SegmentId, f64)>> {
         self.bins
             .iter()
             .map(|shares| {
                 shares
                     .iter()
-                    .map(|share| share.fraction * self.loads_by_segment[&share.segment])
-                    .sum()
+                    .map(|share| {
+                        let load = share.fraction * self.loads_by_segment[&share.segment];
+                        (share.segment, load)
+                    })
+                    .collect()
             })
             .collect()
     }
@@ -295,15 +306,13 @@ mod tests {
     }
 
     /// Each bin as (segment, load) pairs, loads in the original units.
+    /// [`Plan::loads_by_bin`] rounded to 1e-9, to compare with the paper's figures.
     fn bin_contents(plan: &Plan) -> Vec<Vec<(SegmentId, f64)>> {
-        plan.bins()
-            .iter()
+        plan.loads_by_bin()
+            .into_iter()
             .map(|bin| {
-                bin.iter()
-                    .map(|share| {
-                        let load = share.fraction * plan.loads_by_segment()[&share.segment];
-                        (share.segment, (load * 1e9).round() / 1e9)
-                    })
+                bin.into_iter()
+                    .map(|(segment, load)| (segment, (load * 1e9).round() / 1e9))
                     .collect()
             })
             .collect()

@@ -56,6 +56,32 @@ impl Placement {
         Ok(placement)
     }
 
+    /// Each node holding the given segments, every holder of a segment serving an equal
+    /// share of its queries: the placement of replicas with no plan behind them (what
+    /// the nodes hold today, or a uniform replication).
+    pub fn with_equal_shares(
+        segments_by_node: &[BTreeSet<SegmentId>],
+    ) -> Result<Placement, ConfigError> {
+        let mut counts: BTreeMap<SegmentId, usize> = BTreeMap::new();
+        for &segment in segments_by_node.iter().flatten() {
+            *counts.entry(segment).or_insert(0) += 1;
+        }
+        Placement::new(
+            segments_by_node
+                .iter()
+                .map(|segments| {
+                    segments
+                        .iter()
+                        .map(|&segment| Share {
+                            segment,
+                            fraction: 1.0 / counts[&segment] as f64,
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
     /// Each node's replicas.
     pub fn nodes(&self) -> &[Vec<Share>] {
         &self.nodes

@@ -84,32 +84,9 @@ pub fn lazy_transition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::Share;
 
     fn placement(nodes: &[&[SegmentId]]) -> Placement {
-        let counts: BTreeMap<SegmentId, usize> =
-            nodes
-                .iter()
-                .flat_map(|n| n.iter())
-                .fold(BTreeMap::new(), |mut c, &s| {
-                    *c.entry(s).or_insert(0) += 1;
-                    c
-                });
-        Placement::new(
-            nodes
-                .iter()
-                .map(|segments| {
-                    segments
-                        .iter()
-                        .map(|&segment| Share {
-                            segment,
-                            fraction: 1.0 / counts[&segment] as f64,
-                        })
-                        .collect()
-                })
-                .collect(),
-        )
-        .unwrap()
+        Placement::with_equal_shares(&sets(nodes)).unwrap()
     }
 
     fn sets(nodes: &[&[SegmentId]]) -> Vec<BTreeSet<SegmentId>> {
