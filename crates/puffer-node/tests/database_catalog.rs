@@ -52,7 +52,19 @@ fn check_registry(db: &Database, table: &str) -> usize {
                     replica: slot.replica as u32,
                     segment: segment.id,
                     records: puffer_store::stage::TextStage::record_count(segment.as_ref()),
-                    file_bytes: segment.file_bytes(),
+                    // The files as they are on disk.
+                    file_bytes: ["idx", "meta"]
+                        .iter()
+                        .map(|ext| {
+                            let file = db
+                                .dir()
+                                .join("tables")
+                                .join(table.name())
+                                .join(format!("shard-{}-replica-{}", group.shard, slot.replica))
+                                .join(format!("seg-{:06}.{ext}", segment.id));
+                            std::fs::metadata(&file).unwrap().len()
+                        })
+                        .sum(),
                 });
             }
         }

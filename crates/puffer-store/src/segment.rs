@@ -55,6 +55,8 @@ pub struct Segment {
     deletions: Arc<Deletions>,
     /// Last SCU whose records may be in the segment.
     pub max_seq: u64,
+    /// Bytes of the index and meta files, as opened (both are immutable).
+    file_bytes: u64,
     dir: PathBuf,
     /// The shard's cache of extracted record texts (none: every read extracts).
     record_cache: Option<Arc<RecordCache>>,
@@ -162,7 +164,11 @@ impl Segment {
 
     /// Opens segment `id` in `dir`, with the deletions file named `deletions` if any.
     pub fn open(dir: &Path, id: u64, deletions: Option<&str>) -> Result<Segment> {
-        let index = TextIndex::open(dir.join(index_file_name(id)))?;
+        let index_path = dir.join(index_file_name(id));
+        let index = TextIndex::open(&index_path)?;
+        let index_file_bytes = std::fs::metadata(&index_path)
+            .map_err(|e| StoreError::io(&index_path, e))?
+            .len();
         let meta_path = dir.join(meta_file_name(id));
         let bytes = std::fs::read(&meta_path).map_err(|e| StoreError::io(&meta_path, e))?;
         let corrupt = |detail: String| StoreError::corrupt(&meta_path, detail);
@@ -203,6 +209,7 @@ impl Segment {
             long_fields,
             deletions: Arc::new(Deletions::default()),
             max_seq: facts.max_seq,
+            file_bytes: index_file_bytes + bytes.len() as u64,
             dir: dir.to_path_buf(),
             record_cache: None,
         };
@@ -287,11 +294,7 @@ impl Segment {
 
     /// Bytes of the segment's index and meta files on disk (deletion marks aside).
     pub fn file_bytes(&self) -> u64 {
-        [index_file_name(self.id), meta_file_name(self.id)]
-            .iter()
-            .filter_map(|name| std::fs::metadata(self.dir.join(name)).ok())
-            .map(|meta| meta.len())
-            .sum()
+        self.file_bytes
     }
 
     /// Bytes resident for serving: index footprint, key directory, boundaries, marks.
