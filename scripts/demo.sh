@@ -11,6 +11,10 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 puffer="$target_dir/release/puffer"
 data_dir="$target_dir/demo-data"
 
+# shellcheck source=scripts/prerequisites.sh
+source "$repo_root/scripts/prerequisites.sh"
+puffer_need_packages
+
 printf '== building the release binary\n'
 cargo build --release -p puffer --bin puffer
 

@@ -8,6 +8,10 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
+# shellcheck source=scripts/prerequisites.sh
+source "$repo_root/scripts/prerequisites.sh"
+puffer_need_packages --with-etcd
+
 echo "== cargo fmt --all --check"
 cargo fmt --all --check
 

@@ -115,11 +115,13 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
 
 /// The checks every implementation makes before a change, so that all refuse the same
 /// requests with the same errors.
-pub(crate) mod checks {
+pub mod checks {
     use puffer_query::{QueryError, Result};
 
     use super::*;
 
+    /// A new table, against the tables listed now: its name, layout and uid, both
+    /// free, and room for one more.
     pub fn new_table(entry: &TableEntry, tables: &[&TableEntry]) -> Result<()> {
         crate::layout::check_table_name(&entry.name)?;
         entry.layout.validate()?;
@@ -140,6 +142,7 @@ pub(crate) mod checks {
         Ok(())
     }
 
+    /// A text added (or `replacing` one of the same name) among `texts` listed now.
     pub fn text(entry: &TextEntry, texts: usize, replacing: bool) -> Result<()> {
         crate::layout::check_table_name(&entry.name).map_err(|_| {
             QueryError::Invalid(format!(
@@ -155,6 +158,8 @@ pub(crate) mod checks {
         Ok(())
     }
 
+    /// A replica's new segment list: the shard and replica exist, every entry names
+    /// them, ids are distinct, and the list is within bounds.
     pub fn segments(
         table: &TableEntry,
         shard: u32,

@@ -1,0 +1,150 @@
+//! The cluster's key layout in etcd (documented in `docs/cluster-metadata.md`).
+//! Every key lives under `/puffer/<cluster>/`; numbers are zero-padded so that a
+//! key's byte order is the numbers' order.
+
+use crate::error::{ClusterError, Result};
+
+/// Longest cluster name.
+pub const MAX_CLUSTER_NAME_BYTES: usize = 64;
+
+/// The keys of one cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    root: String,
+}
+
+impl Keys {
+    /// The keys of cluster `cluster`.
+    pub fn new(cluster: &str) -> Result<Keys> {
+        Keys::check_cluster_name(cluster)?;
+        Ok(Keys {
+            root: format!("/puffer/{cluster}/"),
+        })
+    }
+
+    /// A cluster name is 1 to 64 of `[a-z0-9_-]`.
+    pub fn check_cluster_name(cluster: &str) -> Result<()> {
+        let ok = !cluster.is_empty()
+            && cluster.len() <= MAX_CLUSTER_NAME_BYTES
+            && cluster
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if ok {
+            Ok(())
+        } else {
+            Err(ClusterError::Invalid(format!(
+                "a cluster name is 1 to {MAX_CLUSTER_NAME_BYTES} of a-z, 0-9, _ and -; got \
+                 {cluster:?}"
+            )))
+        }
+    }
+
+    /// `/puffer/<cluster>/`.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// Prefix of the tables: `catalog/tables/<name>` holds a table's entry (JSON).
+    pub fn tables(&self) -> String {
+        format!("{}catalog/tables/", self.root)
+    }
+
+    /// A table's entry.
+    pub fn table(&self, name: &str) -> String {
+        format!("{}{name}", self.tables())
+    }
+
+    /// Changed with every table created or dropped, so that a create sees every
+    /// table (names, uids, the count) as of one revision.
+    pub fn tables_guard(&self) -> String {
+        format!("{}catalog/tables.guard", self.root)
+    }
+
+    /// `catalog/uids/<uid>` holds the name of the table with that uid.
+    pub fn table_uid(&self, uid: u64) -> String {
+        format!("{}catalog/uids/{uid:020}", self.root)
+    }
+
+    /// Prefix of the texts: `catalog/texts/<name>` holds a text's entry (JSON).
+    pub fn texts(&self) -> String {
+        format!("{}catalog/texts/", self.root)
+    }
+
+    /// A text's entry.
+    pub fn text(&self, name: &str) -> String {
+        format!("{}{name}", self.texts())
+    }
+
+    /// Changed with every text added or removed (for the count limit).
+    pub fn texts_guard(&self) -> String {
+        format!("{}catalog/texts.guard", self.root)
+    }
+
+    /// Prefix of the segments of table `uid`.
+    pub fn table_segments(&self, uid: u64) -> String {
+        format!("{}catalog/segments/{uid:020}/", self.root)
+    }
+
+    /// The segment list (JSON) of one replica of one shard.
+    pub fn replica_segments(&self, uid: u64, shard: u32, replica: u32) -> String {
+        format!("{}{shard:010}/{replica:010}", self.table_segments(uid))
+    }
+
+    /// Prefix of the live nodes: `members/<node id>` holds a node's card (JSON),
+    /// attached to the node's lease.
+    pub fn members(&self) -> String {
+        format!("{}members/", self.root)
+    }
+
+    /// A node's card.
+    pub fn member(&self, node_id: &str) -> String {
+        format!("{}{node_id}", self.members())
+    }
+
+    /// The election of the coordinator (etcd's election service keeps its candidates
+    /// under this prefix, one key per candidate, attached to its lease).
+    pub fn coordinator_election(&self) -> String {
+        format!("{}election/coordinator", self.root)
+    }
+
+    /// Prefix of what the coordinator leader writes (placement, routing): only by a
+    /// transaction that checks its leadership.
+    pub fn coordinated(&self) -> String {
+        format!("{}coordinated/", self.root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_names_are_checked() {
+        for good in ["a", "prod-1", "x_y"] {
+            Keys::new(good).unwrap();
+        }
+        for bad in ["", "A", "a/b", "a b", &"x".repeat(65)] {
+            assert!(Keys::new(bad).is_err(), "{bad:?} was taken");
+        }
+    }
+
+    #[test]
+    fn numbered_keys_sort_as_numbers() {
+        let keys = Keys::new("c").unwrap();
+        let mut by_key: Vec<(String, (u64, u32, u32))> = [
+            (10, 2, 0),
+            (9, 100, 1),
+            (10, 10, 0),
+            (10, 2, 1),
+            (u64::MAX, 0, 0),
+        ]
+        .into_iter()
+        .map(|(u, s, r)| (keys.replica_segments(u, s, r), (u, s, r)))
+        .collect();
+        by_key.sort();
+        let mut by_number: Vec<(u64, u32, u32)> = by_key.iter().map(|(_, n)| *n).collect();
+        let in_key_order = by_number.clone();
+        by_number.sort();
+        assert_eq!(in_key_order, by_number);
+    }
+}

@@ -1,0 +1,13 @@
+//! The cluster: what turns PufferDB nodes into one database across machines, on
+//! well-kept infrastructure only. etcd holds the metadata (the catalog, membership by
+//! leases, the coordinator's election); no consensus or membership protocol is ours.
+//!
+//! A single node needs none of this: `puffer serve` without `--etcd` runs with the
+//! node crate's file catalog, as before. Everything here implements the node crate's
+//! traits (the [`puffer_node::catalog::Catalog`] first), so the tables, committer and
+//! server run unchanged on either.
+
+pub mod error;
+pub mod etcd;
+
+pub use error::{ClusterError, Result};
