@@ -7,8 +7,10 @@
 //! [`keys`] and `docs/cluster-metadata.md`.
 
 pub mod catalog;
+pub mod election;
 pub mod keys;
 pub mod local;
+pub mod membership;
 
 use std::future::Future;
 use std::sync::{mpsc, Arc};
@@ -19,8 +21,10 @@ use etcd_client::{Client, ConnectOptions};
 use crate::error::{ClusterError, Result};
 
 pub use catalog::EtcdCatalog;
+pub use election::{leader, Candidate, Leader, Leadership};
 pub use keys::Keys;
 pub use local::LocalEtcd;
+pub use membership::{members, MemberCard, Membership, Role};
 
 /// Default deadline of one etcd request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
