@@ -31,3 +31,19 @@ puffer_need_packages() {
     echo "Install them with your package manager, or set PROTOC to a protoc binary." >&2
     [[ -n "${PROTOC:-}" ]] || command -v protoc >/dev/null 2>&1
 }
+
+# The S3 tests of deep storage run against moto's standalone S3 server (PyPI), kept
+# in a virtualenv of its own under target/; exports PUFFER_MOTO_BIN. Without Python's
+# venv the S3 tests skip, loudly (and fail in CI, which sets PUFFER_REQUIRE_SERVICES).
+puffer_need_moto() {
+    local venv="$1/target/motoenv"
+    if [[ ! -x "$venv/bin/moto_server" ]]; then
+        echo "== installing moto[server] into $venv (the S3 server of the deep-storage tests)" >&2
+        if ! { python3 -m venv "$venv" &&
+            "$venv/bin/pip" install -q 'moto[server]==5.2.5'; }; then
+            echo "warning: could not install moto; the S3 tests will skip" >&2
+            return 0
+        fi
+    fi
+    export PUFFER_MOTO_BIN="$venv/bin/moto_server"
+}

@@ -11,6 +11,7 @@ cd "$repo_root"
 # shellcheck source=scripts/prerequisites.sh
 source "$repo_root/scripts/prerequisites.sh"
 puffer_need_packages --with-etcd
+puffer_need_moto "$repo_root"
 
 echo "== cargo fmt --all --check"
 cargo fmt --all --check

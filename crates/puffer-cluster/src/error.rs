@@ -20,6 +20,9 @@ pub enum ClusterError {
         /// What was wrong.
         detail: String,
     },
+    /// No such object or key.
+    #[error("not found: {0}")]
+    NotFound(String),
     /// The caller asked for something malformed.
     #[error("invalid: {0}")]
     Invalid(String),
@@ -40,6 +43,7 @@ impl From<ClusterError> for QueryError {
                 detail,
             }),
             ClusterError::Invalid(message) => QueryError::Invalid(message),
+            ClusterError::NotFound(what) => QueryError::Invalid(format!("not found: {what}")),
         }
     }
 }

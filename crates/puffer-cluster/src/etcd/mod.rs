@@ -13,12 +13,12 @@ pub mod local;
 pub mod membership;
 
 use std::future::Future;
-use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
 use crate::error::{ClusterError, Result};
+use crate::runtime::Bridge;
 
 pub use catalog::EtcdCatalog;
 pub use election::{leader, Candidate, Leader, Leadership};
@@ -94,23 +94,10 @@ impl EtcdConfig {
     }
 }
 
-/// Shuts its runtime down without blocking when the last handle goes, so that an
-/// [`Etcd`] may be dropped inside an async context.
-#[derive(Debug)]
-struct RuntimeOwner(Option<tokio::runtime::Runtime>);
-
-impl Drop for RuntimeOwner {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
 /// One connection to etcd. Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct Etcd {
-    runtime: Arc<RuntimeOwner>,
+    runtime: Bridge,
     client: Client,
     keys: Keys,
     request_timeout: Duration,
@@ -129,30 +116,25 @@ impl Etcd {
     /// Connects; `Unavailable` if no endpoint answers within the request timeout.
     pub fn connect(config: &EtcdConfig) -> Result<Etcd> {
         config.validate()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("puffer-etcd")
-            .enable_all()
-            .build()
-            .map_err(|e| ClusterError::Unavailable(format!("cannot start etcd runtime: {e}")))?;
-        let runtime = Arc::new(RuntimeOwner(Some(runtime)));
+        let runtime = Bridge::start("puffer-etcd")?;
         let options = ConnectOptions::new()
             .with_connect_timeout(config.request_timeout)
             .with_timeout(config.request_timeout)
             .with_keep_alive(Duration::from_secs(2), config.request_timeout);
         let endpoints = config.endpoints.clone();
-        let client = run_on(&runtime, config.request_timeout, async move {
-            let mut client = Client::connect(endpoints, Some(options)).await?;
-            // Connecting is lazy; a status call proves that an endpoint answers.
-            client.status().await?;
-            Ok(client)
-        })
-        .map_err(|e| {
-            ClusterError::Unavailable(format!(
-                "no etcd answers at {}: {e}",
-                config.endpoints.join(",")
-            ))
-        })?;
+        let client = runtime
+            .call(config.request_timeout, async move {
+                let mut client = Client::connect(endpoints, Some(options)).await?;
+                // Connecting is lazy; a status call proves that an endpoint answers.
+                client.status().await?;
+                Ok::<_, etcd_client::Error>(client)
+            })
+            .map_err(|e| {
+                ClusterError::Unavailable(format!(
+                    "no etcd answers at {}: {e}",
+                    config.endpoints.join(",")
+                ))
+            })?;
         Ok(Etcd {
             runtime,
             client,
@@ -180,7 +162,7 @@ impl Etcd {
         T: Send + 'static,
     {
         let future = call(self.client.clone());
-        run_on(&self.runtime, self.request_timeout, future)
+        self.runtime.call(self.request_timeout, future)
     }
 
     /// Spawns a background task on the connection's runtime (lease keep-alives,
@@ -190,46 +172,11 @@ impl Etcd {
         Fut: Future + Send + 'static,
         Fut::Output: Send + 'static,
     {
-        self.runtime
-            .0
-            .as_ref()
-            .expect("the runtime lives as long as its owner")
-            .spawn(task)
+        self.runtime.spawn(task)
     }
 
     /// The client, for tasks spawned with [`Etcd::spawn`].
     pub fn client(&self) -> Client {
         self.client.clone()
     }
-}
-
-/// Runs `future` on `runtime` from any thread and waits at most `timeout`.
-fn run_on<T, Fut>(runtime: &RuntimeOwner, timeout: Duration, future: Fut) -> Result<T>
-where
-    Fut: Future<Output = std::result::Result<T, etcd_client::Error>> + Send + 'static,
-    T: Send + 'static,
-{
-    let late = move || {
-        ClusterError::Unavailable(format!(
-            "etcd did not answer within {} ms",
-            timeout.as_millis()
-        ))
-    };
-    let (sender, receiver) = mpsc::sync_channel(1);
-    runtime
-        .0
-        .as_ref()
-        .expect("the runtime lives as long as its owner")
-        .spawn(async move {
-            let answer = match tokio::time::timeout(timeout, future).await {
-                Ok(answer) => answer.map_err(ClusterError::from),
-                Err(_) => Err(late()),
-            };
-            // The caller may have given up; then nobody listens.
-            let _ = sender.send(answer);
-        });
-    // The task answers by its own deadline; the margin covers scheduling only.
-    receiver
-        .recv_timeout(timeout + Duration::from_secs(1))
-        .unwrap_or_else(|_| Err(late()))
 }
