@@ -53,3 +53,9 @@ impl From<etcd_client::Error> for ClusterError {
         ClusterError::Unavailable(format!("etcd: {error}"))
     }
 }
+
+impl From<std::io::Error> for ClusterError {
+    fn from(error: std::io::Error) -> ClusterError {
+        ClusterError::Unavailable(error.to_string())
+    }
+}

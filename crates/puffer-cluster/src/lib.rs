@@ -12,6 +12,7 @@
 pub mod deep_storage;
 pub mod error;
 pub mod etcd;
+pub mod rpc;
 pub mod runtime;
 
 pub use deep_storage::{DeepStorage, S3Settings};

@@ -44,6 +44,11 @@ impl Bridge {
             .expect("the runtime lives as long as its owner")
     }
 
+    /// Enters the runtime's context on this thread (for constructors that spawn).
+    pub fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
+        self.runtime().enter()
+    }
+
     /// Spawns a background task; it stops with the runtime.
     pub fn spawn<Fut>(&self, task: Fut) -> tokio::task::JoinHandle<Fut::Output>
     where

@@ -314,6 +314,22 @@ pub struct PendingReply<'a> {
     who: String,
 }
 
+impl PendingReply<'static> {
+    /// A reply that arrives on `receiver` (with the answering replica's queue
+    /// length), for implementations outside this crate; `who` names the replica in
+    /// the error if the answer never comes.
+    pub fn from_receiver(
+        receiver: mpsc::Receiver<(Result<ReplicaResponse>, usize)>,
+        who: String,
+    ) -> PendingReply<'static> {
+        PendingReply {
+            receiver,
+            on_answer: Box::new(|_| {}),
+            who,
+        }
+    }
+}
+
 impl PendingReply<'_> {
     /// Waits for the answer.
     pub fn wait(self) -> Result<ReplicaResponse> {

@@ -1,0 +1,213 @@
+//! One shard on another node, as the node crate's `ShardReplicas`: every request a
+//! gRPC call with a deadline.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use puffer_node::message::{
+    PendingReply, ReplicaRequest, ReplicaResponse, Reply, ShardReplicas, Wait,
+};
+use puffer_store::{Result, StoreError};
+use tonic::transport::{Channel, Endpoint};
+
+use super::proto::replica_client::ReplicaClient;
+use super::proto::ReplicaCall;
+use super::{error_of, MAX_MESSAGE_BYTES};
+use crate::error::ClusterError;
+use crate::runtime::Bridge;
+
+/// Default deadline of one call.
+pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A connection to one node's replica service; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct NodeClient {
+    bridge: Bridge,
+    client: ReplicaClient<Channel>,
+    address: String,
+    deadline: Duration,
+}
+
+impl NodeClient {
+    /// A client of the node at `address` (`host:port`); connects on first use.
+    pub fn new(address: &str, deadline: Duration) -> crate::Result<NodeClient> {
+        if deadline.is_zero() || deadline > Duration::from_secs(600) {
+            return Err(ClusterError::Invalid(
+                "a call deadline is between 1 ms and 600 s".into(),
+            ));
+        }
+        let bridge = Bridge::start("puffer-rpc-client")?;
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| ClusterError::Invalid(format!("bad node address {address:?}: {e}")))?
+            .connect_timeout(deadline.min(Duration::from_secs(5)))
+            .timeout(deadline)
+            .tcp_nodelay(true);
+        let channel = {
+            let _entered = bridge.enter();
+            endpoint.connect_lazy()
+        };
+        let client = ReplicaClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(NodeClient {
+            bridge,
+            client,
+            address: address.to_string(),
+            deadline,
+        })
+    }
+
+    /// The node's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    fn call_future(
+        &self,
+        call: ReplicaCall,
+    ) -> impl std::future::Future<Output = Result<ReplicaResponse>> + Send + 'static {
+        let mut client = self.client.clone();
+        let who = format!("node {}", self.address);
+        async move {
+            let answer = client
+                .call(call)
+                .await
+                .map_err(|status| error_of(&status, &who))?
+                .into_inner();
+            serde_json::from_slice(&answer.response_json).map_err(|e| StoreError::Corrupt {
+                path: who.into(),
+                detail: format!("an answer that does not decode: {e}"),
+            })
+        }
+    }
+
+    /// Sends `request` for shard `shard` of table `table` (uid `uid`) to replica
+    /// `replica`, or to the one the node picks; waits at most the deadline.
+    pub fn call(
+        &self,
+        table: &str,
+        uid: u64,
+        shard: u32,
+        replica: Option<u32>,
+        request: &ReplicaRequest,
+    ) -> Result<ReplicaResponse> {
+        let call = encode_call(table, uid, shard, replica, request)?;
+        let future = self.call_future(call);
+        // The channel's deadline answers first; the bridge's is a backstop.
+        let outcome = self
+            .bridge
+            .call(self.deadline + Duration::from_secs(1), async move {
+                Ok::<_, ClusterError>(future.await)
+            });
+        match outcome {
+            Ok(answer) => answer,
+            Err(late) => Err(StoreError::Unavailable(format!(
+                "node {}: {late}",
+                self.address
+            ))),
+        }
+    }
+
+    /// Queues the call; its answer comes through the returned reply.
+    pub fn submit(
+        &self,
+        table: &str,
+        uid: u64,
+        shard: u32,
+        request: &ReplicaRequest,
+    ) -> Result<PendingReply<'static>> {
+        let call = encode_call(table, uid, shard, None, request)?;
+        let future = self.call_future(call);
+        let (sender, receiver) = mpsc::sync_channel(1);
+        let deadline = self.deadline;
+        let who = format!("node {}", self.address);
+        let late = who.clone();
+        self.bridge.spawn(async move {
+            let answer = match tokio::time::timeout(deadline, future).await {
+                Ok(answer) => answer,
+                Err(_) => Err(StoreError::Unavailable(format!(
+                    "{late} did not answer within {} ms",
+                    deadline.as_millis()
+                ))),
+            };
+            // No queue length comes back over the wire yet.
+            let _ = sender.send((answer, 0usize));
+        });
+        Ok(PendingReply::from_receiver(receiver, who))
+    }
+}
+
+fn encode_call(
+    table: &str,
+    uid: u64,
+    shard: u32,
+    replica: Option<u32>,
+    request: &ReplicaRequest,
+) -> Result<ReplicaCall> {
+    let request_json = serde_json::to_vec(request)
+        .map_err(|e| StoreError::InvalidQuery(format!("cannot encode a replica request: {e}")))?;
+    if request_json.len() > MAX_MESSAGE_BYTES {
+        return Err(StoreError::InvalidQuery(format!(
+            "a replica request of {} bytes; at most {MAX_MESSAGE_BYTES}",
+            request_json.len()
+        )));
+    }
+    Ok(ReplicaCall {
+        table: table.to_string(),
+        table_uid: uid,
+        shard,
+        replica,
+        request_json,
+    })
+}
+
+/// One shard of a table on another node: the node crate's `ShardReplicas` over gRPC.
+#[derive(Clone, Debug)]
+pub struct RemoteShard {
+    node: NodeClient,
+    table: String,
+    uid: u64,
+    shard: u32,
+    replicas: u32,
+}
+
+impl RemoteShard {
+    /// Shard `shard` of table `table` (uid `uid`, `replicas` replicas) on `node`.
+    pub fn new(node: NodeClient, table: &str, uid: u64, shard: u32, replicas: u32) -> RemoteShard {
+        RemoteShard {
+            node,
+            table: table.to_string(),
+            uid,
+            shard,
+            replicas,
+        }
+    }
+}
+
+impl ShardReplicas for RemoteShard {
+    fn replica_count(&self) -> u32 {
+        self.replicas
+    }
+
+    fn read(&self, request: ReplicaRequest, wait: Wait) -> Result<Reply> {
+        match wait {
+            // A remote answer always waits on the network: an event loop's caller
+            // takes its blocking path instead.
+            Wait::Never => Ok(Reply::WouldWait(request)),
+            Wait::Allowed => self
+                .node
+                .call(&self.table, self.uid, self.shard, None, &request)
+                .map(Reply::Answered),
+        }
+    }
+
+    fn submit(&self, request: ReplicaRequest) -> Result<PendingReply<'_>> {
+        self.node
+            .submit(&self.table, self.uid, self.shard, &request)
+    }
+
+    fn send_to(&self, replica: u32, request: ReplicaRequest) -> Result<ReplicaResponse> {
+        self.node
+            .call(&self.table, self.uid, self.shard, Some(replica), &request)
+    }
+}

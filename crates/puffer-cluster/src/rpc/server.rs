@@ -1,0 +1,173 @@
+//! The replica service of one node: serves calls for the shards of its database.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use puffer_node::database::Database;
+use puffer_node::message::{ReplicaRequest, Reply, ShardReplicas, Wait};
+use puffer_query::QueryError;
+use puffer_store::StoreError;
+use tokio::sync::{oneshot, Semaphore};
+use tonic::{Request, Response, Status};
+
+use super::proto::replica_server::{Replica, ReplicaServer};
+use super::proto::{ReplicaAnswer, ReplicaCall};
+use super::{status_of, MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES};
+use crate::error::{ClusterError, Result};
+use crate::runtime::Bridge;
+
+/// Longest a call may run on the server, whatever deadline its caller set.
+pub const MAX_CALL_TIME: Duration = Duration::from_secs(60);
+
+struct Service {
+    database: Arc<Database>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Service {
+    fn answer(database: &Database, call: ReplicaCall) -> puffer_query::Result<Vec<u8>> {
+        let request: ReplicaRequest = serde_json::from_slice(&call.request_json).map_err(|e| {
+            QueryError::Invalid(format!("a replica request that does not decode: {e}"))
+        })?;
+        let table = database.table(&call.table)?;
+        if table.uid() != call.table_uid {
+            return Err(QueryError::UnknownTable(format!(
+                "{} with uid {} (this node has uid {})",
+                call.table,
+                call.table_uid,
+                table.uid()
+            )));
+        }
+        let shards = table.shards();
+        let group = shards.get(call.shard as usize).ok_or_else(|| {
+            QueryError::Invalid(format!(
+                "table {} has {} shards; there is no shard {}",
+                call.table,
+                shards.len(),
+                call.shard
+            ))
+        })?;
+        let response = match call.replica {
+            Some(replica) => group.send_to(replica, request)?,
+            None => match group.read(request, Wait::Allowed)? {
+                Reply::Answered(response) => response,
+                Reply::WouldWait(_) => {
+                    return Err(StoreError::Unavailable(
+                        "a waiting read came back unanswered".into(),
+                    )
+                    .into())
+                }
+            },
+        };
+        serde_json::to_vec(&response)
+            .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))
+    }
+}
+
+#[tonic::async_trait]
+impl Replica for Service {
+    async fn call(
+        &self,
+        request: Request<ReplicaCall>,
+    ) -> std::result::Result<Response<ReplicaAnswer>, Status> {
+        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            return Err(status_of(
+                &StoreError::Overloaded(format!(
+                    "this node runs {MAX_CALLS_IN_FLIGHT} replica calls already"
+                ))
+                .into(),
+            ));
+        };
+        let database = Arc::clone(&self.database);
+        let call = request.into_inner();
+        // Shards answer on blocking threads (their queues and workers may wait).
+        let answered = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            Service::answer(&database, call)
+        });
+        match tokio::time::timeout(MAX_CALL_TIME, answered).await {
+            Ok(Ok(Ok(response_json))) => Ok(Response::new(ReplicaAnswer { response_json })),
+            Ok(Ok(Err(error))) => Err(status_of(&error)),
+            Ok(Err(join)) => Err(Status::internal(format!("the call failed: {join}"))),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "no answer within {} s",
+                MAX_CALL_TIME.as_secs()
+            ))),
+        }
+    }
+}
+
+/// A running replica service; stops when dropped.
+pub struct RpcServer {
+    address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    bridge: Bridge,
+}
+
+impl std::fmt::Debug for RpcServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcServer")
+            .field("address", &self.address)
+            .finish()
+    }
+}
+
+impl RpcServer {
+    /// Serves `database`'s shards on `address` (port 0: any free port).
+    pub fn start(database: Arc<Database>, address: SocketAddr) -> Result<RpcServer> {
+        let bridge = Bridge::start("puffer-rpc")?;
+        let listener = std::net::TcpListener::bind(address)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| ClusterError::Unavailable(format!("cannot listen on {address}: {e}")))?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| ClusterError::Unavailable(format!("no local address: {e}")))?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let service = ReplicaServer::new(Service {
+            database,
+            in_flight: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT)),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let ready = bridge.call(Duration::from_secs(5), async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            let incoming = tonic::transport::server::TcpIncoming::from_listener(
+                listener,
+                true,
+                Some(Duration::from_secs(30)),
+            )
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .timeout(MAX_CALL_TIME)
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(incoming, async {
+                        let _ = stopped.await;
+                    }),
+            );
+            Ok::<_, std::io::Error>(())
+        });
+        ready.map_err(|e| ClusterError::Unavailable(format!("cannot serve on {address}: {e}")))?;
+        Ok(RpcServer {
+            address,
+            stop: Some(stop),
+            bridge,
+        })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+impl Drop for RpcServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // The bridge's runtime stops with this handle, closing what is left.
+        let _ = &self.bridge;
+    }
+}

@@ -1,0 +1,267 @@
+//! Replica messages over gRPC: a remote shard answers exactly as the local one does,
+//! and both agree with a model (a `BTreeMap`); bad calls and a silent node are clear,
+//! bounded errors.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use puffer_cluster::rpc::client::{NodeClient, RemoteShard};
+use puffer_cluster::rpc::server::RpcServer;
+use puffer_node::message::Reply;
+use puffer_node::serving::NodeConfig;
+use puffer_node::{
+    Database, DatabaseOptions, ReadAnswer, ReadRequest, ReplicaRequest, ShardReplicas, TableLayout,
+    Wait,
+};
+use puffer_store::{
+    AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, StoreError, Value, WriteOp,
+};
+use rand::{Rng, SeedableRng};
+
+const CITIES: [&str; 4] = ["Lisbon", "Porto", "Faro", "Braga"];
+
+fn schema() -> Schema {
+    Schema::new(
+        "id",
+        vec![
+            Attribute {
+                name: "city".into(),
+                attr_type: AttrType::String,
+            },
+            Attribute {
+                name: "price".into(),
+                attr_type: AttrType::Int,
+            },
+        ],
+    )
+    .unwrap()
+}
+
+fn record(key: &str, city: &str, price: i64) -> Record {
+    let mut record = Record::new(key.as_bytes().to_vec());
+    record
+        .values
+        .insert("city".into(), Value::String(city.as_bytes().to_vec()));
+    record.values.insert("price".into(), Value::Int(price));
+    record
+}
+
+/// The naive match of the predicates this test sends.
+fn oracle(predicate: &Predicate, record: &Record) -> bool {
+    let city = match record.values.get("city") {
+        Some(Value::String(city)) => city.as_slice(),
+        _ => return false,
+    };
+    match predicate {
+        Predicate::All => true,
+        Predicate::Eq(_, Value::String(wanted)) => city == wanted.as_slice(),
+        Predicate::Contains(_, part) => city.windows(part.len()).any(|w| w == part.as_slice()),
+        other => panic!("the oracle does not know {other:?}"),
+    }
+}
+
+fn read_answer(reply: Reply) -> ReadAnswer {
+    match reply {
+        Reply::Answered(response) => response.into_read().unwrap(),
+        Reply::WouldWait(_) => panic!("a waiting read came back unanswered"),
+    }
+}
+
+/// A database with table `rooms` (2 shards of 2 replicas) and its model.
+fn database(dir: &std::path::Path) -> (Arc<Database>, BTreeMap<Vec<u8>, Record>) {
+    let options = DatabaseOptions {
+        node: NodeConfig {
+            workers_per_replica: 1,
+            ..NodeConfig::default()
+        },
+        ..DatabaseOptions::default()
+    };
+    let database = Database::open_with(dir, options).unwrap();
+    database
+        .create_table_with(
+            "rooms",
+            schema(),
+            TableLayout {
+                shards: 2,
+                replicas: 2,
+            },
+        )
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let mut model = BTreeMap::new();
+    let ops: Vec<WriteOp> = (0..300)
+        .map(|i| {
+            let r = record(
+                &format!("r{i:04}"),
+                CITIES[rng.gen_range(0..CITIES.len())],
+                rng.gen_range(10..500),
+            );
+            model.insert(r.key.clone(), r.clone());
+            WriteOp::Put(r)
+        })
+        .collect();
+    database.table("rooms").unwrap().write(ops).unwrap();
+    (Arc::new(database), model)
+}
+
+#[test]
+fn a_remote_shard_answers_as_the_local_one_and_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (database, model) = database(dir.path());
+    let server = RpcServer::start(Arc::clone(&database), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let node = NodeClient::new(&server.address().to_string(), Duration::from_secs(10)).unwrap();
+    let table = database.table("rooms").unwrap();
+    let at = database.published();
+    let read = ReadOptions {
+        at: Some(at),
+        ..ReadOptions::default()
+    };
+    let remote: Vec<RemoteShard> = (0..2)
+        .map(|s| RemoteShard::new(node.clone(), "rooms", table.uid(), s, 2))
+        .collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    for step in 0..200 {
+        let city = CITIES[rng.gen_range(0..CITIES.len())];
+        let request = match rng.gen_range(0..3) {
+            0 => ReadRequest::Get {
+                key: format!("r{:04}", rng.gen_range(0..330)).into_bytes(),
+                read,
+            },
+            1 => ReadRequest::Count {
+                predicate: Predicate::Eq("city".into(), Value::String(city.into())),
+                read,
+            },
+            _ => ReadRequest::Search {
+                query: Query {
+                    predicate: Predicate::Contains("city".into(), city[1..3].into()),
+                    projection: None,
+                    limit: None,
+                    read,
+                },
+            },
+        };
+        // Over all shards, remote and local agree; merged, they agree with the model.
+        let mut found = Vec::new();
+        let mut counted = 0;
+        for (s, shard) in remote.iter().enumerate() {
+            let wire = read_answer(
+                shard
+                    .read(ReplicaRequest::Read(request.clone()), Wait::Allowed)
+                    .unwrap(),
+            );
+            let local = read_answer(
+                table.shards()[s]
+                    .read(ReplicaRequest::Read(request.clone()), Wait::Allowed)
+                    .unwrap(),
+            );
+            assert_eq!(wire, local, "step {step} shard {s}");
+            match wire {
+                ReadAnswer::Record { record, .. } => found.extend(record),
+                ReadAnswer::Rows(rows) => found.extend(rows.rows),
+                ReadAnswer::Count { count, .. } => counted += count,
+                ReadAnswer::Raw { .. } => unreachable!(),
+            }
+        }
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        let expected: Vec<Record> = match &request {
+            ReadRequest::Get { key, .. } => model.get(key).cloned().into_iter().collect(),
+            ReadRequest::Search { query } => model
+                .values()
+                .filter(|r| oracle(&query.predicate, r))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        };
+        assert_eq!(found, expected, "step {step}");
+        if let ReadRequest::Count { predicate, .. } = &request {
+            let expected = model.values().filter(|r| oracle(predicate, r)).count() as u64;
+            assert_eq!(counted, expected, "step {step}");
+        }
+    }
+    // Queued reads (several shards at once) and requests to a replica by number.
+    let pending: Vec<_> = remote
+        .iter()
+        .map(|s| {
+            s.submit(ReplicaRequest::Read(ReadRequest::Count {
+                predicate: Predicate::All,
+                read,
+            }))
+            .unwrap()
+        })
+        .collect();
+    let total: u64 = pending
+        .into_iter()
+        .map(|p| match p.wait().unwrap().into_read().unwrap() {
+            ReadAnswer::Count { count, .. } => count,
+            other => panic!("{other:?}"),
+        })
+        .sum();
+    assert_eq!(total, model.len() as u64);
+    for (s, shard) in remote.iter().enumerate() {
+        for replica in 0..2 {
+            let wire = shard.send_to(replica, ReplicaRequest::Watermarks).unwrap();
+            let local = table.shards()[s]
+                .send_to(replica, ReplicaRequest::Watermarks)
+                .unwrap();
+            assert_eq!(wire, local);
+        }
+    }
+}
+
+#[test]
+fn bad_calls_and_silent_nodes_are_clear_bounded_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (database, _) = database(dir.path());
+    let server = RpcServer::start(Arc::clone(&database), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let node = NodeClient::new(&server.address().to_string(), Duration::from_secs(5)).unwrap();
+    let uid = database.table("rooms").unwrap().uid();
+    let count = || {
+        ReplicaRequest::Read(ReadRequest::Count {
+            predicate: Predicate::All,
+            read: ReadOptions::default(),
+        })
+    };
+    let expect = |answer: puffer_store::Result<puffer_node::ReplicaResponse>, part: &str| {
+        let error = answer.unwrap_err();
+        assert!(error.to_string().contains(part), "{error}");
+        error
+    };
+    // A table the node does not hold: stale routing, worth a retry elsewhere.
+    let error = expect(node.call("nope", uid, 0, None, &count()), "unknown table");
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+    let error = expect(node.call("rooms", uid + 1, 0, None, &count()), "uid");
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+    // A shard or replica that does not exist: the caller's mistake.
+    let error = expect(node.call("rooms", uid, 7, None, &count()), "no shard 7");
+    assert!(matches!(error, StoreError::InvalidQuery(_)), "{error}");
+    let error = expect(
+        node.call("rooms", uid, 0, Some(9), &count()),
+        "no replica 9",
+    );
+    assert!(matches!(error, StoreError::InvalidQuery(_)), "{error}");
+    // Bad queries are refused as on one node.
+    let bad = ReplicaRequest::Read(ReadRequest::Count {
+        predicate: Predicate::Eq("nope".into(), Value::Int(1)),
+        read: ReadOptions::default(),
+    });
+    let error = node.call("rooms", uid, 0, None, &bad).unwrap_err();
+    assert!(matches!(error, StoreError::InvalidQuery(_)), "{error}");
+
+    // A node that accepts connections and never answers: Unavailable by the deadline.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let deadline = Duration::from_millis(500);
+    let node = NodeClient::new(&silent.local_addr().unwrap().to_string(), deadline).unwrap();
+    let started = Instant::now();
+    let error = node.call("rooms", uid, 0, None, &count()).unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+    // Bounded: it came back, not hung (the bound is loose; these machines are shared).
+    assert!(waited < deadline * 20, "waited {waited:?}");
+    // A node that is gone: Unavailable too.
+    drop(server);
+    let port = puffer_cluster::etcd::local::free_port().unwrap();
+    let gone = NodeClient::new(&format!("127.0.0.1:{port}"), deadline).unwrap();
+    let error = gone.call("rooms", uid, 0, None, &count()).unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+}
