@@ -14,6 +14,7 @@ pub mod error;
 pub mod etcd;
 pub mod rpc;
 pub mod runtime;
+pub mod scu_log;
 
 pub use deep_storage::{DeepStorage, S3Settings};
 pub use error::{ClusterError, Result};

@@ -68,6 +68,35 @@ struct PreparedScu {
 
 type Reply = mpsc::Sender<Result<u64>>;
 
+/// What the committer thread is given.
+enum Job {
+    /// An SCU to number, log, apply and acknowledge (groups with its neighbours).
+    Write(PreparedScu, Reply),
+    /// Records numbered elsewhere (the cluster's log), to log, apply and publish in
+    /// their order.
+    Follow(Vec<u8>, Reply),
+}
+
+/// Why SCUs could not be shipped.
+#[derive(Debug)]
+pub enum ShipFailure {
+    /// They were not shipped (nothing of them is anywhere beyond this node): the
+    /// writers get a retryable error and their numbers are used again.
+    NotShipped(String),
+    /// They may or may not have been shipped (a deadline passed, the node lost its
+    /// right to write): the committer stops, and the node catches up from the
+    /// shipped log before it writes again.
+    Unknown(String),
+}
+
+/// Where a group of SCUs must be durable beyond this node before it is logged here,
+/// applied or acknowledged: the cluster's log in deep storage. A single node has none.
+pub trait LogShipper: Send + Sync + std::fmt::Debug {
+    /// Ships SCUs `first..=last`, `records` in the log's framing
+    /// (`wal::encode_record_parts`, back to back). Called on the committer thread.
+    fn ship(&self, first: u64, last: u64, records: &[u8]) -> std::result::Result<(), ShipFailure>;
+}
+
 struct Inner {
     log_dir: PathBuf,
     fs: Arc<dyn Fs>,
@@ -82,9 +111,14 @@ struct Inner {
     tables: RwLock<HashMap<u64, Arc<TableShards>>>,
     /// Why the committer stopped (a failed log write or apply); it then refuses writes.
     stopped: Mutex<Option<String>>,
-    queue: Mutex<Option<SyncSender<(PreparedScu, Reply)>>>,
+    queue: Mutex<Option<SyncSender<Job>>>,
     /// Where schemas changed by SCUs are recorded once applied.
     catalog: OnceLock<Arc<dyn Catalog>>,
+    /// Where groups are shipped before they are logged here (cluster ingest nodes).
+    shipper: OnceLock<Arc<dyn LogShipper>>,
+    /// Whether SCUs come only from [`Committer::follow`] (cluster data nodes, and an
+    /// ingest node catching up): local writes are refused.
+    following: std::sync::atomic::AtomicBool,
 }
 
 /// The database's committer: numbers, logs, applies and publishes SCUs.
@@ -119,6 +153,8 @@ impl Committer {
                 stopped: Mutex::new(None),
                 queue: Mutex::new(None),
                 catalog: OnceLock::new(),
+                shipper: OnceLock::new(),
+                following: std::sync::atomic::AtomicBool::new(false),
             }),
             thread: Mutex::new(None),
         }
@@ -152,6 +188,53 @@ impl Committer {
     /// Forgets a dropped table: its SCUs still in the log are skipped from now on.
     pub fn unregister(&self, uid: u64) {
         self.inner.tables.write().expect("tables lock").remove(&uid);
+    }
+
+    /// Ships every group to `shipper` before logging it here (set before
+    /// [`Committer::start`]; a second shipper is ignored).
+    pub fn attach_shipper(&self, shipper: Arc<dyn LogShipper>) {
+        let _ = self.inner.shipper.set(shipper);
+    }
+
+    /// Takes SCUs only from [`Committer::follow`] (`true`), or numbers its own
+    /// (`false`, the default). A node that becomes the cluster's ingest leader catches
+    /// up by following, then switches.
+    pub fn set_following(&self, following: bool) {
+        self.inner.following.store(following, Ordering::SeqCst);
+    }
+
+    /// Whether it takes SCUs only from [`Committer::follow`].
+    pub fn is_following(&self) -> bool {
+        self.inner.following.load(Ordering::SeqCst)
+    }
+
+    /// Logs, applies and publishes SCUs numbered elsewhere (`records` as
+    /// [`LogShipper::ship`] got them). Those at or below the published SCU are skipped
+    /// (already here); the rest must continue it without a gap. Returns the published
+    /// SCU after.
+    pub fn follow(&self, records: Vec<u8>) -> Result<u64> {
+        let inner = &self.inner;
+        inner.check_running()?;
+        if !self.is_following() {
+            return Err(QueryError::Invalid(
+                "this node numbers its own SCUs; it takes none numbered elsewhere".into(),
+            ));
+        }
+        wal::decode_records(&records)
+            .map_err(|e| QueryError::Invalid(format!("shipped SCUs that do not decode: {e}")))?;
+        let queue = inner
+            .queue
+            .lock()
+            .expect("queue lock")
+            .clone()
+            .ok_or_else(|| StoreError::Stopped("the database's committer is not running".into()))?;
+        let (reply, answer) = mpsc::channel();
+        queue
+            .send(Job::Follow(records, reply))
+            .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))?;
+        answer
+            .recv()
+            .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))?
     }
 
     /// Replays the log into the registered tables (each replica takes the SCUs past its
@@ -199,6 +282,14 @@ impl Committer {
     pub fn write(&self, parts: Vec<(Arc<TableShards>, Vec<WriteOp>)>) -> Result<u64> {
         let inner = &self.inner;
         inner.check_running()?;
+        if self.is_following() {
+            return Err(StoreError::Unavailable(
+                "this node follows the cluster's log and takes no writes; send them to the \
+                 ingest leader"
+                    .into(),
+            )
+            .into());
+        }
         let total_ops: usize = parts.iter().map(|(_, ops)| ops.len()).sum();
         if total_ops == 0 {
             return Err(
@@ -260,7 +351,7 @@ impl Committer {
             .clone()
             .ok_or_else(|| StoreError::Stopped("the database's committer is not running".into()))?;
         let (reply, answer) = mpsc::channel();
-        match queue.try_send((scu, reply)) {
+        match queue.try_send(Job::Write(scu, reply)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 return Err(StoreError::Overloaded(format!(
@@ -524,7 +615,9 @@ impl Inner {
             }
             if changes_schema {
                 part.table.refresh_schema()?;
-                if let Some(catalog) = self.catalog.get() {
+                // A follower's schema changes were recorded by the node that made them.
+                let following = self.following.load(Ordering::SeqCst);
+                if let Some(catalog) = self.catalog.get().filter(|_| !following) {
                     let schema = part.table.schema();
                     match catalog.set_schema(&part.table.name, part.table.uid, &schema) {
                         // Dropped meanwhile: nothing left to record it for.
@@ -537,24 +630,131 @@ impl Inner {
         Ok(touched)
     }
 
-    fn run(
-        self: Arc<Self>,
-        receiver: Receiver<(PreparedScu, Reply)>,
-        log: LogWriter,
-        next_seq: u64,
-    ) {
+    fn run(self: Arc<Self>, receiver: Receiver<Job>, log: LogWriter, next_seq: u64) {
         let mut log = log;
         let mut next_seq = next_seq;
         let mut log_bytes = 0u64;
-        while let Ok(first) = receiver.recv() {
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP_SCUS {
-                match receiver.try_recv() {
-                    Ok(scu) => group.push(scu),
-                    Err(_) => break,
+        let mut waiting: Option<Job> = None;
+        loop {
+            let job = match waiting.take() {
+                Some(job) => job,
+                None => match receiver.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
+            };
+            match job {
+                Job::Write(scu, reply) => {
+                    let mut group = vec![(scu, reply)];
+                    while group.len() < MAX_GROUP_SCUS {
+                        match receiver.try_recv() {
+                            Ok(Job::Write(scu, reply)) => group.push((scu, reply)),
+                            Ok(other) => {
+                                waiting = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    self.commit_group(group, &mut log, &mut next_seq, &mut log_bytes);
+                }
+                Job::Follow(records, reply) => {
+                    let answer =
+                        self.follow_records(&records, &mut log, &mut next_seq, &mut log_bytes);
+                    let _ = reply.send(answer);
                 }
             }
-            self.commit_group(group, &mut log, &mut next_seq, &mut log_bytes);
+            self.rotate_if_full(&mut log, next_seq, &mut log_bytes);
+        }
+    }
+
+    /// Logs, applies and publishes records numbered elsewhere.
+    fn follow_records(
+        &self,
+        records: &[u8],
+        log: &mut LogWriter,
+        next_seq: &mut u64,
+        log_bytes: &mut u64,
+    ) -> Result<u64> {
+        self.check_running()?;
+        let published = self.published.load(Ordering::SeqCst);
+        let records = wal::decode_records(records)
+            .map_err(|e| QueryError::Invalid(format!("shipped SCUs that do not decode: {e}")))?;
+        let new: Vec<&wal::LoggedRecord<'_>> =
+            records.iter().filter(|r| r.seq > published).collect();
+        let Some(first) = new.first() else {
+            return Ok(published);
+        };
+        if first.seq != published + 1 || first.seq != *next_seq {
+            return Err(StoreError::InvalidBatch(format!(
+                "shipped SCUs start at {}; this node holds every SCU up to {published} and \
+                 needs {} next",
+                first.seq,
+                published + 1
+            ))
+            .into());
+        }
+        let mut encoded = Vec::new();
+        let mut decoded = Vec::with_capacity(new.len());
+        for record in &new {
+            wal::encode_record_parts(record.seq, record.commit_micros, record.body, &mut encoded);
+            let parts = decode_body(record.body).map_err(|e| {
+                StoreError::InvalidBatch(format!("shipped SCU {} does not decode: {e}", record.seq))
+            })?;
+            decoded.push((record.seq, record.commit_micros, parts));
+        }
+        if let Err(e) = log.append_durably(&encoded) {
+            let reason = format!("the database log write failed: {e}");
+            self.stop(reason.clone());
+            return Err(StoreError::Stopped(reason).into());
+        }
+        *log_bytes += encoded.len() as u64;
+        for (seq, commit_micros, parts) in decoded {
+            *next_seq = seq + 1;
+            let prepared = self.route_logged(parts);
+            // As a replay: a replica that holds the SCU already (a table adopted with a
+            // schema newer than the SCU) takes it without complaint.
+            match self.apply(seq, commit_micros, prepared, true) {
+                Ok(touched) => {
+                    self.record_ack(seq, commit_micros);
+                    self.published.store(seq, Ordering::SeqCst);
+                    freeze_full(&touched);
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "applying shipped SCU {seq} failed: {e}; the database takes no more \
+                         SCUs until it is reopened (the SCU is in its log and is replayed then)"
+                    );
+                    self.stop(reason.clone());
+                    return Err(StoreError::Stopped(reason).into());
+                }
+            }
+        }
+        Ok(self.published.load(Ordering::SeqCst))
+    }
+
+    fn record_ack(&self, seq: u64, commit_micros: u64) {
+        let mut acks = self.acks.lock().expect("acks lock");
+        if acks.len() >= MAX_ACK_TIMES {
+            acks.pop_front();
+        }
+        acks.push_back((seq, commit_micros));
+    }
+
+    /// Starts a new log file once the current one is full, and removes old ones.
+    fn rotate_if_full(&self, log: &mut LogWriter, next_seq: u64, log_bytes: &mut u64) {
+        if *log_bytes < LOG_FILE_BYTES {
+            return;
+        }
+        match LogWriter::create(self.fs.as_ref(), &self.log_dir, next_seq) {
+            Ok(new_log) => {
+                *log = new_log;
+                *log_bytes = 0;
+                if let Err(e) = self.remove_old_files() {
+                    self.stop(format!("removing old log files failed: {e}"));
+                }
+            }
+            Err(e) => self.stop(format!("starting a new log file failed: {e}")),
         }
     }
 
@@ -571,7 +771,17 @@ impl Inner {
             }
             return;
         }
+        if self.following.load(Ordering::SeqCst) {
+            for (_, reply) in group {
+                let _ = reply.send(Err(StoreError::Unavailable(
+                    "this node follows the cluster's log and takes no writes".into(),
+                )
+                .into()));
+            }
+            return;
+        }
         let now = self.clock.now_micros();
+        let first = *next_seq;
         let mut encoded = Vec::new();
         let mut numbered = Vec::with_capacity(group.len());
         for (scu, reply) in group {
@@ -579,6 +789,39 @@ impl Inner {
             *next_seq += 1;
             wal::encode_record_parts(seq, now, &scu.body, &mut encoded);
             numbered.push((seq, scu.parts, reply));
+        }
+        if let Some(shipper) = self.shipper.get() {
+            let failure = match shipper.ship(first, *next_seq - 1, &encoded) {
+                Ok(()) => None,
+                Err(ShipFailure::NotShipped(reason)) => {
+                    // Nothing of the group is anywhere: its numbers are free again.
+                    *next_seq = first;
+                    Some((
+                        false,
+                        format!("the SCU could not be made durable in the cluster's log: {reason}"),
+                    ))
+                }
+                Err(ShipFailure::Unknown(reason)) => {
+                    let reason = format!(
+                        "shipping SCUs {first}..={} had an unknown outcome: {reason}; this \
+                         node takes no writes until it has caught up with the cluster's log",
+                        *next_seq - 1
+                    );
+                    self.stop(reason.clone());
+                    Some((true, reason))
+                }
+            };
+            if let Some((stopped, reason)) = failure {
+                for (_, _, reply) in numbered {
+                    let error = if stopped {
+                        StoreError::Stopped(reason.clone())
+                    } else {
+                        StoreError::Unavailable(reason.clone())
+                    };
+                    let _ = reply.send(Err(error.into()));
+                }
+                return;
+            }
         }
         if let Err(e) = log.append_durably(&encoded) {
             let reason = format!("the database log write failed: {e}");
@@ -597,13 +840,7 @@ impl Inner {
             }
             match self.apply(seq, now, parts, false) {
                 Ok(touched) => {
-                    {
-                        let mut acks = self.acks.lock().expect("acks lock");
-                        if acks.len() >= MAX_ACK_TIMES {
-                            acks.pop_front();
-                        }
-                        acks.push_back((seq, now));
-                    }
+                    self.record_ack(seq, now);
                     self.published.store(seq, Ordering::SeqCst);
                     freeze_full(&touched);
                     let _ = reply.send(Ok(seq));
@@ -619,18 +856,6 @@ impl Inner {
                     let _ = reply.send(Err(StoreError::Stopped(reason.clone()).into()));
                     failed = Some(reason);
                 }
-            }
-        }
-        if *log_bytes >= LOG_FILE_BYTES {
-            match LogWriter::create(self.fs.as_ref(), &self.log_dir, *next_seq) {
-                Ok(new_log) => {
-                    *log = new_log;
-                    *log_bytes = 0;
-                    if let Err(e) = self.remove_old_files() {
-                        self.stop(format!("removing old log files failed: {e}"));
-                    }
-                }
-                Err(e) => self.stop(format!("starting a new log file failed: {e}")),
             }
         }
     }

@@ -16,7 +16,7 @@ use puffer_store::{
 };
 
 use crate::catalog::{Catalog, FileCatalog, SegmentEntry, TableEntry, TextEntry};
-use crate::commit::{CommitOptions, Committer};
+use crate::commit::{CommitOptions, Committer, LogShipper};
 pub use crate::layout::{check_table_name, MAX_TABLE_NAME_BYTES};
 use crate::message::{ReadAnswer, ReadRequest, Wait};
 use crate::message::{ReplicaRequest, SegmentFacts};
@@ -78,6 +78,12 @@ pub struct DatabaseOptions {
     /// The catalog; `None`: the file catalog of the data directory (made from the
     /// directory's tables and texts if it has none yet).
     pub catalog: Option<Arc<dyn Catalog>>,
+    /// Where SCUs are shipped before they are logged here (a cluster's ingest node).
+    pub shipper: Option<Arc<dyn LogShipper>>,
+    /// Whether SCUs come only from [`Database::follow`] (a cluster's data node): the
+    /// database then takes no writes and no table changes of its own, and makes the
+    /// tables its catalog lists but its directory lacks.
+    pub following: bool,
 }
 
 /// The tables of a data directory.
@@ -243,6 +249,10 @@ impl Database {
                 max_ops_per_scu: options.shard.max_ops_per_scu,
             },
         ));
+        if let Some(shipper) = &options.shipper {
+            committer.attach_shipper(shipper.clone());
+        }
+        committer.set_following(options.following);
         let tables_dir = dir.join("tables");
         std::fs::create_dir_all(&tables_dir)
             .map_err(|e| puffer_store::StoreError::io(&tables_dir, e))?;
@@ -255,18 +265,31 @@ impl Database {
             Some(catalog) => {
                 for entry in catalog.tables()? {
                     let path = tables_dir.join(&entry.name);
-                    let table = Table::open(&node, &committer, &path, &entry.name, &options.shard)?
-                        .filter(|table| table.uid() == entry.uid)
-                        .ok_or_else(|| {
-                            puffer_store::StoreError::corrupt(
-                                &path,
-                                format!(
-                                    "the catalog lists table {:?} with uid {}, which this \
+                    let opened =
+                        Table::open(&node, &committer, &path, &entry.name, &options.shard)?
+                            .filter(|table| table.uid() == entry.uid);
+                    let opened = match opened {
+                        // A follower makes what the shared catalog lists; its SCUs
+                        // come from the cluster's log.
+                        None if options.following => Some(adopt(
+                            &node,
+                            &committer,
+                            &tables_dir,
+                            &entry,
+                            &options.shard,
+                        )?),
+                        other => other,
+                    };
+                    let table = opened.ok_or_else(|| {
+                        puffer_store::StoreError::corrupt(
+                            &path,
+                            format!(
+                                "the catalog lists table {:?} with uid {}, which this \
                                      directory does not hold",
-                                    entry.name, entry.uid
-                                ),
-                            )
-                        })?;
+                                entry.name, entry.uid
+                            ),
+                        )
+                    })?;
                     tables.insert(entry.name, Arc::new(table));
                 }
                 catalog
@@ -396,6 +419,7 @@ impl Database {
 
     /// Creates a table with `layout` shards and replicas.
     pub fn create_table_with(&self, name: &str, schema: Schema, layout: TableLayout) -> Result<()> {
+        self.check_not_following("create a table")?;
         check_table_name(name)?;
         layout.validate()?;
         let mut tables = self.tables.write().expect("tables lock");
@@ -412,13 +436,17 @@ impl Database {
             // Left by a creation that never finished (no manifest): start over.
             std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
         }
+        let entry = TableEntry {
+            name: name.to_string(),
+            uid: crate::table::new_table_uid(),
+            layout,
+            schema,
+        };
         let table = Table::create(
             &self.node,
             &self.committer,
             &path,
-            name,
-            schema,
-            layout,
+            &entry,
             &self.options.shard,
         )?;
         // The catalog entry is the commit point: until it is written, the table's
@@ -436,6 +464,7 @@ impl Database {
 
     /// Drops a table and deletes its data.
     pub fn drop_table(&self, name: &str) -> Result<()> {
+        self.check_not_following("drop a table")?;
         let table = {
             let mut tables = self.tables.write().expect("tables lock");
             if !tables.contains_key(name) {
@@ -452,6 +481,75 @@ impl Database {
         drop(table);
         let path = self.dir.join("tables").join(name);
         std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
+        Ok(())
+    }
+
+    fn check_not_following(&self, what: &str) -> Result<()> {
+        if self.committer.is_following() {
+            return Err(puffer_store::StoreError::Unavailable(format!(
+                "this node follows the cluster's log and cannot {what}; ask the ingest leader"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Whether SCUs come only from [`Database::follow`].
+    pub fn is_following(&self) -> bool {
+        self.committer.is_following()
+    }
+
+    /// Takes SCUs only from [`Database::follow`] (`true`), or numbers its own: a node
+    /// that becomes the ingest leader follows until it has caught up, then switches.
+    pub fn set_following(&self, following: bool) {
+        self.committer.set_following(following);
+    }
+
+    /// Logs, applies and publishes SCUs numbered elsewhere (the cluster's log); call
+    /// [`Database::sync_tables`] first, so that every table they touch is here.
+    /// Returns the published SCU after.
+    pub fn follow(&self, records: Vec<u8>) -> Result<u64> {
+        self.committer.follow(records)
+    }
+
+    /// Makes the local tables those of the catalog: tables it lists that are not here
+    /// are made (empty, to be filled by followed SCUs), tables here that it no longer
+    /// lists (or lists with another uid) are dropped locally. For followers of a
+    /// shared catalog.
+    pub fn sync_tables(&self) -> Result<()> {
+        let listed = self.catalog.tables()?;
+        let mut tables = self.tables.write().expect("tables lock");
+        let gone: Vec<String> = tables
+            .iter()
+            .filter(|(name, table)| {
+                !listed
+                    .iter()
+                    .any(|e| &e.name == *name && e.uid == table.uid())
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            let table = tables.remove(&name).expect("listed above");
+            self.committer.unregister(table.uid());
+            self.node.remove_table(&name);
+            drop(table);
+            let path = self.dir.join("tables").join(&name);
+            std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
+        }
+        let tables_dir = self.dir.join("tables");
+        for entry in listed {
+            if tables.contains_key(&entry.name) {
+                continue;
+            }
+            let table = adopt(
+                &self.node,
+                &self.committer,
+                &tables_dir,
+                &entry,
+                &self.options.shard,
+            )?;
+            tables.insert(entry.name.clone(), Arc::new(table));
+        }
         Ok(())
     }
 
@@ -581,4 +679,20 @@ fn unexpected_answer(answer: ReadAnswer) -> QueryError {
     QueryError::Store(puffer_store::StoreError::Unavailable(format!(
         "a read got an answer of another kind: {answer:?}"
     )))
+}
+
+/// Makes a local copy of table `entry` of a shared catalog: its directories, empty,
+/// with the catalog's uid, layout and schema (anything left under its name goes first).
+fn adopt(
+    node: &AdaptiveNode<Shard>,
+    committer: &Arc<Committer>,
+    tables_dir: &Path,
+    entry: &TableEntry,
+    options: &ShardOptions,
+) -> Result<Table> {
+    let path = tables_dir.join(&entry.name);
+    if path.exists() {
+        std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
+    }
+    Table::create(node, committer, &path, entry, options)
 }

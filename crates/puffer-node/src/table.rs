@@ -62,7 +62,7 @@ const MAX_SNAPSHOT_TRIES: usize = 16;
 
 /// A new table uid: random (seeded by the process's hash keys and the time), so uids of
 /// dropped tables are not handed out again.
-fn new_table_uid() -> u64 {
+pub(crate) fn new_table_uid() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     let nanos = std::time::SystemTime::now()
@@ -82,27 +82,35 @@ pub struct Table {
 }
 
 impl Table {
-    /// Creates the table's directories and opens it.
+    /// Creates the directories of table `entry` (its name, uid, layout and schema)
+    /// and opens it.
     pub(crate) fn create(
         node: &AdaptiveNode<Shard>,
         committer: &Arc<Committer>,
         dir: &Path,
-        name: &str,
-        schema: Schema,
-        layout: TableLayout,
+        entry: &crate::catalog::TableEntry,
         options: &ShardOptions,
     ) -> Result<Table> {
+        let layout = entry.layout;
         layout.validate()?;
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
         let file = TableFile {
             format: TABLE_FORMAT,
             shards: layout.shards,
             replicas: layout.replicas,
-            uid: new_table_uid(),
+            uid: entry.uid,
             single_directory: false,
         };
         write_table_file(dir, &file)?;
-        Table::open_dirs(node, committer, dir, name, Some(schema), &file, options)
+        Table::open_dirs(
+            node,
+            committer,
+            dir,
+            &entry.name,
+            Some(entry.schema.clone()),
+            &file,
+            options,
+        )
     }
 
     /// Opens an existing table directory (converting older layouts); `None` if it holds

@@ -146,7 +146,7 @@ impl AdaptConfig {
             shard: puffer_store::ShardOptions::default(),
             node,
             default_layout: layout,
-            catalog: None,
+            ..puffer_node::DatabaseOptions::default()
         })
     }
 }

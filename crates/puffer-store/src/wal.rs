@@ -289,49 +289,98 @@ pub fn replay_with<T>(
         }
         let mut at = 8;
         while at < bytes.len() {
-            let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
-                break; // torn tail: the header itself is cut short
+            let Some(record) = next_record(&bytes, at).map_err(corrupt)? else {
+                break; // torn tail: the header or the payload is cut short
             };
-            let word = |i: usize| u32::from_le_bytes(header[4 * i..4 * i + 4].try_into().unwrap());
-            let (len, len_check, crc) = (word(0), word(1), word(2));
-            if len != !len_check {
-                return Err(corrupt(format!("record at byte {at} has a damaged length")));
-            }
-            let body_start = at + RECORD_HEADER_BYTES;
-            let Some(payload) = bytes.get(body_start..body_start + len as usize) else {
-                break; // torn tail: the payload is cut short
-            };
-            let record_end = body_start + payload.len();
-            if crc32fast::hash(payload) != crc {
-                return Err(corrupt(format!("record at byte {at} fails its checksum")));
-            }
-            let mut head = Reader {
-                bytes: payload,
-                at: 0,
-            };
-            let (seq, commit_micros) = head
-                .u64()
-                .and_then(|seq| Ok((seq, head.u64()?)))
-                .map_err(|e| corrupt(format!("record at byte {at}: {e}")))?;
             if let Some(next) = expected_next {
-                if seq != next {
+                if record.seq != next {
                     return Err(corrupt(format!(
-                        "record at byte {at} has sequence number {seq}, expected {next}"
+                        "record at byte {at} has sequence number {}, expected {next}",
+                        record.seq
                     )));
                 }
             }
-            expected_next = Some(seq + 1);
-            if seq > after {
-                let body = &payload[head.at..];
+            expected_next = Some(record.seq + 1);
+            if record.seq > after {
                 decoded.push(
-                    decode(seq, commit_micros, body)
+                    decode(record.seq, record.commit_micros, record.body)
                         .map_err(|e| corrupt(format!("record at byte {at}: {e}")))?,
                 );
             }
-            at = record_end;
+            at = record.end;
         }
     }
     Ok(decoded)
+}
+
+/// One record of a log, as read.
+#[derive(Debug)]
+pub struct LoggedRecord<'a> {
+    /// The SCU's number.
+    pub seq: u64,
+    /// Its commit time.
+    pub commit_micros: u64,
+    /// What followed the number and time when it was written.
+    pub body: &'a [u8],
+    /// Where the next record starts.
+    pub end: usize,
+}
+
+/// The record at byte `at` of `bytes`; `None` if it is cut short (a torn tail), an
+/// error if it is damaged.
+fn next_record(bytes: &[u8], at: usize) -> std::result::Result<Option<LoggedRecord<'_>>, String> {
+    let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) else {
+        return Ok(None);
+    };
+    let word = |i: usize| u32::from_le_bytes(header[4 * i..4 * i + 4].try_into().unwrap());
+    let (len, len_check, crc) = (word(0), word(1), word(2));
+    if len != !len_check {
+        return Err(format!("record at byte {at} has a damaged length"));
+    }
+    let body_start = at + RECORD_HEADER_BYTES;
+    let Some(payload) = bytes.get(body_start..body_start + len as usize) else {
+        return Ok(None);
+    };
+    if crc32fast::hash(payload) != crc {
+        return Err(format!("record at byte {at} fails its checksum"));
+    }
+    let mut head = Reader {
+        bytes: payload,
+        at: 0,
+    };
+    let (seq, commit_micros) = head
+        .u64()
+        .and_then(|seq| Ok((seq, head.u64()?)))
+        .map_err(|e| format!("record at byte {at}: {e}"))?;
+    Ok(Some(LoggedRecord {
+        seq,
+        commit_micros,
+        body: &payload[head.at..],
+        end: body_start + payload.len(),
+    }))
+}
+
+/// Every record of `bytes`, records as [`encode_record_parts`] writes them back to
+/// back (a group shipped elsewhere): whole, numbered consecutively, or an error.
+pub fn decode_records(bytes: &[u8]) -> std::result::Result<Vec<LoggedRecord<'_>>, String> {
+    let mut records: Vec<LoggedRecord<'_>> = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let record = next_record(bytes, at)?
+            .ok_or_else(|| format!("the record at byte {at} is cut short"))?;
+        if let Some(previous) = records.last() {
+            if record.seq != previous.seq + 1 {
+                return Err(format!(
+                    "record at byte {at} has sequence number {}, expected {}",
+                    record.seq,
+                    previous.seq + 1
+                ));
+            }
+        }
+        at = record.end;
+        records.push(record);
+    }
+    Ok(records)
 }
 
 /// The log file currently appended to.
@@ -363,5 +412,47 @@ impl LogWriter {
         let io = |e| StoreError::io(&self.path, e);
         self.file.write_all(records).map_err(io)?;
         self.file.sync().map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(first: u64, count: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        for seq in first..first + count {
+            encode_record_parts(seq, seq * 10, format!("body {seq}").as_bytes(), &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn shipped_groups_decode_whole_or_not_at_all() {
+        let bytes = group(5, 3);
+        let records = decode_records(&bytes).unwrap();
+        let seen: Vec<(u64, u64, Vec<u8>)> = records
+            .iter()
+            .map(|r| (r.seq, r.commit_micros, r.body.to_vec()))
+            .collect();
+        let expected: Vec<(u64, u64, Vec<u8>)> = (5..8)
+            .map(|seq| (seq, seq * 10, format!("body {seq}").into_bytes()))
+            .collect();
+        assert_eq!(seen, expected);
+        assert!(decode_records(&[]).unwrap().is_empty());
+        // Cut anywhere inside, damaged anywhere, or with a gap: refused.
+        for cut in 1..bytes.len() {
+            let whole_records = decode_records(&bytes[..cut]);
+            let at_boundary = records.iter().any(|r| r.end == cut);
+            assert_eq!(whole_records.is_ok(), at_boundary, "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(decode_records(&bad).is_err(), "flip at {i} passed");
+        }
+        let mut gap = group(1, 1);
+        gap.extend(group(3, 1));
+        assert!(decode_records(&gap).unwrap_err().contains("expected 2"));
     }
 }

@@ -23,7 +23,11 @@ pub struct Leader {
 
 /// Who leads the coordinators now, if anyone.
 pub fn leader(etcd: &Etcd) -> Result<Option<Leader>> {
-    let name = etcd.keys().coordinator_election();
+    leader_of(etcd, etcd.keys().coordinator_election())
+}
+
+/// Who leads election `name` now, if anyone.
+pub fn leader_of(etcd: &Etcd, name: String) -> Result<Option<Leader>> {
     let answer = etcd.call(move |mut client| async move {
         match client.leader(name).await {
             Ok(answer) => Ok(answer.kv().map(|kv| Leader {
@@ -52,11 +56,18 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// Starts campaigning as `node_id` on `lease` (the node's membership lease).
+    /// Starts campaigning for coordinator as `node_id` on `lease` (the node's
+    /// membership lease).
     pub fn stand(etcd: &Etcd, node_id: &str, lease: i64) -> Candidate {
+        Candidate::stand_in(etcd, etcd.keys().coordinator_election(), node_id, lease)
+    }
+
+    /// Starts campaigning in election `name` (a key of [`super::Keys`]).
+    pub fn stand_in(etcd: &Etcd, name: String, node_id: &str, lease: i64) -> Candidate {
         let won = Arc::new(Mutex::new(None));
         let campaign = etcd.spawn(campaign(
             etcd.clone(),
+            name,
             node_id.to_string(),
             lease,
             Arc::clone(&won),
@@ -102,8 +113,13 @@ impl Drop for Candidate {
 /// Campaigns until elected. etcd's campaign call returns once this candidate leads;
 /// each call is bounded by the request deadline, and is tried again on the same
 /// lease, which etcd treats as the same candidacy.
-async fn campaign(etcd: Etcd, node_id: String, lease: i64, won: Arc<Mutex<Option<LeaderKey>>>) {
-    let name = etcd.keys().coordinator_election();
+async fn campaign(
+    etcd: Etcd,
+    name: String,
+    node_id: String,
+    lease: i64,
+    won: Arc<Mutex<Option<LeaderKey>>>,
+) {
     loop {
         let mut client = etcd.client();
         match client.campaign(name.clone(), node_id.clone(), lease).await {
@@ -135,13 +151,19 @@ impl Leadership {
 
     /// Runs `ops` only if this is still the leader; `Fenced` if it is not.
     pub fn write(&self, ops: Vec<TxnOp>) -> Result<()> {
-        let txn = Txn::new()
-            .when(vec![Compare::create_revision(
-                self.key.key().to_vec(),
-                CompareOp::Equal,
-                self.key.rev(),
-            )])
-            .and_then(ops);
+        self.write_when(Vec::new(), ops)
+    }
+
+    /// Runs `ops` only if this is still the leader and `compares` hold; `Fenced` if
+    /// either fails (nothing is written then).
+    pub fn write_when(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<()> {
+        let mut all = vec![Compare::create_revision(
+            self.key.key().to_vec(),
+            CompareOp::Equal,
+            self.key.rev(),
+        )];
+        all.extend(compares);
+        let txn = Txn::new().when(all).and_then(ops);
         let answer = self
             .etcd
             .call(move |mut client| async move { client.txn(txn).await })?;
@@ -149,7 +171,9 @@ impl Leadership {
             Ok(())
         } else {
             Err(ClusterError::Fenced(
-                "this node is no longer the coordinator leader (its lease expired)".into(),
+                "this node is no longer the leader (its lease expired), or what it wrote \
+                 against has changed"
+                    .into(),
             ))
         }
     }

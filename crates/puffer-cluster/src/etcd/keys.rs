@@ -107,6 +107,28 @@ impl Keys {
         format!("{}election/coordinator", self.root)
     }
 
+    /// The election of the ingest leader, the one node that numbers SCUs.
+    pub fn ingest_election(&self) -> String {
+        format!("{}election/ingest", self.root)
+    }
+
+    /// The last SCU of the cluster's log (decimal): moved only by the ingest leader,
+    /// by a transaction that checks its leadership and the value it moves from.
+    pub fn log_tail(&self) -> String {
+        format!("{}log/tail", self.root)
+    }
+
+    /// Prefix of the log's index: `log/index/<first SCU>` holds a group's entry (its
+    /// SCUs and the deep-storage object that holds them).
+    pub fn log_index(&self) -> String {
+        format!("{}log/index/", self.root)
+    }
+
+    /// The index entry of the group starting at SCU `first`.
+    pub fn log_entry(&self, first: u64) -> String {
+        format!("{}{first:020}", self.log_index())
+    }
+
     /// Prefix of what the coordinator leader writes (placement, routing): only by a
     /// transaction that checks its leadership.
     pub fn coordinated(&self) -> String {

@@ -1,0 +1,255 @@
+//! The cluster's SCU log: groups of SCUs in deep storage, indexed in etcd.
+//!
+//! The ingest leader ships each group before logging it locally: the group's records
+//! go to deep storage as one immutable object (named by its SCUs and the leader's
+//! lease, so a deposed leader's leftovers never collide with the new leader's), then
+//! one etcd transaction, fenced on the leader's election key and on the log's tail
+//! being the SCU before the group, moves the tail and adds the group's index entry.
+//! That transaction is the commit point: an SCU is acknowledged only after it, and
+//! its number can never be given twice. Data nodes follow: read the tail, fetch the
+//! groups past what they hold, apply them in order.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, GetOptions, TxnOp};
+use puffer_node::commit::{LogShipper, ShipFailure};
+use puffer_node::Database;
+use serde::{Deserialize, Serialize};
+
+use crate::deep_storage::DeepStorage;
+use crate::error::{ClusterError, Result};
+use crate::etcd::{Etcd, Leadership};
+
+/// Most index entries read at once by a follower.
+pub const MAX_ENTRIES_PER_READ: usize = 64;
+/// Most SCUs in one group (the committer's group bound): the entry holding SCU `n`
+/// starts at `n - MAX_GROUP_SCUS + 1` or later.
+pub const MAX_GROUP_SCUS: u64 = 256;
+
+/// A group of the log, as indexed in etcd.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Its first SCU.
+    pub first: u64,
+    /// Its last SCU.
+    pub last: u64,
+    /// The deep-storage object with its records.
+    pub object: String,
+}
+
+/// The log of one cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterLog {
+    etcd: Etcd,
+    deep: DeepStorage,
+}
+
+impl ClusterLog {
+    /// The log of `etcd`'s cluster, its groups in `deep`.
+    pub fn new(etcd: Etcd, deep: DeepStorage) -> ClusterLog {
+        ClusterLog { etcd, deep }
+    }
+
+    /// The last SCU committed to the log (0 if none).
+    pub fn tail(&self) -> Result<u64> {
+        let key = self.etcd.keys().log_tail();
+        let answer = self
+            .etcd
+            .call(move |mut client| async move { client.get(key, None).await })?;
+        match answer.kvs().first() {
+            None => Ok(0),
+            Some(kv) => parse_tail(kv.value()),
+        }
+    }
+
+    /// The index entries of the groups holding SCUs after `after`, up to `tail`, in
+    /// order (at most [`MAX_ENTRIES_PER_READ`]).
+    pub fn entries_after(&self, after: u64) -> Result<Vec<LogEntry>> {
+        let keys = self.etcd.keys();
+        let from = keys.log_entry((after + 1).saturating_sub(MAX_GROUP_SCUS - 1).max(1));
+        let end = format!("{}\u{7f}", keys.log_index());
+        let answer = self.etcd.call(move |mut client| async move {
+            client
+                .get(
+                    from,
+                    Some(
+                        GetOptions::new()
+                            .with_range(end)
+                            .with_limit(MAX_ENTRIES_PER_READ as i64 + MAX_GROUP_SCUS as i64),
+                    ),
+                )
+                .await
+        })?;
+        let mut entries = Vec::new();
+        for kv in answer.kvs() {
+            let entry: LogEntry =
+                serde_json::from_slice(kv.value()).map_err(|e| ClusterError::Corrupt {
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    detail: e.to_string(),
+                })?;
+            if entry.last > after {
+                entries.push(entry);
+            }
+            if entries.len() >= MAX_ENTRIES_PER_READ {
+                break;
+            }
+        }
+        Ok(entries)
+    }
+
+    /// The records of a group.
+    pub fn records(&self, entry: &LogEntry) -> Result<Vec<u8>> {
+        self.deep.get(&entry.object)
+    }
+
+    /// Brings `database` (a follower) up to the log's tail: its tables first (from the
+    /// catalog, which lists every table before any SCU touches it), then the groups
+    /// past what it holds. Returns the SCU it holds after.
+    pub fn catch_up(&self, database: &Database) -> puffer_query::Result<u64> {
+        let tail = self.tail()?;
+        let mut held = database.published();
+        if tail <= held {
+            return Ok(held);
+        }
+        // After reading the tail: every table its SCUs touch is in the catalog now.
+        database.sync_tables()?;
+        while held < tail {
+            let entries = self.entries_after(held)?;
+            if entries.is_empty() {
+                return Err(ClusterError::Corrupt {
+                    key: self.etcd.keys().log_index(),
+                    detail: format!(
+                        "the log's tail is {tail}, but no group holds SCU {}",
+                        held + 1
+                    ),
+                }
+                .into());
+            }
+            for entry in entries.iter().filter(|e| e.first <= tail) {
+                held = database.follow(self.records(entry)?)?;
+            }
+        }
+        Ok(held)
+    }
+}
+
+fn parse_tail(value: &[u8]) -> Result<u64> {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| ClusterError::Corrupt {
+            key: "log/tail".into(),
+            detail: format!("not a number: {:?}", String::from_utf8_lossy(value)),
+        })
+}
+
+/// The ingest leader's shipper: groups to deep storage, then the fenced commit.
+#[derive(Debug)]
+pub struct LeaderShipper {
+    log: ClusterLog,
+    leadership: Leadership,
+}
+
+impl LeaderShipper {
+    /// Ships to `log` while `leadership` (of the ingest election) holds.
+    pub fn new(log: ClusterLog, leadership: Leadership) -> LeaderShipper {
+        LeaderShipper { log, leadership }
+    }
+}
+
+impl LogShipper for LeaderShipper {
+    fn ship(&self, first: u64, last: u64, records: &[u8]) -> std::result::Result<(), ShipFailure> {
+        let object = format!(
+            "log/{first:020}-{last:020}-{:016x}",
+            self.leadership.lease()
+        );
+        self.log
+            .deep
+            .put(&object, records)
+            .map_err(|e| ShipFailure::NotShipped(e.to_string()))?;
+        let keys = self.log.etcd.keys();
+        let entry = LogEntry {
+            first,
+            last,
+            object,
+        };
+        let tail_before = if first == 1 {
+            Compare::version(keys.log_tail(), CompareOp::Equal, 0)
+        } else {
+            Compare::value(keys.log_tail(), CompareOp::Equal, (first - 1).to_string())
+        };
+        self.leadership
+            .write_when(
+                vec![tail_before],
+                vec![
+                    TxnOp::put(keys.log_tail(), last.to_string(), None),
+                    TxnOp::put(
+                        keys.log_entry(first),
+                        serde_json::to_vec(&entry).expect("an entry encodes"),
+                        None,
+                    ),
+                ],
+            )
+            .map_err(|e| match e {
+                // Definitely not committed: another leader, or a tail moved by one.
+                ClusterError::Fenced(reason) => ShipFailure::Unknown(format!(
+                    "not committed: {reason}; this node must catch up before it writes"
+                )),
+                other => ShipFailure::Unknown(other.to_string()),
+            })
+    }
+}
+
+/// A follower's loop: catches `database` up with the log every `interval` until
+/// stopped; the last error, if the last round failed, is kept for status.
+pub struct Follower {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    last_error: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Follower {
+    /// Starts following.
+    pub fn start(log: ClusterLog, database: Arc<Database>, interval: Duration) -> Follower {
+        let stop = Arc::new(AtomicBool::new(false));
+        let last_error = Arc::new(std::sync::Mutex::new(None));
+        let thread = {
+            let (stop, last_error) = (stop.clone(), last_error.clone());
+            std::thread::Builder::new()
+                .name("puffer-follow".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        let round = log.catch_up(&database);
+                        *last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                            round.err().map(|e| e.to_string());
+                        std::thread::sleep(interval);
+                    }
+                })
+                .expect("a thread starts")
+        };
+        Follower {
+            stop,
+            thread: Some(thread),
+            last_error,
+        }
+    }
+
+    /// Why the last round failed, if it did.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

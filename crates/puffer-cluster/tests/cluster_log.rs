@@ -1,0 +1,221 @@
+//! The cluster's SCU log against a model: an ingest leader ships every group to deep
+//! storage and commits it in etcd; followers (data nodes) catch up and answer as the
+//! model does, across new tables, schema changes, deletes and a follower's restart. A
+//! deposed leader's group is refused and changes nothing.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use puffer_cluster::etcd::{Candidate, Etcd, EtcdCatalog, MemberCard, Membership, Role};
+use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
+use puffer_cluster::DeepStorage;
+use puffer_node::commit::{LogShipper, ShipFailure};
+use puffer_node::serving::NodeConfig;
+use puffer_node::{Database, DatabaseOptions, TableLayout};
+use puffer_store::{AttrType, Attribute, Predicate, ReadOptions, Record, Schema, Value, WriteOp};
+use rand::{Rng, SeedableRng};
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn options(etcd: &Etcd) -> DatabaseOptions {
+    DatabaseOptions {
+        node: NodeConfig {
+            workers_per_replica: 1,
+            ..NodeConfig::default()
+        },
+        catalog: Some(Arc::new(EtcdCatalog::new(etcd.clone()))),
+        ..DatabaseOptions::default()
+    }
+}
+
+fn follower(etcd: &Etcd, dir: &Path) -> Database {
+    Database::open_with(
+        dir,
+        DatabaseOptions {
+            following: true,
+            ..options(etcd)
+        },
+    )
+    .unwrap()
+}
+
+fn schema() -> Schema {
+    Schema::new(
+        "id",
+        vec![Attribute {
+            name: "city".into(),
+            attr_type: AttrType::String,
+        }],
+    )
+    .unwrap()
+}
+
+type Model = BTreeMap<String, BTreeMap<Vec<u8>, Record>>;
+
+/// Every table of the model, every key, and per-city counts, read from `database`.
+fn agrees(database: &Database, model: &Model, who: &str) {
+    let read = ReadOptions::default();
+    let mut names = database.table_names();
+    names.sort();
+    assert_eq!(names, model.keys().cloned().collect::<Vec<_>>(), "{who}");
+    for (name, records) in model {
+        let table = database.table(name).unwrap();
+        let (count, _) = table.count(&Predicate::All, read).unwrap();
+        assert_eq!(count, records.len() as u64, "{who}: {name}");
+        for (key, record) in records {
+            let (found, _) = table.get(key, read).unwrap();
+            assert_eq!(found.as_ref(), Some(record), "{who}: {name}");
+        }
+        for city in ["Lisbon", "Porto"] {
+            let wanted = Value::String(city.into());
+            let expected = records
+                .values()
+                .filter(|r| r.values.get("city") == Some(&wanted))
+                .count() as u64;
+            let (count, _) = table
+                .count(&Predicate::Eq("city".into(), wanted), read)
+                .unwrap();
+            assert_eq!(count, expected, "{who}: {name} {city}");
+        }
+    }
+}
+
+#[test]
+fn followers_agree_with_the_leader_and_a_model() {
+    let Some((server, dir)) = common::etcd_or_skip("followers_agree_with_the_leader_and_a_model")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("log").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep.clone());
+    let card = MemberCard {
+        node_id: "ingest-1".into(),
+        roles: vec![Role::Ingest],
+        http_address: "127.0.0.1:1".into(),
+        rpc_address: None,
+        lease: 0,
+    };
+    let member = Membership::join(&etcd, card, TTL).unwrap();
+    let candidate = Candidate::stand_in(
+        &etcd,
+        etcd.keys().ingest_election(),
+        "ingest-1",
+        member.lease(),
+    );
+    let leadership = candidate.wait_elected(Duration::from_secs(10)).unwrap();
+    let leader = Database::open_with(
+        dir.path().join("leader"),
+        DatabaseOptions {
+            shipper: Some(Arc::new(LeaderShipper::new(
+                log.clone(),
+                leadership.clone(),
+            ))),
+            ..options(&etcd)
+        },
+    )
+    .unwrap();
+    let mut followers = vec![
+        follower(&etcd, &dir.path().join("f1")),
+        follower(&etcd, &dir.path().join("f2")),
+    ];
+
+    let mut model: Model = BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    for step in 0..120 {
+        if step == 0 || step == 60 {
+            let name = format!("t{step}");
+            let layout = TableLayout {
+                shards: 2,
+                replicas: 1 + (step / 60) as u32,
+            };
+            leader.create_table_with(&name, schema(), layout).unwrap();
+            model.insert(name, BTreeMap::new());
+        }
+        if step == 30 {
+            // A schema change travels in the log like any SCU.
+            let attribute = Attribute {
+                name: "stars".into(),
+                attr_type: AttrType::Int,
+            };
+            leader
+                .write_batch(vec![("t0".into(), vec![WriteOp::AddAttribute(attribute)])])
+                .unwrap();
+        }
+        let mut parts = Vec::new();
+        for (name, records) in model.iter_mut() {
+            let mut ops = Vec::new();
+            for _ in 0..rng.gen_range(1..6) {
+                let key = format!("k{}", rng.gen_range(0..40)).into_bytes();
+                if rng.gen_bool(0.2) {
+                    records.remove(&key);
+                    ops.push(WriteOp::Delete(key));
+                } else {
+                    let mut record = Record::new(key.clone());
+                    let city = ["Lisbon", "Porto", "Faro"][rng.gen_range(0..3)];
+                    record
+                        .values
+                        .insert("city".into(), Value::String(city.into()));
+                    if name == "t0" && step > 30 {
+                        record
+                            .values
+                            .insert("stars".into(), Value::Int(rng.gen_range(1..6)));
+                    }
+                    records.insert(key, record.clone());
+                    ops.push(WriteOp::Put(record));
+                }
+            }
+            parts.push((name.clone(), ops));
+        }
+        let seq = leader.write_batch(parts).unwrap();
+        assert_eq!(
+            log.tail().unwrap(),
+            seq,
+            "step {step}: acknowledged before committed"
+        );
+        if step % 25 == 24 {
+            for (i, f) in followers.iter().enumerate() {
+                assert_eq!(log.catch_up(f).unwrap(), seq, "follower {i}");
+                agrees(f, &model, &format!("follower {i} at step {step}"));
+            }
+        }
+        if step == 70 {
+            // A follower restarts: it replays its own log, then catches up from there.
+            followers.pop();
+            followers.push(follower(&etcd, &dir.path().join("f2")));
+        }
+    }
+    agrees(&leader, &model, "leader");
+    for (i, f) in followers.iter().enumerate() {
+        log.catch_up(f).unwrap();
+        assert_eq!(f.published(), leader.published());
+        agrees(f, &model, &format!("follower {i}"));
+        // Followers take no writes and no table changes of their own.
+        let refused = f.write_batch(vec![("t0".into(), vec![WriteOp::Delete(b"k1".to_vec())])]);
+        assert!(refused.unwrap_err().to_string().contains("ingest leader"));
+        assert!(f.create_table("x", schema()).is_err());
+    }
+    // A new follower starts from nothing and catches up whole.
+    let late = follower(&etcd, &dir.path().join("f3"));
+    log.catch_up(&late).unwrap();
+    agrees(&late, &model, "a late follower");
+
+    // The leader is deposed (its lease revoked, as when it expires): its next group is
+    // not committed, the tail stays, and its committer stops taking writes.
+    let tail = log.tail().unwrap();
+    member.leave().unwrap();
+    let stale = LeaderShipper::new(log.clone(), leadership);
+    let refused = stale.ship(tail + 1, tail + 1, b"");
+    assert!(
+        matches!(refused, Err(ShipFailure::Unknown(_))),
+        "{refused:?}"
+    );
+    let write = leader.write_batch(vec![("t0".into(), vec![WriteOp::Delete(b"k1".to_vec())])]);
+    assert!(write.is_err(), "a deposed leader acknowledged a write");
+    assert_eq!(log.tail().unwrap(), tail);
+    drop(server);
+}
