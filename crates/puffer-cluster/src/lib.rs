@@ -9,6 +9,7 @@
 //! traits (the [`puffer_node::catalog::Catalog`] first), so the tables, committer and
 //! server run unchanged on either.
 
+pub mod broker;
 pub mod deep_storage;
 pub mod error;
 pub mod etcd;

@@ -485,8 +485,9 @@ fn not_answered(expected: &str, got: Option<ReadAnswer>) -> QueryError {
     )))
 }
 
-/// Merges several shards' answers to one read at one snapshot.
-fn merged(request: &ReadRequest, answers: Vec<ReadAnswer>) -> Result<ReadAnswer> {
+/// One answer from the answers of every shard to `request`, all read at one
+/// snapshot: rows by key (LIMIT applied after), counts added. Brokers merge with it too.
+pub fn merged(request: &ReadRequest, answers: Vec<ReadAnswer>) -> Result<ReadAnswer> {
     let mut snapshots = Vec::with_capacity(answers.len());
     match request {
         ReadRequest::Search { query } => {

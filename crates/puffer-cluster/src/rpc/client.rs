@@ -11,7 +11,7 @@ use puffer_store::{Result, StoreError};
 use tonic::transport::{Channel, Endpoint};
 
 use super::proto::replica_client::ReplicaClient;
-use super::proto::ReplicaCall;
+use super::proto::{PublishedRequest, ReplicaCall};
 use super::{error_of, MAX_MESSAGE_BYTES};
 use crate::error::ClusterError;
 use crate::runtime::Bridge;
@@ -108,6 +108,28 @@ impl NodeClient {
         }
     }
 
+    /// The newest snapshot the node has published, asked in the background: the
+    /// receiver gets it (or the error) within the deadline.
+    pub fn published(&self) -> mpsc::Receiver<Result<u64>> {
+        let mut client = self.client.clone();
+        let who = format!("node {}", self.address);
+        let deadline = self.deadline;
+        let (sender, receiver) = mpsc::sync_channel(1);
+        self.bridge.spawn(async move {
+            let answer =
+                match tokio::time::timeout(deadline, client.published(PublishedRequest {})).await {
+                    Ok(Ok(answer)) => Ok(answer.into_inner().published),
+                    Ok(Err(status)) => Err(error_of(&status, &who)),
+                    Err(_) => Err(StoreError::Unavailable(format!(
+                        "{who} did not answer within {} ms",
+                        deadline.as_millis()
+                    ))),
+                };
+            let _ = sender.send(answer);
+        });
+        receiver
+    }
+
     /// Queues the call; its answer comes through the returned reply.
     pub fn submit(
         &self,
@@ -117,6 +139,10 @@ impl NodeClient {
         request: &ReplicaRequest,
     ) -> Result<PendingReply<'static>> {
         let call = encode_call(table, uid, shard, None, request)?;
+        Ok(self.submit_call(call))
+    }
+
+    fn submit_call(&self, call: ReplicaCall) -> PendingReply<'static> {
         let future = self.call_future(call);
         let (sender, receiver) = mpsc::sync_channel(1);
         let deadline = self.deadline;
@@ -133,7 +159,7 @@ impl NodeClient {
             // No queue length comes back over the wire yet.
             let _ = sender.send((answer, 0usize));
         });
-        Ok(PendingReply::from_receiver(receiver, who))
+        PendingReply::from_receiver(receiver, who)
     }
 }
 

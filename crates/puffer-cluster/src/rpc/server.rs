@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, Semaphore};
 use tonic::{Request, Response, Status};
 
 use super::proto::replica_server::{Replica, ReplicaServer};
-use super::proto::{ReplicaAnswer, ReplicaCall};
+use super::proto::{PublishedAnswer, PublishedRequest, ReplicaAnswer, ReplicaCall};
 use super::{status_of, MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES};
 use crate::error::{ClusterError, Result};
 use crate::runtime::Bridge;
@@ -67,6 +67,15 @@ impl Service {
 
 #[tonic::async_trait]
 impl Replica for Service {
+    async fn published(
+        &self,
+        _request: Request<PublishedRequest>,
+    ) -> std::result::Result<Response<PublishedAnswer>, Status> {
+        Ok(Response::new(PublishedAnswer {
+            published: self.database.published(),
+        }))
+    }
+
     async fn call(
         &self,
         request: Request<ReplicaCall>,

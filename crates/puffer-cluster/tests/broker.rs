@@ -1,0 +1,232 @@
+//! The broker against a model: reads fanned out over three data nodes (followers of
+//! an ingest leader, serving over gRPC) answer as a `BTreeMap` does, at one snapshot;
+//! a killed data node costs no answer; with every data node gone, reads fail whole.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use puffer_cluster::broker::Broker;
+use puffer_cluster::etcd::{Candidate, Etcd, EtcdCatalog, MemberCard, Membership, Role};
+use puffer_cluster::rpc::server::RpcServer;
+use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
+use puffer_cluster::DeepStorage;
+use puffer_node::serving::NodeConfig;
+use puffer_node::{Database, DatabaseOptions, ReadAnswer, ReadRequest, TableLayout};
+use puffer_query::QueryError;
+use puffer_store::{
+    AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, StoreError, Value, WriteOp,
+};
+use rand::{Rng, SeedableRng};
+
+const CITIES: [&str; 3] = ["Lisbon", "Porto", "Faro"];
+
+fn options(etcd: &Etcd) -> DatabaseOptions {
+    DatabaseOptions {
+        node: NodeConfig {
+            workers_per_replica: 1,
+            ..NodeConfig::default()
+        },
+        catalog: Some(Arc::new(EtcdCatalog::new(etcd.clone()))),
+        ..DatabaseOptions::default()
+    }
+}
+
+fn city(record: &Record) -> &[u8] {
+    match record.values.get("city") {
+        Some(Value::String(city)) => city,
+        _ => b"",
+    }
+}
+
+/// A random read and the model's answer to check it with.
+fn check_read(broker: &Broker, model: &BTreeMap<Vec<u8>, Record>, rng: &mut impl Rng, step: usize) {
+    let read = ReadOptions::default();
+    let wanted = CITIES[rng.gen_range(0..CITIES.len())].as_bytes();
+    match rng.gen_range(0..3) {
+        0 => {
+            let key = format!("k{}", rng.gen_range(0..250)).into_bytes();
+            let answer = broker
+                .read(
+                    "rooms",
+                    &ReadRequest::Get {
+                        key: key.clone(),
+                        read,
+                    },
+                )
+                .unwrap();
+            let ReadAnswer::Record { record, .. } = answer else {
+                panic!("step {step}: {answer:?}")
+            };
+            assert_eq!(record.as_ref(), model.get(&key), "step {step}");
+        }
+        1 => {
+            let predicate = Predicate::Eq("city".into(), Value::String(wanted.to_vec()));
+            let answer = broker
+                .read("rooms", &ReadRequest::Count { predicate, read })
+                .unwrap();
+            let ReadAnswer::Count { count, .. } = answer else {
+                panic!("step {step}: {answer:?}")
+            };
+            let expected = model.values().filter(|r| city(r) == wanted).count() as u64;
+            assert_eq!(count, expected, "step {step}");
+        }
+        _ => {
+            let limit = [None, Some(3), Some(1000)][rng.gen_range(0..3)];
+            let query = Query {
+                predicate: Predicate::Contains("city".into(), wanted[1..3].to_vec()),
+                projection: None,
+                limit,
+                read,
+            };
+            let answer = broker
+                .read("rooms", &ReadRequest::Search { query })
+                .unwrap();
+            let ReadAnswer::Rows(result) = answer else {
+                panic!("step {step}: {answer:?}")
+            };
+            let matching: Vec<&Record> = model.values().filter(|r| city(r) == wanted).collect();
+            let expected_len = limit.map_or(matching.len(), |l| l.min(matching.len()));
+            assert_eq!(result.rows.len(), expected_len, "step {step}");
+            for row in &result.rows {
+                assert_eq!(model.get(&row.key), Some(row), "step {step}");
+            }
+            assert!(
+                result.rows.windows(2).all(|w| w[0].key < w[1].key),
+                "step {step}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fanned_out_reads_agree_with_a_model_and_survive_a_lost_node() {
+    let Some((server, dir)) =
+        common::etcd_or_skip("fanned_out_reads_agree_with_a_model_and_survive_a_lost_node")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("broker").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep);
+    let card = MemberCard {
+        node_id: "ingest".into(),
+        roles: vec![Role::Ingest],
+        http_address: "127.0.0.1:1".into(),
+        rpc_address: None,
+        lease: 0,
+    };
+    let member = Membership::join(&etcd, card, Duration::from_secs(5)).unwrap();
+    let leadership = Candidate::stand_in(
+        &etcd,
+        etcd.keys().ingest_election(),
+        "ingest",
+        member.lease(),
+    )
+    .wait_elected(Duration::from_secs(10))
+    .unwrap();
+    let leader = Database::open_with(
+        dir.path().join("leader"),
+        DatabaseOptions {
+            shipper: Some(Arc::new(LeaderShipper::new(log.clone(), leadership))),
+            ..options(&etcd)
+        },
+    )
+    .unwrap();
+    let schema = Schema::new(
+        "id",
+        vec![Attribute {
+            name: "city".into(),
+            attr_type: AttrType::String,
+        }],
+    )
+    .unwrap();
+    let layout = TableLayout {
+        shards: 3,
+        replicas: 1,
+    };
+    leader.create_table_with("rooms", schema, layout).unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    for _ in 0..20 {
+        let ops: Vec<WriteOp> = (0..20)
+            .map(|_| {
+                let mut record = Record::new(format!("k{}", rng.gen_range(0..250)).into_bytes());
+                let city = CITIES[rng.gen_range(0..CITIES.len())];
+                record
+                    .values
+                    .insert("city".into(), Value::String(city.into()));
+                model.insert(record.key.clone(), record.clone());
+                WriteOp::Put(record)
+            })
+            .collect();
+        leader.write_batch(vec![("rooms".into(), ops)]).unwrap();
+    }
+
+    // Three data nodes, each a follower serving its shards over gRPC.
+    let mut nodes: Vec<(Arc<Database>, RpcServer)> = (0..3)
+        .map(|i| {
+            let database = Arc::new(
+                Database::open_with(
+                    dir.path().join(format!("data{i}")),
+                    DatabaseOptions {
+                        following: true,
+                        ..options(&etcd)
+                    },
+                )
+                .unwrap(),
+            );
+            log.catch_up(&database).unwrap();
+            let rpc = RpcServer::start(database.clone(), "127.0.0.1:0".parse().unwrap()).unwrap();
+            (database, rpc)
+        })
+        .collect();
+    let broker = Broker::new(
+        Box::new(EtcdCatalog::new(etcd.clone())),
+        Duration::from_secs(5),
+    );
+    let addresses: Vec<(String, String)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, rpc))| (format!("data{i}"), rpc.address().to_string()))
+        .collect();
+    broker.set_data_nodes(&addresses).unwrap();
+    for step in 0..150 {
+        check_read(&broker, &model, &mut rng, step);
+    }
+    // A data node dies: every read still succeeds and agrees.
+    let (_, killed) = nodes.remove(1);
+    drop(killed);
+    for step in 150..300 {
+        check_read(&broker, &model, &mut rng, step);
+    }
+    // Unknown tables are the caller's error, not a node's.
+    let error = broker
+        .read(
+            "nope",
+            &ReadRequest::Count {
+                predicate: Predicate::All,
+                read: ReadOptions::default(),
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(error, QueryError::UnknownTable(_)), "{error}");
+    // Every data node gone: the read fails whole, with why.
+    nodes.clear();
+    let error = broker
+        .read(
+            "rooms",
+            &ReadRequest::Count {
+                predicate: Predicate::All,
+                read: ReadOptions::default(),
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(error, QueryError::Store(StoreError::Unavailable(_))),
+        "{error}"
+    );
+    assert!(error.to_string().contains("no data node"), "{error}");
+}
