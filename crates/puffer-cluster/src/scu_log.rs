@@ -202,6 +202,9 @@ impl LogShipper for LeaderShipper {
     }
 }
 
+/// How often a follower makes the catalog's new tables even when no SCU needs them.
+pub const TABLE_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
 /// A follower's loop: catches `database` up with the log every `interval` until
 /// stopped; the last error, if the last round failed, is kept for status.
 pub struct Follower {
@@ -220,7 +223,13 @@ impl Follower {
             std::thread::Builder::new()
                 .name("puffer-follow".into())
                 .spawn(move || {
+                    let mut tables_synced = std::time::Instant::now();
                     while !stop.load(Ordering::Acquire) {
+                        // Tables made without SCUs yet show up here too, within a second.
+                        if tables_synced.elapsed() >= TABLE_SYNC_INTERVAL {
+                            let _ = database.sync_tables();
+                            tables_synced = std::time::Instant::now();
+                        }
                         let round = log.catch_up(&database);
                         *last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                             round.err().map(|e| e.to_string());

@@ -24,6 +24,26 @@ pub(crate) async fn replicas(
     Ok(Json(json!(state.db.node().status())))
 }
 
+/// `GET /v1/admin/cluster`: nodes, roles, leases, leaders and the log, as etcd has
+/// them (a single node answers `{"mode": "single"}`).
+pub(crate) async fn cluster(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    let published = state.db.published();
+    if state.cluster_status.is_none() {
+        return Ok(Json(json!({"mode": "single", "published": published})));
+    }
+    // It asks etcd: a blocking call.
+    let status = blocking(move || {
+        let status = state.cluster_status.as_ref().expect("checked above");
+        Ok(status())
+    })
+    .await?;
+    Ok(Json(status))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct HistoryParams {

@@ -29,19 +29,36 @@ pub use error::ApiError;
 /// What every handler shares.
 pub struct AppState {
     /// The tables.
-    pub db: Database,
+    pub db: Arc<Database>,
     /// Settings.
     pub config: ServerConfig,
     /// Request metrics.
     pub metrics: metrics::Metrics,
     /// Permits for requests in flight (bounded by `max_concurrent_requests`).
     pub in_flight: tokio::sync::Semaphore,
+    /// What `GET /v1/admin/cluster` shows; `None` on a single node.
+    pub cluster_status: Option<ClusterStatus>,
 }
+
+/// A cluster's view of itself for `GET /v1/admin/cluster`, given by the binary that
+/// joined the node to a cluster (the server knows nothing of clusters).
+pub type ClusterStatus = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 impl AppState {
     /// Opens the data directory: every table and every text of its catalog.
     pub fn open(config: ServerConfig) -> Result<Arc<AppState>, ApiError> {
-        let mut options = config.adapt.database_options()?;
+        AppState::open_with(config, |options| options, None)
+    }
+
+    /// [`AppState::open`] with the database options passed through `options` (a
+    /// cluster node sets its catalog, shipper and following there) and a cluster
+    /// status for the admin API.
+    pub fn open_with(
+        config: ServerConfig,
+        options: impl FnOnce(puffer_node::DatabaseOptions) -> puffer_node::DatabaseOptions,
+        cluster_status: Option<ClusterStatus>,
+    ) -> Result<Arc<AppState>, ApiError> {
+        let mut options = options(config.adapt.database_options()?);
         if config.record_cache_mb > config::MAX_RECORD_CACHE_MB {
             return Err(ApiError::invalid(format!(
                 "record_cache_mb is at most {}, got {}",
@@ -50,9 +67,10 @@ impl AppState {
             )));
         }
         options.shard.record_cache_bytes = config.record_cache_mb << 20;
-        let db = Database::open_with(&config.data_dir, options)?;
+        let db = Arc::new(Database::open_with(&config.data_dir, options)?);
         let state = Arc::new(AppState {
             db,
+            cluster_status,
             in_flight: tokio::sync::Semaphore::new(config.max_concurrent_requests.max(1)),
             config,
             metrics: Default::default(),
@@ -87,6 +105,7 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         )
         .route("/v1/tables/{table}/search", post(routes::search))
         .route("/v1/admin/replicas", get(admin::replicas))
+        .route("/v1/admin/cluster", get(admin::cluster))
         .route("/v1/admin/history", get(admin::history))
         .route("/v1/admin/replicas/{id}/layers", post(admin::set_layers))
         .route("/v1/admin/budget", axum::routing::put(admin::set_budget))
@@ -161,8 +180,15 @@ pub async fn serve(
     config: ServerConfig,
     ready: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), ApiError> {
-    let listen = config.listen;
-    let state = AppState::open(config)?;
+    serve_state(AppState::open(config)?, ready).await
+}
+
+/// Serves an opened state on its configured address until Ctrl-C (or SIGTERM).
+pub async fn serve_state(
+    state: Arc<AppState>,
+    ready: impl FnOnce(std::net::SocketAddr),
+) -> Result<(), ApiError> {
+    let listen = state.config.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| ApiError::internal(format!("cannot listen on {listen}: {e}")))?;

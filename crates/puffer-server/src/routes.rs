@@ -259,7 +259,7 @@ pub(crate) async fn sql(
     let request: SqlRequest = parse_json(&body?)?;
     let bound = freshness(request.freshness_s)?;
     blocking(move || {
-        let mut statement = puffer_query::sql::parse(&request.query, &state.db)?;
+        let mut statement = puffer_query::sql::parse(&request.query, state.db.as_ref())?;
         require(role, role_for(&statement))?;
         check_sizes(&state, &mut statement)?;
         if let (Statement::Select(select), Some(bound)) = (&mut statement, bound) {

@@ -1,9 +1,13 @@
-//! `puffer serve`: the embedded single-node server.
+//! `puffer serve`: the embedded single node, or, with `--etcd`, a node of a cluster.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
 use anyhow::Context;
+use puffer_cluster::etcd::{EtcdConfig, Role};
+use puffer_cluster::node::{ClusterConfig, ClusterNode, DEFAULT_FOLLOW_INTERVAL};
 use puffer_server::ServerConfig;
 
 /// Arguments of `puffer serve`.
@@ -19,14 +23,41 @@ pub struct ServeArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Create the bundled sample table `bookings` if the data directory lacks it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "etcd")]
     sample: bool,
+    /// Join a cluster whose metadata is in this etcd (host:port[,host:port]); without
+    /// it the node is the embedded single node.
+    #[arg(long)]
+    etcd: Option<String>,
+    /// The cluster's name (its keys live under /puffer/NAME/ in etcd).
+    #[arg(long, default_value = "puffer", requires = "etcd")]
+    cluster: String,
+    /// Deep storage: a directory shared by the nodes, or s3://bucket/prefix (default:
+    /// DATA/deep-storage, for a cluster on one machine).
+    #[arg(long, requires = "etcd")]
+    deep_storage: Option<String>,
+    /// Roles of this node: any of coordinator, ingest, indexer, data, broker.
+    #[arg(
+        long,
+        default_value = "coordinator,ingest,indexer,data,broker",
+        requires = "etcd"
+    )]
+    roles: String,
+    /// This node's id in the cluster (default: node-PORT).
+    #[arg(long, requires = "etcd")]
+    node_id: Option<String>,
+    /// Where the gRPC service of a data node listens (default: the HTTP port + 1000).
+    #[arg(long, requires = "etcd")]
+    rpc_listen: Option<SocketAddr>,
+    /// Membership lease TTL in seconds: a node that stops is out after this.
+    #[arg(long, default_value_t = 5, requires = "etcd")]
+    lease_ttl_s: u64,
 }
 
 /// Runs the server until Ctrl-C.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = ServerConfig::load(args.config.as_deref())?;
-    if let Some(data) = args.data {
+    if let Some(data) = args.data.clone() {
         config.data_dir = data;
     }
     if let Some(listen) = args.listen {
@@ -45,7 +76,36 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let data_dir = config.data_dir.clone();
-    runtime.block_on(puffer_server::serve(config, |bound| {
+    let state = match &args.etcd {
+        None => puffer_server::AppState::open(config)?,
+        Some(etcd) => {
+            let node = Arc::new(join_cluster(&args, etcd, &config)?);
+            let status_node = node.clone();
+            let status_db: Arc<std::sync::OnceLock<Arc<puffer_node::Database>>> = Arc::default();
+            let status_db_set = status_db.clone();
+            let state = puffer_server::AppState::open_with(
+                config,
+                |options| node.database_options(options),
+                Some(Box::new(move || match status_db.get() {
+                    Some(db) => status_node.status(db),
+                    None => serde_json::json!({"mode": "cluster", "starting": true}),
+                })),
+            )?;
+            let _ = status_db_set.set(state.db.clone());
+            node.start(state.db.clone())
+                .map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))?;
+            // A node whose lease expired must stop: others may have taken its work.
+            std::thread::spawn(move || loop {
+                if let Some(why) = node.lost() {
+                    eprintln!("puffer: leaving the cluster: {why}");
+                    std::process::exit(75);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            });
+            state
+        }
+    };
+    runtime.block_on(puffer_server::serve_state(state, |bound| {
         // The first line of stdout is the address (tests and scripts read it).
         println!("listening on http://{bound}");
         eprintln!(
@@ -56,4 +116,44 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }))?;
     Ok(())
+}
+
+/// Connects this node to its cluster (etcd and deep storage) from the flags.
+fn join_cluster(
+    args: &ServeArgs,
+    etcd: &str,
+    config: &ServerConfig,
+) -> anyhow::Result<ClusterNode> {
+    let listen = config.listen;
+    if listen.port() == 0 {
+        anyhow::bail!("a cluster node needs a fixed --listen port (its address is in etcd)");
+    }
+    let rpc_listen = match args.rpc_listen {
+        Some(address) => address,
+        None => {
+            let port = listen
+                .port()
+                .checked_add(1000)
+                .context("the HTTP port + 1000 is past 65535; give --rpc-listen")?;
+            SocketAddr::new(listen.ip(), port)
+        }
+    };
+    let deep_storage = args
+        .deep_storage
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("deep-storage").display().to_string());
+    let cluster = ClusterConfig {
+        etcd: EtcdConfig::new(etcd, &args.cluster)?,
+        deep_storage,
+        node_id: args
+            .node_id
+            .clone()
+            .unwrap_or_else(|| format!("node-{}", listen.port())),
+        roles: Role::parse_list(&args.roles)?,
+        http_address: listen.to_string(),
+        rpc_listen,
+        lease_ttl: std::time::Duration::from_secs(args.lease_ttl_s),
+        follow_interval: DEFAULT_FOLLOW_INTERVAL,
+    };
+    ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

@@ -48,11 +48,21 @@ impl ServeProcess {
 
     /// Starts `puffer serve` on a data directory the caller keeps.
     pub fn start_on(data: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        ServeProcess::start_listening(data, "127.0.0.1:0", extra_args, env)
+    }
+
+    /// Starts `puffer serve` on `listen` (a cluster node needs a fixed port).
+    pub fn start_listening(
+        data: &Path,
+        listen: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServeProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_puffer"));
         command
             .arg("serve")
             .args(extra_args)
-            .args(["--listen", "127.0.0.1:0", "--data"])
+            .args(["--listen", listen, "--data"])
             .arg(data)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,0 +1,353 @@
+//! One process as a cluster node: joins etcd, opens its database as a follower of the
+//! cluster's log, and runs what its roles need.
+//!
+//! - every node with data (ingest, data) follows the log into its own database;
+//! - `data` serves its shards over gRPC to brokers;
+//! - `ingest` stands for ingest leader; once elected it catches up with the log,
+//!   then numbers and ships SCUs itself (writes sent to any other node are refused
+//!   with a retryable error naming the need for the leader);
+//! - `coordinator` stands for coordinator leader (placement and routing build on it);
+//! - `broker` is listed; the HTTP fan-out through [`crate::broker::Broker`] is the
+//!   next step (every node answers reads from its own copy today).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use puffer_node::commit::{LogShipper, ShipFailure};
+use puffer_node::{Database, DatabaseOptions};
+use serde_json::json;
+
+use crate::deep_storage::DeepStorage;
+use crate::error::{ClusterError, Result};
+use crate::etcd::membership::{check_lease_ttl, check_node_id};
+use crate::etcd::{
+    leader, leader_of, members, Candidate, Etcd, EtcdCatalog, EtcdConfig, Leadership, MemberCard,
+    Membership, Role,
+};
+use crate::rpc::server::RpcServer;
+use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
+
+/// How often a follower looks for new SCUs.
+pub const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
+
+/// What a node needs to join a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// etcd and the cluster's name.
+    pub etcd: EtcdConfig,
+    /// Deep storage: a directory or `s3://bucket/prefix`.
+    pub deep_storage: String,
+    /// This node's id (unique among live nodes).
+    pub node_id: String,
+    /// Its roles.
+    pub roles: Vec<Role>,
+    /// Where its HTTP API listens.
+    pub http_address: String,
+    /// Where its gRPC service listens (data nodes).
+    pub rpc_listen: SocketAddr,
+    /// Membership lease TTL.
+    pub lease_ttl: Duration,
+    /// How often it looks for new SCUs.
+    pub follow_interval: Duration,
+}
+
+impl ClusterConfig {
+    /// Checks everything a node can check before it talks to anyone.
+    pub fn validate(&self) -> Result<()> {
+        self.etcd.validate()?;
+        check_node_id(&self.node_id)?;
+        check_lease_ttl(self.lease_ttl)?;
+        if self.roles.is_empty() {
+            return Err(ClusterError::Invalid(
+                "give a node at least one role".into(),
+            ));
+        }
+        if self.follow_interval.is_zero() || self.follow_interval > Duration::from_secs(10) {
+            return Err(ClusterError::Invalid(
+                "the follow interval is between 1 ms and 10 s".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+}
+
+/// The shipper of a node that may become the ingest leader: ships only while it is.
+#[derive(Debug)]
+struct IngestShipper {
+    log: ClusterLog,
+    leading: Mutex<Option<LeaderShipper>>,
+}
+
+impl LogShipper for IngestShipper {
+    fn ship(&self, first: u64, last: u64, records: &[u8]) -> std::result::Result<(), ShipFailure> {
+        match &*self.leading.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(shipper) => shipper.ship(first, last, records),
+            None => Err(ShipFailure::NotShipped(
+                "this node is not the ingest leader".into(),
+            )),
+        }
+    }
+}
+
+impl IngestShipper {
+    fn lead(&self, leadership: Leadership) {
+        *self.leading.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(LeaderShipper::new(self.log.clone(), leadership));
+    }
+}
+
+/// A node of a cluster.
+pub struct ClusterNode {
+    config: ClusterConfig,
+    etcd: Etcd,
+    log: ClusterLog,
+    deep: DeepStorage,
+    shipper: Arc<IngestShipper>,
+    running: Mutex<Option<Running>>,
+    leads_ingest: Arc<AtomicBool>,
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+struct Running {
+    membership: Arc<Membership>,
+    follower: Arc<Mutex<Option<Follower>>>,
+    _rpc: Option<RpcServer>,
+    _coordinator: Option<Candidate>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ClusterNode {
+    /// Connects to etcd and deep storage (nothing is registered yet).
+    pub fn connect(config: ClusterConfig) -> Result<ClusterNode> {
+        config.validate()?;
+        let etcd = Etcd::connect(&config.etcd)?;
+        let deep = DeepStorage::open(&config.deep_storage)?;
+        let log = ClusterLog::new(etcd.clone(), deep.clone());
+        Ok(ClusterNode {
+            shipper: Arc::new(IngestShipper {
+                log: log.clone(),
+                leading: Mutex::new(None),
+            }),
+            config,
+            etcd,
+            log,
+            deep,
+            running: Mutex::new(None),
+            leads_ingest: Arc::new(AtomicBool::new(false)),
+            lost: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// `base` with this cluster's catalog, as a follower, with the ingest shipper on
+    /// an ingest node.
+    pub fn database_options(&self, base: DatabaseOptions) -> DatabaseOptions {
+        DatabaseOptions {
+            catalog: Some(Arc::new(EtcdCatalog::new(self.etcd.clone()))),
+            following: true,
+            shipper: self
+                .config
+                .has(Role::Ingest)
+                .then(|| self.shipper.clone() as Arc<dyn LogShipper>),
+            ..base
+        }
+    }
+
+    /// Joins (membership on a lease) and starts what the roles need, over `database`
+    /// (opened with [`ClusterNode::database_options`]).
+    pub fn start(&self, database: Arc<Database>) -> Result<()> {
+        let rpc = if self.config.has(Role::Data) {
+            Some(RpcServer::start(database.clone(), self.config.rpc_listen)?)
+        } else {
+            None
+        };
+        let card = MemberCard {
+            node_id: self.config.node_id.clone(),
+            roles: self.config.roles.clone(),
+            http_address: self.config.http_address.clone(),
+            rpc_address: rpc.as_ref().map(|r| r.address().to_string()),
+            lease: 0,
+        };
+        let membership = Arc::new(Membership::join(&self.etcd, card, self.config.lease_ttl)?);
+        let follower = Arc::new(Mutex::new(Some(Follower::start(
+            self.log.clone(),
+            database.clone(),
+            self.config.follow_interval,
+        ))));
+        let coordinator = self
+            .config
+            .has(Role::Coordinator)
+            .then(|| Candidate::stand(&self.etcd, &self.config.node_id, membership.lease()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let ingest = self.config.has(Role::Ingest).then(|| {
+                Candidate::stand_in(
+                    &self.etcd,
+                    self.etcd.keys().ingest_election(),
+                    &self.config.node_id,
+                    membership.lease(),
+                )
+            });
+            let (membership, follower, stop) = (membership.clone(), follower.clone(), stop.clone());
+            let (log, shipper) = (self.log.clone(), self.shipper.clone());
+            let (leads, lost) = (self.leads_ingest.clone(), self.lost.clone());
+            std::thread::Builder::new()
+                .name("puffer-cluster-watch".into())
+                .spawn(move || {
+                    watch(WatchParts {
+                        database,
+                        membership,
+                        follower,
+                        ingest,
+                        log,
+                        shipper,
+                        leads,
+                        lost,
+                        stop,
+                    })
+                })
+                .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?
+        };
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner) = Some(Running {
+            membership,
+            follower,
+            _rpc: rpc,
+            _coordinator: coordinator,
+            watcher: Some(watcher),
+            stop,
+        });
+        Ok(())
+    }
+
+    /// Why this node must stop (its lease is gone, so others may act on its data),
+    /// if it must.
+    pub fn lost(&self) -> Option<String> {
+        self.lost
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether it is the ingest leader now.
+    pub fn leads_ingest(&self) -> bool {
+        self.leads_ingest.load(Ordering::Acquire)
+    }
+
+    /// The cluster as this node sees it, for `GET /v1/admin/cluster`.
+    pub fn status(&self, database: &Database) -> serde_json::Value {
+        let published = database.published();
+        let members = members(&self.etcd);
+        let tail = self.log.tail();
+        let ingest = leader_of(&self.etcd, self.etcd.keys().ingest_election());
+        let coordinator = leader(&self.etcd);
+        let follower_error = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(|r| {
+                r.follower
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref()
+                    .and_then(Follower::last_error)
+            });
+        let text = |e: ClusterError| json!({"error": e.to_string()});
+        json!({
+            "mode": "cluster",
+            "cluster": self.config.etcd.cluster,
+            "node_id": self.config.node_id,
+            "roles": self.config.roles,
+            "deep_storage": self.deep.location(),
+            "published": published,
+            "log_tail": tail.as_ref().map_or_else(|e| json!({"error": e.to_string()}), |t| json!(t)),
+            "behind_log_by": tail.as_ref().ok().map(|t| t.saturating_sub(published)),
+            "leads_ingest": self.leads_ingest(),
+            "ingest_leader": ingest.map_or_else(text, |l| json!(l.map(|l| l.node_id))),
+            "coordinator_leader": coordinator.map_or_else(text, |l| json!(l.map(|l| l.node_id))),
+            "members": members.map_or_else(text, |m| json!(m)),
+            "follower_error": follower_error,
+            "lost": self.lost(),
+        })
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        if let Some(mut running) = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            running.stop.store(true, Ordering::Release);
+            if let Some(watcher) = running.watcher.take() {
+                let _ = watcher.join();
+            }
+            drop(
+                running
+                    .follower
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(),
+            );
+            let _ = running.membership;
+        }
+    }
+}
+
+struct WatchParts {
+    database: Arc<Database>,
+    membership: Arc<Membership>,
+    follower: Arc<Mutex<Option<Follower>>>,
+    ingest: Option<Candidate>,
+    log: ClusterLog,
+    shipper: Arc<IngestShipper>,
+    leads: Arc<AtomicBool>,
+    lost: Arc<Mutex<Option<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Watches the lease and the ingest election: takes over as ingest leader once
+/// elected, and reports a lost lease.
+fn watch(parts: WatchParts) {
+    while !parts.stop.load(Ordering::Acquire) {
+        if parts.membership.is_lost() {
+            *parts.lost.lock().unwrap_or_else(PoisonError::into_inner) = Some(
+                "this node's lease expired: others may have taken over its work; restart it".into(),
+            );
+            return;
+        }
+        let elected = parts.ingest.as_ref().and_then(Candidate::leadership);
+        if let (Some(leadership), false) = (elected, parts.leads.load(Ordering::Acquire)) {
+            // Stop following, hold every SCU the log has, then number new ones.
+            drop(
+                parts
+                    .follower
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(),
+            );
+            match parts.log.catch_up(&parts.database) {
+                Ok(_) => {
+                    parts.shipper.lead(leadership);
+                    parts.database.set_following(false);
+                    parts.leads.store(true, Ordering::Release);
+                }
+                Err(e) => {
+                    *parts.lost.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
+                        "elected ingest leader but could not catch up with the log: {e}"
+                    ));
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,194 @@
+//! A cluster of `puffer serve` processes on loopback, on an etcd the test starts:
+//! writes through the ingest leader reach the other node (checked against a model);
+//! the leader killed with SIGKILL, the other node takes over within the lease TTL
+//! plus catch-up, every acknowledged write is there and none partly, and writes go on.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::ServeProcess;
+use puffer_cluster::etcd::LocalEtcd;
+use serde_json::{json, Value};
+
+const TTL_S: &str = "2";
+
+fn free_port() -> u16 {
+    puffer_cluster::etcd::local::free_port().unwrap()
+}
+
+fn get(url: &str) -> Result<Value, String> {
+    ureq::get(url)
+        .timeout(Duration::from_secs(5))
+        .call()
+        .map_err(|e| e.to_string())?
+        .into_json()
+        .map_err(|e| e.to_string())
+}
+
+fn post(url: &str, body: &Value) -> Result<Value, String> {
+    match ureq::post(url)
+        .timeout(Duration::from_secs(10))
+        .send_json(body)
+    {
+        Ok(answer) => answer.into_json().map_err(|e| e.to_string()),
+        Err(ureq::Error::Status(code, answer)) => Err(format!(
+            "{code}: {}",
+            answer.into_string().unwrap_or_default()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Waits until `done` gives a value, at most `limit`.
+fn wait_for<T>(limit: Duration, mut done: impl FnMut() -> Option<T>) -> Option<(T, Duration)> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Some(value) = done() {
+            return Some((value, started.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+fn count(base: &str) -> Option<u64> {
+    let answer = post(
+        &format!("{base}/v1/sql"),
+        &json!({"query": "SELECT COUNT(*) FROM rooms"}),
+    )
+    .ok()?;
+    answer["count"].as_u64()
+}
+
+/// Every key of the model, read from `base`, as the model has it.
+fn agrees(base: &str, model: &BTreeMap<String, String>) {
+    for (key, city) in model {
+        let record = get(&format!("{base}/v1/tables/rooms/records/{key}")).unwrap();
+        assert_eq!(
+            record["record"]["city"],
+            json!(city),
+            "{base} {key}: {record}"
+        );
+    }
+}
+
+#[test]
+fn a_cluster_survives_its_ingest_leader_killed() {
+    if LocalEtcd::binary().is_none() {
+        assert!(
+            std::env::var_os("PUFFER_REQUIRE_SERVICES").is_none(),
+            "no etcd binary, and PUFFER_REQUIRE_SERVICES is set"
+        );
+        eprintln!(
+            "\n*** SKIPPED a_cluster_survives_its_ingest_leader_killed: no etcd binary ***\n"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
+    let deep = dir.path().join("deep");
+    let start = |name: &str| {
+        let port = free_port();
+        let data = dir.path().join(name);
+        ServeProcess::start_listening(
+            &data,
+            &format!("127.0.0.1:{port}"),
+            &[
+                "--etcd",
+                &etcd.endpoint(),
+                "--deep-storage",
+                deep.to_str().unwrap(),
+                "--node-id",
+                name,
+                "--rpc-listen",
+                &format!("127.0.0.1:{}", free_port()),
+                "--lease-ttl-s",
+                TTL_S,
+            ],
+            &[],
+        )
+    };
+    let a = start("a");
+    // a is the first ingest candidate: it leads once it says so.
+    wait_for(Duration::from_secs(15), || {
+        get(&format!("{}/v1/admin/cluster", a.base))
+            .ok()
+            .filter(|s| s["leads_ingest"] == json!(true))
+    })
+    .expect("a became the ingest leader");
+    let b = start("b");
+
+    let table =
+        json!({"name": "rooms", "key": "id", "attributes": [{"name": "city", "type": "string"}]});
+    post(&format!("{}/v1/tables", a.base), &table).unwrap();
+    wait_for(Duration::from_secs(10), || {
+        get(&format!("{}/v1/tables/rooms", b.base)).ok()
+    })
+    .expect("b made the table from the catalog");
+    // b follows and refuses writes of its own, retryably.
+    let refused = post(
+        &format!("{}/v1/tables/rooms/records", b.base),
+        &json!([{"id": "x", "city": "Faro"}]),
+    )
+    .unwrap_err();
+    assert!(refused.starts_with("503"), "{refused}");
+
+    let mut model = BTreeMap::new();
+    for batch in 0..20 {
+        let items: Vec<Value> = (0..10)
+            .map(|i| {
+                let key = format!("k{}", (batch * 7 + i * 13) % 150);
+                let city = ["Lisbon", "Porto", "Faro"][(batch + i) % 3];
+                model.insert(key.clone(), city.to_string());
+                json!({"id": key, "city": city})
+            })
+            .collect();
+        post(
+            &format!("{}/v1/tables/rooms/records", a.base),
+            &json!(items),
+        )
+        .unwrap();
+    }
+    let expected = model.len() as u64;
+    wait_for(Duration::from_secs(10), || {
+        (count(&b.base) == Some(expected)).then_some(())
+    })
+    .expect("b caught up");
+    agrees(&b.base, &model);
+
+    // The leader dies mid-stream: writes keep coming at it until it is gone.
+    let kill_at = Instant::now();
+    a.kill();
+    let (_, took) = wait_for(Duration::from_secs(20), || {
+        get(&format!("{}/v1/admin/cluster", b.base))
+            .ok()
+            .filter(|s| s["leads_ingest"] == json!(true))
+    })
+    .expect("b took over as ingest leader");
+    eprintln!(
+        "ingest failover: b leads {:?} after a's SIGKILL (lease TTL {TTL_S} s)",
+        kill_at.elapsed().max(took)
+    );
+    // Every acknowledged write is on b, none partly.
+    assert_eq!(count(&b.base), Some(expected));
+    agrees(&b.base, &model);
+    // Writes go on through the new leader.
+    post(
+        &format!("{}/v1/tables/rooms/records", b.base),
+        &json!([{"id": "new", "city": "Braga"}]),
+    )
+    .unwrap();
+    model.insert("new".into(), "Braga".into());
+    agrees(&b.base, &model);
+    let status = get(&format!("{}/v1/admin/cluster", b.base)).unwrap();
+    assert_eq!(status["ingest_leader"], json!("b"), "{status}");
+    let members: Vec<String> = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["node_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(members, ["b"], "a's lease expired, so it left: {status}");
+}
