@@ -10,6 +10,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod blowfish;
+mod cluster_bench;
 mod consistency_bench;
 mod http_bench;
 mod index_bench;
@@ -47,6 +48,9 @@ enum Experiment {
     /// shards and tables, readers checking that no SCU is seen in half and no read
     /// goes back.
     Consistency(consistency_bench::ConsistencyArgs),
+    /// The cluster on loopback: durable ingest (directory and S3), data node recovery,
+    /// broker reads against the embedded node, a data node killed, leader failover.
+    Cluster(cluster_bench::ClusterArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,5 +61,6 @@ fn main() -> anyhow::Result<()> {
         Experiment::Peers(args) => peers::run(&args),
         Experiment::Blowfish(args) => blowfish::run(&args),
         Experiment::Consistency(args) => consistency_bench::run(&args),
+        Experiment::Cluster(args) => cluster_bench::run(&args),
     }
 }

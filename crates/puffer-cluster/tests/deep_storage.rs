@@ -116,7 +116,7 @@ fn s3_agrees_with_a_model() {
     let Some(moto) = common::moto_or_skip("s3_agrees_with_a_model") else {
         return;
     };
-    moto.create_bucket("puffer");
+    moto.create_bucket("puffer").unwrap();
     let storage = DeepStorage::open_with("s3://puffer/cluster-a", &moto.settings()).unwrap();
     agrees_with_a_model(&storage);
     // The prefix keeps clusters apart in one bucket.

@@ -1,0 +1,488 @@
+//! `puffer-bench cluster`: the cluster's costs and failovers on loopback, against the
+//! embedded single node on the same data in the same run.
+//!
+//! One etcd (started here), deep storage in a directory and, where moto's S3 server is
+//! installed, in S3. An ingest leader ships every SCU (durable ingest rows/s); data
+//! nodes (followers, each serving gRPC) catch up from deep storage (recovery MB/s);
+//! a broker fans gets and searches out over them, alternated round by round with the
+//! same reads on the embedded node (p50/p99: the cost of fan-out and gRPC). Then a
+//! data node is killed under reads (failed reads, time to the next answer), and a
+//! coordinator leader's lease is let go (failover time). Every node runs in this one
+//! process, talking over loopback TCP; the machine has 2 cores.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use puffer_cluster::broker::Broker;
+use puffer_cluster::etcd::{Candidate, Etcd, EtcdCatalog, LocalEtcd, MemberCard, Membership, Role};
+use puffer_cluster::local_s3::LocalS3;
+use puffer_cluster::rpc::server::RpcServer;
+use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
+use puffer_cluster::DeepStorage;
+use puffer_node::serving::NodeConfig;
+use puffer_node::{Database, DatabaseOptions, ReadRequest, TableLayout, Wait};
+use puffer_query::import::{self, KeySource};
+use puffer_store::{Predicate, Query, ReadOptions, Record, Value, WriteOp};
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value as Json};
+
+use crate::stats::{quantile_us, round};
+
+/// Options of `puffer-bench cluster`.
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    /// The shared data directory (hotel_bookings.csv.gz, airbnb/).
+    #[arg(long, default_value = "../shared/data")]
+    data: PathBuf,
+    /// Rows per SCU when ingesting.
+    #[arg(long, default_value_t = 1000)]
+    batch_rows: usize,
+    /// Reads of each kind on each side (broker and embedded).
+    #[arg(long, default_value_t = 2000)]
+    reads: usize,
+    /// Data nodes behind the broker.
+    #[arg(long, default_value_t = 3)]
+    data_nodes: usize,
+    /// Rows a search returns at most (LIMIT).
+    #[arg(long, default_value_t = 100)]
+    search_limit: usize,
+    /// Lease TTL of the failover measurement, seconds.
+    #[arg(long, default_value_t = 2)]
+    ttl_s: u64,
+}
+
+struct Dataset {
+    label: &'static str,
+    paths: Vec<PathBuf>,
+    key: KeySource,
+    eq_column: &'static str,
+    contains: (&'static str, &'static str),
+}
+
+fn options(catalog: Option<Arc<dyn puffer_node::catalog::Catalog>>) -> DatabaseOptions {
+    DatabaseOptions {
+        node: NodeConfig {
+            workers_per_replica: 1,
+            ..NodeConfig::default()
+        },
+        catalog,
+        ..DatabaseOptions::default()
+    }
+}
+
+const LAYOUT: TableLayout = TableLayout {
+    shards: 3,
+    replicas: 1,
+};
+
+/// Writes `records` in SCUs of `batch` rows; the time it took.
+fn ingest(
+    db: &Database,
+    table: &str,
+    records: &[Record],
+    batch: usize,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    for chunk in records.chunks(batch) {
+        let ops = chunk.iter().cloned().map(WriteOp::Put).collect();
+        db.write_batch(vec![(table.to_string(), ops)])?;
+    }
+    Ok(started.elapsed())
+}
+
+/// An ingest leader of cluster `cluster` shipping to `deep`.
+fn leader(
+    etcd_server: &LocalEtcd,
+    cluster: &str,
+    deep: DeepStorage,
+    dir: &Path,
+    ttl: Duration,
+) -> anyhow::Result<(Database, ClusterLog, Membership, Candidate, Etcd)> {
+    let etcd = Etcd::connect(&etcd_server.config(cluster)?)?;
+    let log = ClusterLog::new(etcd.clone(), deep);
+    let card = MemberCard {
+        node_id: "ingest".into(),
+        roles: vec![Role::Ingest],
+        http_address: "127.0.0.1:1".into(),
+        rpc_address: None,
+        lease: 0,
+    };
+    let member = Membership::join(&etcd, card, ttl)?;
+    let candidate = Candidate::stand_in(
+        &etcd,
+        etcd.keys().ingest_election(),
+        "ingest",
+        member.lease(),
+    );
+    let leadership = candidate
+        .wait_elected(Duration::from_secs(10))
+        .context("the ingest leader was not elected")?;
+    let db = Database::open_with(
+        dir,
+        DatabaseOptions {
+            shipper: Some(Arc::new(LeaderShipper::new(log.clone(), leadership))),
+            ..options(Some(Arc::new(EtcdCatalog::new(etcd.clone()))))
+        },
+    )?;
+    Ok((db, log, member, candidate, etcd))
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                dir_bytes(&path)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            }
+        })
+        .sum()
+}
+
+fn summary(samples: &mut [Duration]) -> Json {
+    json!({
+        "p50_us": round(quantile_us(samples, 0.5), 1),
+        "p99_us": round(quantile_us(samples, 0.99), 1),
+        "per_s": round(samples.len() as f64 / samples.iter().map(Duration::as_secs_f64).sum::<f64>().max(1e-9), 0),
+    })
+}
+
+/// Runs the experiment and prints the table and the JSON line.
+pub fn run(args: &ClusterArgs) -> anyhow::Result<()> {
+    if LocalEtcd::binary().is_none() {
+        bail!("no etcd binary: install Debian's etcd-server (or set PUFFER_ETCD_BIN)");
+    }
+    if args.batch_rows == 0 || args.reads < 4 || args.data_nodes < 2 {
+        bail!("--batch-rows >= 1, --reads >= 4 and --data-nodes >= 2");
+    }
+    let datasets = [
+        Dataset {
+            label: "hotel_bookings",
+            paths: vec![args.data.join("hotel_bookings.csv.gz")],
+            key: KeySource::RowNumber,
+            eq_column: "country",
+            contains: ("arrival_date_month", "ber"),
+        },
+        Dataset {
+            label: "airbnb boston",
+            paths: vec![args.data.join("airbnb/boston-listings.csv.gz")],
+            key: KeySource::Column("id".into()),
+            eq_column: "room_type",
+            contains: ("name", "Cozy"),
+        },
+    ];
+    let work = tempfile::tempdir()?;
+    let etcd_server = LocalEtcd::start(&work.path().join("etcd"))?;
+    let s3 = match LocalS3::start() {
+        Ok(s3) => Some(s3),
+        Err(e) => {
+            eprintln!("*** S3 ingest not measured: {e} ***");
+            None
+        }
+    };
+    let mut results = Vec::new();
+    for (d, dataset) in datasets.iter().enumerate() {
+        if let Some(missing) = dataset.paths.iter().find(|p| !p.exists()) {
+            eprintln!(
+                "*** {} skipped: {} is missing ***",
+                dataset.label,
+                missing.display()
+            );
+            continue;
+        }
+        results.push(run_dataset(
+            args,
+            dataset,
+            d,
+            work.path(),
+            &etcd_server,
+            s3.as_ref(),
+        )?);
+    }
+    let failover = leader_failover(&etcd_server, Duration::from_secs(args.ttl_s))?;
+    print_table(&results, &failover);
+    println!(
+        "{}",
+        json!({"experiment": "cluster", "datasets": results, "coordinator_failover": failover,
+               "batch_rows": args.batch_rows, "search_limit": args.search_limit,
+               "data_nodes": args.data_nodes})
+    );
+    Ok(())
+}
+
+fn run_dataset(
+    args: &ClusterArgs,
+    dataset: &Dataset,
+    index: usize,
+    work: &Path,
+    etcd_server: &LocalEtcd,
+    s3: Option<&LocalS3>,
+) -> anyhow::Result<Json> {
+    let imported = import::read_table(&dataset.paths, dataset.key.clone())?;
+    let schema = imported.schema.clone();
+    let records: Vec<Record> = imported.records().collect();
+    let table = "data";
+    let base = work.join(format!("d{index}"));
+    let ttl = Duration::from_secs(5);
+
+    // Durable ingest: embedded (local log only), deep storage in a directory, and S3.
+    let embedded = Database::open_with(base.join("embedded"), options(None))?;
+    embedded.create_table_with(table, schema.clone(), LAYOUT)?;
+    let embedded_ingest = ingest(&embedded, table, &records, args.batch_rows)?;
+
+    let deep_dir = base.join("deep");
+    let deep = DeepStorage::open(deep_dir.to_str().context("a UTF-8 path")?)?;
+    let (ingest_db, log, _member, _candidate, etcd) = leader(
+        etcd_server,
+        &format!("bench-{index}"),
+        deep,
+        &base.join("leader"),
+        ttl,
+    )?;
+    ingest_db.create_table_with(table, schema.clone(), LAYOUT)?;
+    let dir_ingest = ingest(&ingest_db, table, &records, args.batch_rows)?;
+
+    let s3_ingest = match s3 {
+        Some(s3) => {
+            let bucket = format!("puffer-bench-{index}");
+            s3.create_bucket(&bucket)?;
+            let deep = DeepStorage::open_with(&format!("s3://{bucket}/log"), &s3.settings())?;
+            let (db, _, _m, _c, _e) = leader(
+                etcd_server,
+                &format!("bench-s3-{index}"),
+                deep,
+                &base.join("leader-s3"),
+                ttl,
+            )?;
+            db.create_table_with(table, schema.clone(), LAYOUT)?;
+            Some(ingest(&db, table, &records, args.batch_rows)?)
+        }
+        None => None,
+    };
+    let rows_per_s = |d: Duration| round(records.len() as f64 / d.as_secs_f64(), 0);
+
+    // Data nodes catch up from deep storage; the first one's catch-up is recovery.
+    let log_bytes = dir_bytes(&deep_dir.join("log"));
+    let mut nodes: Vec<(Arc<Database>, RpcServer)> = Vec::new();
+    let mut recovery = Duration::ZERO;
+    for n in 0..args.data_nodes {
+        let db = Arc::new(Database::open_with(
+            base.join(format!("data{n}")),
+            DatabaseOptions {
+                following: true,
+                ..options(Some(Arc::new(EtcdCatalog::new(etcd.clone()))))
+            },
+        )?);
+        let started = Instant::now();
+        log.catch_up(&db)?;
+        if n == 0 {
+            recovery = started.elapsed();
+        }
+        let rpc = RpcServer::start(db.clone(), "127.0.0.1:0".parse()?)?;
+        nodes.push((db, rpc));
+    }
+    let broker = Broker::new(
+        Box::new(EtcdCatalog::new(etcd.clone())),
+        Duration::from_secs(5),
+    );
+    let addresses: Vec<(String, String)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(n, (_, rpc))| (format!("data{n}"), rpc.address().to_string()))
+        .collect();
+    broker.set_data_nodes(&addresses)?;
+
+    // Reads, alternated between the embedded node and the broker, four rounds.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let id_of = |name: &str| schema.id_of(name).map(|id| id as usize);
+    let eq_id = id_of(dataset.eq_column).context("the equality column is missing")?;
+    let eq_values: Vec<Value> = imported
+        .rows
+        .iter()
+        .filter_map(|r| r.values[eq_id].clone())
+        .collect();
+    let requests = |rng: &mut rand::rngs::StdRng, kind: usize| -> ReadRequest {
+        let read = ReadOptions::default();
+        match kind {
+            0 => ReadRequest::Get {
+                key: records[rng.gen_range(0..records.len())].key.clone(),
+                read,
+            },
+            1 => ReadRequest::Search {
+                query: Query {
+                    predicate: Predicate::Eq(
+                        dataset.eq_column.into(),
+                        eq_values[rng.gen_range(0..eq_values.len())].clone(),
+                    ),
+                    projection: None,
+                    limit: Some(args.search_limit),
+                    read,
+                },
+            },
+            _ => ReadRequest::Search {
+                query: Query {
+                    predicate: Predicate::Contains(
+                        dataset.contains.0.into(),
+                        dataset.contains.1.as_bytes().to_vec(),
+                    ),
+                    projection: None,
+                    limit: Some(args.search_limit),
+                    read,
+                },
+            },
+        }
+    };
+    let embedded_table = embedded.table(table)?;
+    let mut latencies: Vec<[Vec<Duration>; 2]> = (0..3).map(|_| [Vec::new(), Vec::new()]).collect();
+    for _round in 0..4 {
+        for (kind, kind_latencies) in latencies.iter_mut().enumerate() {
+            for (side, samples) in kind_latencies.iter_mut().enumerate() {
+                for _ in 0..args.reads / 4 {
+                    let request = requests(&mut rng, kind);
+                    let started = Instant::now();
+                    if side == 0 {
+                        embedded_table
+                            .read(&request, Wait::Allowed)?
+                            .context("an embedded read gave no answer")?;
+                    } else {
+                        broker.read(table, &request)?;
+                    }
+                    samples.push(started.elapsed());
+                }
+            }
+        }
+    }
+    let names = ["get", "eq_search", "contains_search"];
+    let mut reads = serde_json::Map::new();
+    for (kind, [embedded_samples, broker_samples]) in latencies.iter_mut().enumerate() {
+        let (e, b) = (summary(embedded_samples), summary(broker_samples));
+        let added = round(
+            b["p50_us"].as_f64().unwrap_or(0.0) - e["p50_us"].as_f64().unwrap_or(0.0),
+            1,
+        );
+        reads.insert(
+            names[kind].into(),
+            json!({"embedded": e, "broker": b, "added_p50_us": added}),
+        );
+    }
+
+    // A data node dies under gets: failed reads, and the time to the next answer.
+    let (_, killed) = nodes.remove(0);
+    let killed_at = Instant::now();
+    drop(killed);
+    let mut failed = 0u64;
+    let mut first_answer = None;
+    for _ in 0..args.reads {
+        let request = requests(&mut rng, 0);
+        match broker.read(table, &request) {
+            Ok(_) => {
+                first_answer.get_or_insert_with(|| killed_at.elapsed());
+            }
+            Err(_) => failed += 1,
+        }
+    }
+    Ok(json!({
+        "dataset": dataset.label,
+        "rows": records.len(),
+        "ingest_rows_per_s": {
+            "embedded": rows_per_s(embedded_ingest),
+            "cluster_directory": rows_per_s(dir_ingest),
+            "cluster_s3": s3_ingest.map(rows_per_s),
+        },
+        "recovery": {
+            "log_bytes": log_bytes,
+            "seconds": round(recovery.as_secs_f64(), 3),
+            "mb_per_s": round(log_bytes as f64 / 1e6 / recovery.as_secs_f64().max(1e-9), 1),
+        },
+        "reads": reads,
+        "data_node_killed": {
+            "reads_after": args.reads,
+            "failed_reads": failed,
+            "first_answer_ms": first_answer.map(|d| round(d.as_secs_f64() * 1e3, 2)),
+        },
+    }))
+}
+
+/// A coordinator leader stops renewing its lease: time until the other is elected.
+fn leader_failover(etcd_server: &LocalEtcd, ttl: Duration) -> anyhow::Result<Json> {
+    let etcd = Etcd::connect(&etcd_server.config("bench-failover")?)?;
+    let card = |id: &str| MemberCard {
+        node_id: id.into(),
+        roles: vec![Role::Coordinator],
+        http_address: "127.0.0.1:1".into(),
+        rpc_address: None,
+        lease: 0,
+    };
+    let a = Membership::join(&etcd, card("a"), ttl)?;
+    let a_stands = Candidate::stand(&etcd, "a", a.lease());
+    a_stands
+        .wait_elected(Duration::from_secs(10))
+        .context("a was not elected")?;
+    let b = Membership::join(&etcd, card("b"), ttl)?;
+    let b_stands = Candidate::stand(&etcd, "b", b.lease());
+    // Let a renew a few times so the stop comes at a random point of its lease.
+    std::thread::sleep(ttl + Duration::from_millis(317));
+    let stopped = Instant::now();
+    drop(a_stands);
+    drop(a);
+    b_stands
+        .wait_elected(ttl * 5)
+        .context("b was not elected")?;
+    let took = stopped.elapsed();
+    Ok(
+        json!({"ttl_s": ttl.as_secs(), "failover_s": round(took.as_secs_f64(), 3),
+              "within_ttl_plus_1s": took <= ttl + Duration::from_secs(1)}),
+    )
+}
+
+fn print_table(results: &[Json], failover: &Json) {
+    println!("cluster on loopback (every node in one process), medians of alternated rounds");
+    for r in results {
+        println!(
+            "\n{} ({} rows)",
+            r["dataset"].as_str().unwrap_or("?"),
+            r["rows"]
+        );
+        let ingest = &r["ingest_rows_per_s"];
+        println!(
+            "  durable ingest rows/s: embedded {}  cluster (directory) {}  cluster (S3, moto) {}",
+            ingest["embedded"], ingest["cluster_directory"], ingest["cluster_s3"]
+        );
+        println!(
+            "  data node recovery from deep storage: {} bytes in {} s = {} MB/s",
+            r["recovery"]["log_bytes"], r["recovery"]["seconds"], r["recovery"]["mb_per_s"]
+        );
+        println!(
+            "  {:<16} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "read", "emb p50 us", "emb p99 us", "brk p50 us", "brk p99 us", "added p50"
+        );
+        for kind in ["get", "eq_search", "contains_search"] {
+            let k = &r["reads"][kind];
+            println!(
+                "  {:<16} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                kind,
+                k["embedded"]["p50_us"],
+                k["embedded"]["p99_us"],
+                k["broker"]["p50_us"],
+                k["broker"]["p99_us"],
+                k["added_p50_us"]
+            );
+        }
+        let killed = &r["data_node_killed"];
+        println!(
+            "  data node killed: {} of {} reads failed; first answer {} ms after the kill",
+            killed["failed_reads"], killed["reads_after"], killed["first_answer_ms"]
+        );
+    }
+    println!(
+        "\ncoordinator leader failover: {} s with a {} s lease TTL",
+        failover["failover_s"], failover["ttl_s"]
+    );
+}
