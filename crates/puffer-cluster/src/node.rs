@@ -100,6 +100,10 @@ impl IngestShipper {
         *self.leading.lock().unwrap_or_else(PoisonError::into_inner) =
             Some(LeaderShipper::new(self.log.clone(), leadership));
     }
+
+    fn step_down(&self) {
+        *self.leading.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
 }
 
 /// A node of a cluster.
@@ -315,9 +319,17 @@ struct WatchParts {
 }
 
 /// Watches the lease and the ingest election: takes over as ingest leader once
-/// elected, and reports a lost lease.
+/// elected, steps down and back after a group whose shipping had an unknown outcome
+/// (etcd away, say), and reports a lost lease.
 fn watch(parts: WatchParts) {
     while !parts.stop.load(Ordering::Acquire) {
+        if parts.database.ship_stopped() {
+            // Writes are refused (retryably) until the log says what was committed.
+            parts.leads.store(false, Ordering::Release);
+            parts.shipper.step_down();
+            parts.database.set_following(true);
+            let _ = parts.database.resume_writes();
+        }
         if parts.membership.is_lost() {
             *parts.lost.lock().unwrap_or_else(PoisonError::into_inner) = Some(
                 "this node's lease expired: others may have taken over its work; restart it".into(),
@@ -334,18 +346,12 @@ fn watch(parts: WatchParts) {
                     .unwrap_or_else(PoisonError::into_inner)
                     .take(),
             );
-            match parts.log.catch_up(&parts.database) {
-                Ok(_) => {
-                    parts.shipper.lead(leadership);
-                    parts.database.set_following(false);
-                    parts.leads.store(true, Ordering::Release);
-                }
-                Err(e) => {
-                    *parts.lost.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
-                        "elected ingest leader but could not catch up with the log: {e}"
-                    ));
-                    return;
-                }
+            // With etcd or deep storage away this fails: it is tried again at the
+            // next tick, and writes are refused meanwhile.
+            if parts.log.catch_up(&parts.database).is_ok() {
+                parts.shipper.lead(leadership);
+                parts.database.set_following(false);
+                parts.leads.store(true, Ordering::Release);
             }
         }
         std::thread::sleep(Duration::from_millis(20));

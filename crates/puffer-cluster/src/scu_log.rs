@@ -150,19 +150,28 @@ fn parse_tail(value: &[u8]) -> Result<u64> {
 pub struct LeaderShipper {
     log: ClusterLog,
     leadership: Leadership,
+    attempts: std::sync::atomic::AtomicU64,
 }
 
 impl LeaderShipper {
     /// Ships to `log` while `leadership` (of the ingest election) holds.
     pub fn new(log: ClusterLog, leadership: Leadership) -> LeaderShipper {
-        LeaderShipper { log, leadership }
+        LeaderShipper {
+            log,
+            leadership,
+            attempts: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 }
 
 impl LogShipper for LeaderShipper {
     fn ship(&self, first: u64, last: u64, records: &[u8]) -> std::result::Result<(), ShipFailure> {
+        // Unique per attempt: an attempt whose commit failed leaves its object behind
+        // (garbage no index entry names), and the retry of the same SCUs must not
+        // collide with it.
+        let attempt = self.attempts.fetch_add(1, Ordering::Relaxed);
         let object = format!(
-            "log/{first:020}-{last:020}-{:016x}",
+            "log/{first:020}-{last:020}-{:016x}-{attempt}",
             self.leadership.lease()
         );
         self.log

@@ -111,3 +111,24 @@ fn one_leader_at_a_time_and_a_deposed_one_is_fenced() {
         .unwrap();
     assert_eq!(value.kvs()[0].value(), b"from b");
 }
+
+#[test]
+fn a_connection_works_again_after_etcd_restarts() {
+    let Some((mut server, _dir)) =
+        common::etcd_or_skip("a_connection_works_again_after_etcd_restarts")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("restart").unwrap()).unwrap();
+    let a = Membership::join(&etcd, card("a"), TTL).unwrap();
+    server.kill();
+    let error = etcd::members(&etcd).unwrap_err();
+    assert!(matches!(error, ClusterError::Unavailable(_)), "{error}");
+    server.restart().unwrap();
+    let back = wait_until(Duration::from_secs(30), || etcd::members(&etcd).is_ok());
+    eprintln!("the connection answered {back:?} after etcd restarted");
+    assert!(back.is_some(), "the connection never came back");
+    // The lease outlived the outage (etcd renews leases when it elects a leader).
+    assert_eq!(ids(&etcd), ["a"]);
+    assert!(!a.is_lost());
+}

@@ -75,6 +75,9 @@ enum Job {
     /// Records numbered elsewhere (the cluster's log), to log, apply and publish in
     /// their order.
     Follow(Vec<u8>, Reply),
+    /// Number from the published SCU again (after a group whose shipping had an
+    /// unknown outcome; the shipped log then says whether it was committed).
+    Resync(Reply),
 }
 
 /// Why SCUs could not be shipped.
@@ -119,6 +122,9 @@ struct Inner {
     /// Whether SCUs come only from [`Committer::follow`] (cluster data nodes, and an
     /// ingest node catching up): local writes are refused.
     following: std::sync::atomic::AtomicBool,
+    /// Whether the committer stopped because a group's shipping had an unknown
+    /// outcome (the one stop it can come back from: see [`Committer::resume`]).
+    ship_stopped: std::sync::atomic::AtomicBool,
 }
 
 /// The database's committer: numbers, logs, applies and publishes SCUs.
@@ -155,6 +161,7 @@ impl Committer {
                 catalog: OnceLock::new(),
                 shipper: OnceLock::new(),
                 following: std::sync::atomic::AtomicBool::new(false),
+                ship_stopped: std::sync::atomic::AtomicBool::new(false),
             }),
             thread: Mutex::new(None),
         }
@@ -235,6 +242,46 @@ impl Committer {
         answer
             .recv()
             .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))?
+    }
+
+    /// Whether the committer stopped because shipping a group had an unknown outcome.
+    pub fn ship_stopped(&self) -> bool {
+        self.inner.ship_stopped.load(Ordering::SeqCst)
+    }
+
+    /// Takes SCUs again after a stop by [`ShipFailure::Unknown`]: only while following
+    /// (so that no local write can come in), it numbers from the published SCU again
+    /// and clears the stop; the caller then catches up with the shipped log, which
+    /// holds the group if it was committed, before it writes again. Returns the
+    /// published SCU.
+    pub fn resume(&self) -> Result<u64> {
+        let inner = &self.inner;
+        if !inner.ship_stopped.load(Ordering::SeqCst) {
+            return Err(QueryError::Invalid(
+                "the committer did not stop on a shipping failure".into(),
+            ));
+        }
+        if !self.is_following() {
+            return Err(QueryError::Invalid(
+                "resume only while following: no write may come in meanwhile".into(),
+            ));
+        }
+        let queue = inner
+            .queue
+            .lock()
+            .expect("queue lock")
+            .clone()
+            .ok_or_else(|| StoreError::Stopped("the database's committer is not running".into()))?;
+        let (reply, answer) = mpsc::channel();
+        queue
+            .send(Job::Resync(reply))
+            .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))?;
+        let published = answer
+            .recv()
+            .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))??;
+        *inner.stopped.lock().expect("stopped lock") = None;
+        inner.ship_stopped.store(false, Ordering::SeqCst);
+        Ok(published)
     }
 
     /// Replays the log into the registered tables (each replica takes the SCUs past its
@@ -658,6 +705,11 @@ impl Inner {
                     }
                     self.commit_group(group, &mut log, &mut next_seq, &mut log_bytes);
                 }
+                Job::Resync(reply) => {
+                    let published = self.published.load(Ordering::SeqCst);
+                    next_seq = published + 1;
+                    let _ = reply.send(Ok(published));
+                }
                 Job::Follow(records, reply) => {
                     let answer =
                         self.follow_records(&records, &mut log, &mut next_seq, &mut log_bytes);
@@ -802,6 +854,7 @@ impl Inner {
                     ))
                 }
                 Err(ShipFailure::Unknown(reason)) => {
+                    self.ship_stopped.store(true, Ordering::SeqCst);
                     let reason = format!(
                         "shipping SCUs {first}..={} had an unknown outcome: {reason}; this \
                          node takes no writes until it has caught up with the cluster's log",

@@ -505,6 +505,18 @@ impl Database {
         self.committer.set_following(following);
     }
 
+    /// Whether writes stopped because shipping SCUs had an unknown outcome (see
+    /// [`Database::resume_writes`]).
+    pub fn ship_stopped(&self) -> bool {
+        self.committer.ship_stopped()
+    }
+
+    /// After a stop by a shipping failure, while following: takes SCUs again,
+    /// numbering from the published one (catch up with the shipped log next).
+    pub fn resume_writes(&self) -> Result<u64> {
+        self.committer.resume()
+    }
+
     /// Logs, applies and publishes SCUs numbered elsewhere (the cluster's log); call
     /// [`Database::sync_tables`] first, so that every table they touch is here.
     /// Returns the published SCU after.

@@ -21,6 +21,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/v1/texts/{name}/search", "Offsets of a pattern"),
     ("get", "/v1/texts/{name}/range", "Offsets whose suffix lies between two bounds (lo, hi)"),
     ("get", "/v1/texts/{name}/wildcard", "Matches of a prefix, at most max_gap bytes, then a suffix"),
+    ("get", "/v1/admin/cluster", "The cluster as this node sees it: nodes, roles, leases, leaders, the log's tail (a single node says so)"),
     ("get", "/v1/admin/replicas", "The adaptive node: every shard replica's layers, footprint, queue and response rate"),
     ("get", "/v1/admin/history", "Every replica's samples of the last last_s seconds (what the dashboard plots)"),
     ("post", "/v1/admin/replicas/{id}/layers", "Add or drop a layer by hand (pins the replica), set a count, or hand it back to the layer manager"),

@@ -74,42 +74,126 @@ fn agrees(base: &str, model: &BTreeMap<String, String>) {
     }
 }
 
+/// Whether etcd is there; says loudly why the test skips if not.
+fn have_etcd(test: &str) -> bool {
+    if LocalEtcd::binary().is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("PUFFER_REQUIRE_SERVICES").is_none(),
+        "{test}: no etcd binary, and PUFFER_REQUIRE_SERVICES is set"
+    );
+    eprintln!("\n*** SKIPPED {test}: no etcd binary ***\n");
+    false
+}
+
+/// Starts node `name` of the cluster on `etcd` with deep storage in `dir/deep`.
+fn start_node(dir: &std::path::Path, etcd: &LocalEtcd, name: &str) -> ServeProcess {
+    let deep = dir.join("deep");
+    ServeProcess::start_listening(
+        &dir.join(name),
+        &format!("127.0.0.1:{}", free_port()),
+        &[
+            "--etcd",
+            &etcd.endpoint(),
+            "--deep-storage",
+            deep.to_str().unwrap(),
+            "--node-id",
+            name,
+            "--rpc-listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--lease-ttl-s",
+            TTL_S,
+        ],
+        &[],
+    )
+}
+
+fn leads_ingest(node: &ServeProcess) -> Option<Value> {
+    get(&format!("{}/v1/admin/cluster", node.base))
+        .ok()
+        .filter(|s| s["leads_ingest"] == json!(true))
+}
+
+#[test]
+fn etcd_away_stops_writes_not_reads_and_writes_come_back() {
+    if !have_etcd("etcd_away_stops_writes_not_reads_and_writes_come_back") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
+    let a = start_node(dir.path(), &etcd, "a");
+    wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
+    let b = start_node(dir.path(), &etcd, "b");
+    let table =
+        json!({"name": "rooms", "key": "id", "attributes": [{"name": "city", "type": "string"}]});
+    post(&format!("{}/v1/tables", a.base), &table).unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..30 {
+        let (key, city) = (format!("k{i}"), ["Lisbon", "Porto"][i % 2]);
+        post(
+            &format!("{}/v1/tables/rooms/records", a.base),
+            &json!([{"id": key, "city": city}]),
+        )
+        .unwrap();
+        model.insert(key, city.to_string());
+    }
+    wait_for(Duration::from_secs(10), || {
+        (count(&b.base) == Some(30)).then_some(())
+    })
+    .expect("b caught up");
+
+    etcd.kill();
+    // Reads go on from each node's own copy.
+    agrees(&a.base, &model);
+    agrees(&b.base, &model);
+    // A write is refused, retryably, and changes nothing.
+    let refused = post(
+        &format!("{}/v1/tables/rooms/records", a.base),
+        &json!([{"id": "lost", "city": "Faro"}]),
+    )
+    .unwrap_err();
+    assert!(refused.starts_with("503"), "{refused}");
+    agrees(&a.base, &model);
+
+    etcd.restart().unwrap();
+    // Writes come back once the leader has checked the log.
+    let (_, took) = wait_for(Duration::from_secs(60), || {
+        post(
+            &format!("{}/v1/tables/rooms/records", a.base),
+            &json!([{"id": "back", "city": "Braga"}]),
+        )
+        .ok()
+    })
+    .unwrap_or_else(|| {
+        let last = post(
+            &format!("{}/v1/tables/rooms/records", a.base),
+            &json!([{"id": "back", "city": "Braga"}]),
+        );
+        let status = get(&format!("{}/v1/admin/cluster", a.base));
+        panic!("writes did not come back after etcd did: {last:?}; a says {status:?}")
+    });
+    eprintln!("writes came back {took:?} after etcd restarted");
+    model.insert("back".into(), "Braga".into());
+    wait_for(Duration::from_secs(10), || {
+        (count(&b.base) == Some(31)).then_some(())
+    })
+    .expect("b followed");
+    agrees(&a.base, &model);
+    agrees(&b.base, &model);
+    // The refused write is nowhere.
+    let lost = get(&format!("{}/v1/tables/rooms/records/lost", b.base));
+    assert!(lost.map(|r| r["record"].is_null()).unwrap_or(true));
+}
+
 #[test]
 fn a_cluster_survives_its_ingest_leader_killed() {
-    if LocalEtcd::binary().is_none() {
-        assert!(
-            std::env::var_os("PUFFER_REQUIRE_SERVICES").is_none(),
-            "no etcd binary, and PUFFER_REQUIRE_SERVICES is set"
-        );
-        eprintln!(
-            "\n*** SKIPPED a_cluster_survives_its_ingest_leader_killed: no etcd binary ***\n"
-        );
+    if !have_etcd("a_cluster_survives_its_ingest_leader_killed") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
-    let deep = dir.path().join("deep");
-    let start = |name: &str| {
-        let port = free_port();
-        let data = dir.path().join(name);
-        ServeProcess::start_listening(
-            &data,
-            &format!("127.0.0.1:{port}"),
-            &[
-                "--etcd",
-                &etcd.endpoint(),
-                "--deep-storage",
-                deep.to_str().unwrap(),
-                "--node-id",
-                name,
-                "--rpc-listen",
-                &format!("127.0.0.1:{}", free_port()),
-                "--lease-ttl-s",
-                TTL_S,
-            ],
-            &[],
-        )
-    };
+    let start = |name: &str| start_node(dir.path(), &etcd, name);
     let a = start("a");
     // a is the first ingest candidate: it leads once it says so.
     wait_for(Duration::from_secs(15), || {

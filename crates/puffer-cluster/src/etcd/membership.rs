@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
@@ -200,8 +200,8 @@ impl Membership {
         &self.card
     }
 
-    /// Whether the lease may have expired (renewals failed for a whole TTL, or etcd
-    /// said it is gone): the node must then act as out of the cluster.
+    /// Whether etcd said the lease is gone (it expired or was revoked): the node must
+    /// then act as out of the cluster.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
     }
@@ -223,9 +223,12 @@ impl Drop for Membership {
     }
 }
 
-/// Renews `lease` every third of `ttl` until it is gone.
+/// Renews `lease` every third of `ttl` until etcd says it is gone. While etcd does
+/// not answer, the lease is not counted lost: nobody can act on its expiry without
+/// etcd either (elections, the log and fencing all go through it), and etcd renews
+/// every lease's TTL when it elects a leader again. A node cut off from a working etcd
+/// learns that its lease is gone once it reaches etcd again.
 async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: Arc<AtomicBool>) {
-    let mut last_renewed = Instant::now();
     loop {
         tokio::time::sleep(ttl / 3).await;
         let mut client = etcd.client();
@@ -235,18 +238,14 @@ async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: Arc<AtomicBool>
             Ok::<_, etcd_client::Error>(answers.message().await?.map(|a| a.ttl()))
         };
         match tokio::time::timeout(etcd.request_timeout(), renewed).await {
-            Ok(Ok(Some(ttl_left))) if ttl_left > 0 => last_renewed = Instant::now(),
+            Ok(Ok(Some(ttl_left))) if ttl_left > 0 => {}
             // etcd answered that the lease is gone: it expired, or was revoked.
             Ok(Ok(_)) => {
                 lost.store(true, Ordering::Release);
                 return;
             }
-            // No answer: the lease lives until its TTL runs out from the last renewal.
-            _ => {
-                if last_renewed.elapsed() >= ttl {
-                    lost.store(true, Ordering::Release);
-                }
-            }
+            // No answer: try again at the next renewal.
+            _ => {}
         }
     }
 }
