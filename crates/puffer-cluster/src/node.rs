@@ -7,6 +7,8 @@
 //!   then numbers and ships SCUs itself (writes sent to any other node are refused
 //!   with a retryable error naming the need for the leader);
 //! - `coordinator` stands for coordinator leader (placement and routing build on it);
+//! - `indexer` is accepted and does nothing yet (segments are not published to deep
+//!   storage: every data node builds its own from the log);
 //! - `broker` is listed; the HTTP fan-out through [`crate::broker::Broker`] is the
 //!   next step (every node answers reads from its own copy today).
 

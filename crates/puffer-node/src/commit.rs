@@ -229,7 +229,14 @@ impl Committer {
         }
         wal::decode_records(&records)
             .map_err(|e| QueryError::Invalid(format!("shipped SCUs that do not decode: {e}")))?;
-        let queue = inner
+        self.run_job(|reply| Job::Follow(records, reply))
+    }
+
+    /// Hands a job to the committer thread (waiting for room in its bounded queue)
+    /// and waits for its answer.
+    fn run_job(&self, job: impl FnOnce(Reply) -> Job) -> Result<u64> {
+        let queue = self
+            .inner
             .queue
             .lock()
             .expect("queue lock")
@@ -237,7 +244,7 @@ impl Committer {
             .ok_or_else(|| StoreError::Stopped("the database's committer is not running".into()))?;
         let (reply, answer) = mpsc::channel();
         queue
-            .send(Job::Follow(records, reply))
+            .send(job(reply))
             .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))?;
         answer
             .recv()
@@ -266,19 +273,7 @@ impl Committer {
                 "resume only while following: no write may come in meanwhile".into(),
             ));
         }
-        let queue = inner
-            .queue
-            .lock()
-            .expect("queue lock")
-            .clone()
-            .ok_or_else(|| StoreError::Stopped("the database's committer is not running".into()))?;
-        let (reply, answer) = mpsc::channel();
-        queue
-            .send(Job::Resync(reply))
-            .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))?;
-        let published = answer
-            .recv()
-            .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))??;
+        let published = self.run_job(Job::Resync)?;
         *inner.stopped.lock().expect("stopped lock") = None;
         inner.ship_stopped.store(false, Ordering::SeqCst);
         Ok(published)
