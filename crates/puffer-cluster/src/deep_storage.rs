@@ -4,7 +4,9 @@
 //! Every object is framed: magic, payload length and CRC-32 before the payload, so a
 //! damaged or truncated object is reported as `Corrupt`, never read as data. Objects
 //! are immutable: writing a name again with the same bytes is a no-op (a retried
-//! upload), with other bytes an error. Every call has a deadline that grows with the
+//! upload), with other bytes an error. Where the store can create an object only if
+//! it is absent (a directory; S3 with `AWS_CONDITIONAL_PUT=etag`) a write is one
+//! request; elsewhere it looks first (one more request per object). Every call has a deadline that grows with the
 //! bytes it moves.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +17,7 @@ use futures_util::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig};
+use object_store::{ClientOptions, ObjectStore, PutMode, PutPayload, RetryConfig};
 
 use crate::error::{ClusterError, Result};
 use crate::runtime::Bridge;
@@ -248,6 +250,24 @@ impl DeepStorage {
                 payload.len()
             )));
         }
+        // One request where the store can create only if absent (a directory; S3
+        // with `AWS_CONDITIONAL_PUT=etag`); a look first where it cannot.
+        let created = {
+            let store = Arc::clone(&self.store);
+            let path = ObjectPath::from(name);
+            let framed = PutPayload::from(frame(payload));
+            self.call(payload.len() as u64, async move {
+                match store.put_opts(&path, framed, PutMode::Create.into()).await {
+                    Ok(_) => Ok(Some(true)),
+                    Err(object_store::Error::AlreadyExists { .. }) => Ok(Some(false)),
+                    Err(object_store::Error::NotImplemented) => Ok(None),
+                    Err(other) => Err(other),
+                }
+            })?
+        };
+        if created == Some(true) {
+            return Ok(());
+        }
         match self.get(name) {
             Ok(existing) if existing == payload => return Ok(()),
             Ok(_) => {
@@ -255,6 +275,7 @@ impl DeepStorage {
                     "{name} exists in deep storage with other content; objects are immutable"
                 )))
             }
+            // Not there (and the store cannot create only if absent): written below.
             Err(ClusterError::NotFound(_)) => {}
             // A damaged copy is replaced by a good one.
             Err(ClusterError::Corrupt { .. }) => {}

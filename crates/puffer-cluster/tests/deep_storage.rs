@@ -106,6 +106,9 @@ fn a_local_directory_agrees_with_a_model_and_reports_damage() {
         storage.get("log/1"),
         Err(ClusterError::Corrupt { .. })
     ));
+    // Writing it again replaces the damaged copy.
+    storage.put("log/1", b"an SCU").unwrap();
+    assert_eq!(storage.get("log/1").unwrap(), b"an SCU");
     // Other schemes are refused with what is accepted.
     let error = DeepStorage::open("gs://bucket").unwrap_err().to_string();
     assert!(error.contains("s3://"), "{error}");
