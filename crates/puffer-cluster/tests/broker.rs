@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use puffer_cluster::broker::Broker;
-use puffer_cluster::etcd::{Candidate, Etcd, EtcdCatalog, MemberCard, Membership, Role};
+use puffer_cluster::etcd::{Etcd, EtcdCatalog};
 use puffer_cluster::rpc::server::RpcServer;
-use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
+use puffer_cluster::scu_log::ClusterLog;
 use puffer_cluster::DeepStorage;
-use puffer_node::serving::NodeConfig;
 use puffer_node::{Database, DatabaseOptions, ReadAnswer, ReadRequest, TableLayout};
 use puffer_query::QueryError;
 use puffer_store::{
@@ -22,17 +21,6 @@ use puffer_store::{
 use rand::{Rng, SeedableRng};
 
 const CITIES: [&str; 3] = ["Lisbon", "Porto", "Faro"];
-
-fn options(etcd: &Etcd) -> DatabaseOptions {
-    DatabaseOptions {
-        node: NodeConfig {
-            workers_per_replica: 1,
-            ..NodeConfig::default()
-        },
-        catalog: Some(Arc::new(EtcdCatalog::new(etcd.clone()))),
-        ..DatabaseOptions::default()
-    }
-}
 
 fn city(record: &Record) -> &[u8] {
     match record.values.get("city") {
@@ -111,30 +99,13 @@ fn fanned_out_reads_agree_with_a_model_and_survive_a_lost_node() {
     let etcd = Etcd::connect(&server.config("broker").unwrap()).unwrap();
     let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
     let log = ClusterLog::new(etcd.clone(), deep);
-    let card = MemberCard {
-        node_id: "ingest".into(),
-        roles: vec![Role::Ingest],
-        http_address: "127.0.0.1:1".into(),
-        rpc_address: None,
-        lease: 0,
-    };
-    let member = Membership::join(&etcd, card, Duration::from_secs(5)).unwrap();
-    let leadership = Candidate::stand_in(
+    let (leader, _member, _leadership) = common::ingest_leader(
         &etcd,
-        etcd.keys().ingest_election(),
+        &log,
         "ingest",
-        member.lease(),
-    )
-    .wait_elected(Duration::from_secs(10))
-    .unwrap();
-    let leader = Database::open_with(
-        dir.path().join("leader"),
-        DatabaseOptions {
-            shipper: Some(Arc::new(LeaderShipper::new(log.clone(), leadership))),
-            ..options(&etcd)
-        },
-    )
-    .unwrap();
+        Duration::from_secs(5),
+        &dir.path().join("leader"),
+    );
     let schema = Schema::new(
         "id",
         vec![Attribute {
@@ -173,7 +144,7 @@ fn fanned_out_reads_agree_with_a_model_and_survive_a_lost_node() {
                     dir.path().join(format!("data{i}")),
                     DatabaseOptions {
                         following: true,
-                        ..options(&etcd)
+                        ..common::node_options(&etcd)
                     },
                 )
                 .unwrap(),

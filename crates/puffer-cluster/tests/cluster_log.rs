@@ -7,37 +7,24 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use puffer_cluster::etcd::{Candidate, Etcd, EtcdCatalog, MemberCard, Membership, Role};
+use puffer_cluster::etcd::Etcd;
 use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
 use puffer_cluster::DeepStorage;
 use puffer_node::commit::{LogShipper, ShipFailure};
-use puffer_node::serving::NodeConfig;
 use puffer_node::{Database, DatabaseOptions, TableLayout};
 use puffer_store::{AttrType, Attribute, Predicate, ReadOptions, Record, Schema, Value, WriteOp};
 use rand::{Rng, SeedableRng};
 
 const TTL: Duration = Duration::from_secs(2);
 
-fn options(etcd: &Etcd) -> DatabaseOptions {
-    DatabaseOptions {
-        node: NodeConfig {
-            workers_per_replica: 1,
-            ..NodeConfig::default()
-        },
-        catalog: Some(Arc::new(EtcdCatalog::new(etcd.clone()))),
-        ..DatabaseOptions::default()
-    }
-}
-
 fn follower(etcd: &Etcd, dir: &Path) -> Database {
     Database::open_with(
         dir,
         DatabaseOptions {
             following: true,
-            ..options(etcd)
+            ..common::node_options(etcd)
         },
     )
     .unwrap()
@@ -93,32 +80,8 @@ fn followers_agree_with_the_leader_and_a_model() {
     let etcd = Etcd::connect(&server.config("log").unwrap()).unwrap();
     let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
     let log = ClusterLog::new(etcd.clone(), deep.clone());
-    let card = MemberCard {
-        node_id: "ingest-1".into(),
-        roles: vec![Role::Ingest],
-        http_address: "127.0.0.1:1".into(),
-        rpc_address: None,
-        lease: 0,
-    };
-    let member = Membership::join(&etcd, card, TTL).unwrap();
-    let candidate = Candidate::stand_in(
-        &etcd,
-        etcd.keys().ingest_election(),
-        "ingest-1",
-        member.lease(),
-    );
-    let leadership = candidate.wait_elected(Duration::from_secs(10)).unwrap();
-    let leader = Database::open_with(
-        dir.path().join("leader"),
-        DatabaseOptions {
-            shipper: Some(Arc::new(LeaderShipper::new(
-                log.clone(),
-                leadership.clone(),
-            ))),
-            ..options(&etcd)
-        },
-    )
-    .unwrap();
+    let (leader, member, leadership) =
+        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
     let mut followers = vec![
         follower(&etcd, &dir.path().join("f1")),
         follower(&etcd, &dir.path().join("f2")),

@@ -38,3 +38,56 @@ pub fn moto_or_skip(test: &str) -> Option<puffer_cluster::local_s3::LocalS3> {
     }
     Some(puffer_cluster::local_s3::LocalS3::start().expect("moto_server starts"))
 }
+
+/// Options of a test node on `etcd`'s catalog (one worker per replica).
+pub fn node_options(etcd: &puffer_cluster::etcd::Etcd) -> puffer_node::DatabaseOptions {
+    puffer_node::DatabaseOptions {
+        node: puffer_node::serving::NodeConfig {
+            workers_per_replica: 1,
+            ..Default::default()
+        },
+        catalog: Some(std::sync::Arc::new(puffer_cluster::etcd::EtcdCatalog::new(
+            etcd.clone(),
+        ))),
+        ..Default::default()
+    }
+}
+
+/// An elected ingest leader `node_id` with a database in `dir` shipping to `log`;
+/// its membership (leave it, or drop it, to depose it) and leadership.
+pub fn ingest_leader(
+    etcd: &puffer_cluster::etcd::Etcd,
+    log: &puffer_cluster::scu_log::ClusterLog,
+    node_id: &str,
+    ttl: std::time::Duration,
+    dir: &std::path::Path,
+) -> (
+    puffer_node::Database,
+    puffer_cluster::etcd::Membership,
+    puffer_cluster::etcd::Leadership,
+) {
+    use puffer_cluster::etcd::{Candidate, MemberCard, Membership, Role};
+    let card = MemberCard {
+        node_id: node_id.into(),
+        roles: vec![Role::Ingest],
+        http_address: "127.0.0.1:1".into(),
+        rpc_address: None,
+        lease: 0,
+    };
+    let member = Membership::join(etcd, card, ttl).unwrap();
+    let leadership =
+        Candidate::stand_in(etcd, etcd.keys().ingest_election(), node_id, member.lease())
+            .wait_elected(std::time::Duration::from_secs(10))
+            .expect("the ingest leader is elected");
+    let database = puffer_node::Database::open_with(
+        dir,
+        puffer_node::DatabaseOptions {
+            shipper: Some(std::sync::Arc::new(
+                puffer_cluster::scu_log::LeaderShipper::new(log.clone(), leadership.clone()),
+            )),
+            ..node_options(etcd)
+        },
+    )
+    .unwrap();
+    (database, member, leadership)
+}
