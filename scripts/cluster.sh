@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# A PufferDB cluster on this machine: etcd and three nodes on loopback, each with its
-# own data directory under target/cluster/, deep storage in target/cluster/deep.
-#   bash scripts/cluster.sh up       builds puffer, starts etcd and nodes n1, n2, n3
+# A PufferDB cluster on this machine: etcd, three data nodes and a broker on loopback,
+# each with its own data directory under target/cluster/, deep storage in
+# target/cluster/deep.
+#   bash scripts/cluster.sh up       builds puffer, starts etcd, n1, n2, n3 and broker
 #   bash scripts/cluster.sh status   what etcd and each node say
 #   bash scripts/cluster.sh down     stops them all (data stays; rm -r target/cluster)
 # n1 and n2 may lead ingest and coordination (n1 is first, so it leads at start);
-# every node holds data and serves HTTP. Writes go to the ingest leader:
-#   curl -s http://127.0.0.1:7881/v1/admin/cluster
+# n1..n3 hold data. Every node serves HTTP and takes reads and writes (writes are
+# handed to the ingest leader); the broker holds no data and fans reads out:
+#   curl -s http://127.0.0.1:7880/v1/admin/cluster
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,10 +19,10 @@ puffer="$target_dir/release/puffer"
 home="$target_dir/cluster"
 etcd_client=23791
 etcd_peer=23801
-nodes=(n1 n2 n3)
-http_ports=(7881 7882 7883)
-rpc_ports=(8881 8882 8883)
-roles=(coordinator,ingest,data,broker coordinator,ingest,data,broker data,broker)
+nodes=(n1 n2 n3 broker)
+http_ports=(7881 7882 7883 7880)
+rpc_ports=(8881 8882 8883 8880)
+roles=(coordinator,ingest,data coordinator,ingest,data data broker)
 
 running() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 

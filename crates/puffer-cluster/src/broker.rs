@@ -30,6 +30,8 @@ pub const SUSPECT_FOR: Duration = Duration::from_secs(2);
 pub const ENTRY_TTL: Duration = Duration::from_secs(1);
 /// Most tries of one read (each on nodes not yet failed in it).
 pub const MAX_TRIES: usize = 4;
+/// How often a read that needs a newer snapshot than the data nodes hold asks again.
+const SNAPSHOT_POLL: Duration = Duration::from_millis(2);
 /// Most data nodes a broker routes to.
 pub const MAX_DATA_NODES: usize = 1024;
 
@@ -135,21 +137,34 @@ impl Broker {
             .collect()
     }
 
+    /// The table's entry: cached for [`ENTRY_TTL`], then read again; while the
+    /// catalog does not answer (etcd away), the cached one serves on.
     fn entry(&self, table: &str) -> Result<TableEntry> {
-        if let Some((entry, read_at)) = self
+        let cached = self
             .entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(table)
-        {
+            .cloned();
+        if let Some((entry, read_at)) = &cached {
             if read_at.elapsed() < ENTRY_TTL {
                 return Ok(entry.clone());
             }
         }
-        let entry = self
-            .catalog
-            .table(table)?
-            .ok_or_else(|| QueryError::UnknownTable(table.to_string()))?;
+        let entry = match self.catalog.table(table) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => {
+                self.entries
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(table);
+                return Err(QueryError::UnknownTable(table.to_string()));
+            }
+            Err(error) => match cached {
+                Some((entry, _)) if error.retryable() => return Ok(entry),
+                _ => return Err(error),
+            },
+        };
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -204,6 +219,29 @@ impl Broker {
         .into())
     }
 
+    /// The newest snapshot every node of `nodes` has published; a failure names the
+    /// node.
+    fn common_published(
+        &self,
+        nodes: &[&std::sync::Arc<DataNode>],
+    ) -> std::result::Result<u64, (std::sync::Arc<DataNode>, QueryError)> {
+        let asked: Vec<_> = nodes.iter().map(|n| (n, n.client.published())).collect();
+        let mut at = u64::MAX;
+        for (node, answer) in asked {
+            let published = answer
+                .recv_timeout(self.deadline + Duration::from_secs(1))
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Unavailable(format!(
+                        "node {} did not answer",
+                        node.node_id
+                    )))
+                })
+                .map_err(|e| ((**node).clone(), QueryError::from(e)))?;
+            at = at.min(published);
+        }
+        Ok(at)
+    }
+
     /// One try: the snapshot, then every shard on its node, merged. A failure names the
     /// node it came from.
     fn read_on(
@@ -213,39 +251,34 @@ impl Broker {
         shards: &[u32],
         chosen: &[std::sync::Arc<DataNode>],
     ) -> std::result::Result<ReadAnswer, (std::sync::Arc<DataNode>, QueryError)> {
-        let request = if shards.len() > 1 && request.read_options().at.is_none() {
-            // One snapshot for every shard: the newest that every chosen node holds.
+        let read = request.read_options();
+        let request = if (shards.len() > 1 || read.min_snapshot > 0) && read.at.is_none() {
+            // One snapshot for every shard: the newest that every chosen node holds,
+            // waiting (until the deadline) for one at least as new as asked.
             let mut distinct: Vec<&std::sync::Arc<DataNode>> = Vec::new();
             for node in chosen {
                 if !distinct.iter().any(|d| d.node_id == node.node_id) {
                     distinct.push(node);
                 }
             }
-            let asked: Vec<_> = distinct.iter().map(|n| (n, n.client.published())).collect();
-            let mut at = u64::MAX;
-            for (node, answer) in asked {
-                let published = answer
-                    .recv_timeout(self.deadline + Duration::from_secs(1))
-                    .unwrap_or_else(|_| {
-                        Err(StoreError::Unavailable(format!(
-                            "node {} did not answer",
-                            node.node_id
-                        )))
-                    })
-                    .map_err(|e| ((*node).clone(), QueryError::from(e)))?;
-                at = at.min(published);
+            let give_up = Instant::now() + self.deadline;
+            loop {
+                let at = self.common_published(&distinct)?;
+                if at >= read.min_snapshot {
+                    break request.at(at);
+                }
+                if Instant::now() >= give_up {
+                    return Err((
+                        chosen[0].clone(),
+                        StoreError::Unavailable(format!(
+                            "the data nodes hold snapshot {at}; snapshot {} was asked for",
+                            read.min_snapshot
+                        ))
+                        .into(),
+                    ));
+                }
+                std::thread::sleep(SNAPSHOT_POLL);
             }
-            if request.read_options().min_snapshot > at {
-                return Err((
-                    chosen[0].clone(),
-                    StoreError::Unavailable(format!(
-                        "the data nodes hold snapshot {at}; snapshot {} was asked for",
-                        request.read_options().min_snapshot
-                    ))
-                    .into(),
-                ));
-            }
-            request.at(at)
         } else {
             request.clone()
         };

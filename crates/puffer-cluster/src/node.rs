@@ -2,22 +2,28 @@
 //! cluster's log, and runs what its roles need.
 //!
 //! - every node with data (ingest, data) follows the log into its own database;
-//! - `data` serves its shards over gRPC to brokers;
+//! - `data` serves its shards over gRPC to brokers, and `ingest` serves writes
+//!   handed on by the other nodes;
+//! - a node that follows hands the writes and table changes it is sent to the
+//!   ingest leader (over gRPC), so any node takes them;
 //! - `ingest` stands for ingest leader; once elected it catches up with the log,
 //!   then numbers and ships SCUs itself (writes sent to any other node are refused
 //!   with a retryable error naming the need for the leader);
 //! - `coordinator` stands for coordinator leader (placement and routing build on it);
 //! - `indexer` is accepted and does nothing yet (segments are not published to deep
 //!   storage: every data node builds its own from the log);
-//! - `broker` is listed; the HTTP fan-out through [`crate::broker::Broker`] is the
-//!   next step (every node answers reads from its own copy today).
+//! - `broker` without `data`: the node holds no data (it keeps the catalog's tables
+//!   empty, for their schemas); its reads are fanned out to the data nodes through a
+//!   [`crate::broker::Broker`]. A node with `data` answers from its own copy, which
+//!   holds every shard while every data node follows the whole log.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use puffer_node::commit::{LogShipper, ShipFailure};
+use puffer_node::remote::Remote;
 use puffer_node::{Database, DatabaseOptions};
 use serde_json::json;
 
@@ -28,11 +34,19 @@ use crate::etcd::{
     leader, leader_of, members, Candidate, Etcd, EtcdCatalog, EtcdConfig, Leadership, MemberCard,
     Membership, Role,
 };
+use crate::remote::ClusterRemote;
 use crate::rpc::server::RpcServer;
 use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
 
 /// How often a follower looks for new SCUs.
 pub const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
+/// Deadline of a call to another node (a read through the broker, a write handed to
+/// the leader).
+pub const CALL_DEADLINE: Duration = Duration::from_secs(5);
+/// How often a broker looks up the live data nodes.
+pub const DATA_NODES_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a node that follows no log (a broker) brings its tables up to date.
+pub const TABLES_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What a node needs to join a cluster.
 #[derive(Clone, Debug)]
@@ -115,6 +129,7 @@ pub struct ClusterNode {
     log: ClusterLog,
     deep: DeepStorage,
     shipper: Arc<IngestShipper>,
+    remote: Arc<ClusterRemote>,
     running: Mutex<Option<Running>>,
     leads_ingest: Arc<AtomicBool>,
     lost: Arc<Mutex<Option<String>>>,
@@ -136,7 +151,14 @@ impl ClusterNode {
         let etcd = Etcd::connect(&config.etcd)?;
         let deep = DeepStorage::open(&config.deep_storage)?;
         let log = ClusterLog::new(etcd.clone(), deep.clone());
+        let reads_elsewhere = config.has(Role::Broker) && !config.has(Role::Data);
+        let remote = Arc::new(ClusterRemote::new(
+            etcd.clone(),
+            reads_elsewhere,
+            CALL_DEADLINE,
+        ));
         Ok(ClusterNode {
+            remote,
             shipper: Arc::new(IngestShipper {
                 log: log.clone(),
                 leading: Mutex::new(None),
@@ -152,9 +174,10 @@ impl ClusterNode {
     }
 
     /// `base` with this cluster's catalog, as a follower, with the ingest shipper on
-    /// an ingest node.
+    /// an ingest node, reading elsewhere on a broker without data.
     pub fn database_options(&self, base: DatabaseOptions) -> DatabaseOptions {
         DatabaseOptions {
+            remote: Some(self.remote.clone() as Arc<dyn Remote>),
             catalog: Some(Arc::new(EtcdCatalog::new(self.etcd.clone()))),
             following: true,
             shipper: self
@@ -168,7 +191,8 @@ impl ClusterNode {
     /// Joins (membership on a lease) and starts what the roles need, over `database`
     /// (opened with [`ClusterNode::database_options`]).
     pub fn start(&self, database: Arc<Database>) -> Result<()> {
-        let rpc = if self.config.has(Role::Data) {
+        let holds_data = self.config.has(Role::Data) || self.config.has(Role::Ingest);
+        let rpc = if holds_data {
             Some(RpcServer::start(database.clone(), self.config.rpc_listen)?)
         } else {
             None
@@ -181,11 +205,15 @@ impl ClusterNode {
             lease: 0,
         };
         let membership = Arc::new(Membership::join(&self.etcd, card, self.config.lease_ttl)?);
-        let follower = Arc::new(Mutex::new(Some(Follower::start(
-            self.log.clone(),
-            database.clone(),
-            self.config.follow_interval,
-        ))));
+        let follower = Arc::new(Mutex::new(holds_data.then(|| {
+            Follower::start(
+                self.log.clone(),
+                database.clone(),
+                self.config.follow_interval,
+            )
+        })));
+        // Failing (etcd away), the watch thread tries again every half second.
+        let _ = self.remote.refresh_data_nodes();
         let coordinator = self
             .config
             .has(Role::Coordinator)
@@ -203,6 +231,7 @@ impl ClusterNode {
             let (membership, follower, stop) = (membership.clone(), follower.clone(), stop.clone());
             let (log, shipper) = (self.log.clone(), self.shipper.clone());
             let (leads, lost) = (self.leads_ingest.clone(), self.lost.clone());
+            let remote = self.remote.clone();
             std::thread::Builder::new()
                 .name("puffer-cluster-watch".into())
                 .spawn(move || {
@@ -216,6 +245,8 @@ impl ClusterNode {
                         leads,
                         lost,
                         stop,
+                        remote,
+                        holds_data,
                     })
                 })
                 .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?
@@ -318,13 +349,27 @@ struct WatchParts {
     leads: Arc<AtomicBool>,
     lost: Arc<Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
+    remote: Arc<ClusterRemote>,
+    holds_data: bool,
 }
 
 /// Watches the lease and the ingest election: takes over as ingest leader once
 /// elected, steps down and back after a group whose shipping had an unknown outcome
-/// (etcd away, say), and reports a lost lease.
+/// (etcd away, say), and reports a lost lease. On a broker, keeps the data nodes and
+/// (with no log followed) the tables up to date.
 fn watch(parts: WatchParts) {
+    let mut data_nodes_at = Instant::now();
+    let mut tables_at = Instant::now();
     while !parts.stop.load(Ordering::Acquire) {
+        if data_nodes_at.elapsed() >= DATA_NODES_INTERVAL {
+            data_nodes_at = Instant::now();
+            // etcd away: routing stays as it was.
+            let _ = parts.remote.refresh_data_nodes();
+        }
+        if !parts.holds_data && tables_at.elapsed() >= TABLES_INTERVAL {
+            tables_at = Instant::now();
+            let _ = parts.database.sync_tables();
+        }
         if parts.database.ship_stopped() {
             // Writes are refused (retryably) until the log says what was committed.
             parts.leads.store(false, Ordering::Release);

@@ -177,6 +177,20 @@ impl Committer {
         self.inner.published.load(Ordering::SeqCst)
     }
 
+    /// Waits until SCU `seq` is published here, at most `bound`; whether it is.
+    pub fn wait_published(&self, seq: u64, bound: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + bound;
+        // Polled: a follower publishes within its follow interval, and this wait is
+        // only for writes handed on to the leader.
+        while self.published() < seq {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        true
+    }
+
     /// Records every schema an SCU changes in `catalog` once the SCU is applied (set
     /// once, before [`Committer::start`]).
     pub fn attach_catalog(&self, catalog: Arc<dyn Catalog>) {

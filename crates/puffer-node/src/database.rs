@@ -20,6 +20,7 @@ use crate::commit::{CommitOptions, Committer, LogShipper};
 pub use crate::layout::{check_table_name, MAX_TABLE_NAME_BYTES};
 use crate::message::{ReadAnswer, ReadRequest, Wait};
 use crate::message::{ReplicaRequest, SegmentFacts};
+use crate::remote::{LeaderRequest, LeaderResponse, Remote, WritePart};
 use crate::table::{Table, TableLayout};
 use crate::texts::Texts;
 use puffer_query::ast::{Output, Select, Statement};
@@ -27,6 +28,10 @@ use puffer_query::{QueryError, Result};
 
 /// Most tables in one database.
 pub const MAX_TABLES: usize = 1024;
+
+/// Longest a follower waits, after the leader wrote an SCU handed on to it, to have
+/// applied it too (past it, the write is still acknowledged: it is durable).
+pub const MAX_WAIT_FOR_OWN_WRITE: Duration = Duration::from_secs(2);
 
 /// What a statement returns.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,6 +89,9 @@ pub struct DatabaseOptions {
     /// database then takes no writes and no table changes of its own, and makes the
     /// tables its catalog lists but its directory lacks.
     pub following: bool,
+    /// Where a cluster node reads when it holds no data, and sends writes and table
+    /// changes while it follows; `None` (a single node): it does all itself.
+    pub remote: Option<Arc<dyn Remote>>,
 }
 
 /// The tables of a data directory.
@@ -417,8 +425,23 @@ impl Database {
         self.create_table_with(name, schema, self.options.default_layout)
     }
 
-    /// Creates a table with `layout` shards and replicas.
+    /// Creates a table with `layout` shards and replicas (on a cluster node that
+    /// follows, by the leader; the table is here when this returns).
     pub fn create_table_with(&self, name: &str, schema: Schema, layout: TableLayout) -> Result<()> {
+        if let Some(remote) = self.handing_on() {
+            check_table_name(name)?;
+            layout.validate()?;
+            remote.lead(LeaderRequest::CreateTable {
+                name: name.to_string(),
+                schema,
+                layout: Some(layout),
+            })?;
+            return self.sync_tables();
+        }
+        self.create_table_here(name, schema, layout)
+    }
+
+    fn create_table_here(&self, name: &str, schema: Schema, layout: TableLayout) -> Result<()> {
         self.check_not_following("create a table")?;
         check_table_name(name)?;
         layout.validate()?;
@@ -462,8 +485,20 @@ impl Database {
         Ok(())
     }
 
-    /// Drops a table and deletes its data.
+    /// Drops a table and deletes its data (on a cluster node that follows, by the
+    /// leader; the table is gone here when this returns).
     pub fn drop_table(&self, name: &str) -> Result<()> {
+        if let Some(remote) = self.handing_on() {
+            self.table(name)?;
+            remote.lead(LeaderRequest::DropTable {
+                name: name.to_string(),
+            })?;
+            return self.sync_tables();
+        }
+        self.drop_table_here(name)
+    }
+
+    fn drop_table_here(&self, name: &str) -> Result<()> {
         self.check_not_following("drop a table")?;
         let table = {
             let mut tables = self.tables.write().expect("tables lock");
@@ -482,6 +517,52 @@ impl Database {
         let path = self.dir.join("tables").join(name);
         std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
         Ok(())
+    }
+
+    /// The remote to hand writes and table changes to: set, and this node follows.
+    fn handing_on(&self) -> Option<&Arc<dyn Remote>> {
+        self.options
+            .remote
+            .as_ref()
+            .filter(|_| self.committer.is_following())
+    }
+
+    /// Does what only the leader does, here, never handing it on: a node that
+    /// follows refuses it (retryably), so a request handed on crosses one hop at most.
+    pub fn lead(&self, request: LeaderRequest) -> Result<LeaderResponse> {
+        match request {
+            LeaderRequest::Write { parts } => {
+                let mut resolved = Vec::with_capacity(parts.len());
+                for part in parts {
+                    let table = self.table(&part.table)?;
+                    if table.uid() != part.uid {
+                        return Err(QueryError::UnknownTable(format!(
+                            "{} with uid {} (it was dropped; the table of that name now \
+                             has uid {})",
+                            part.table,
+                            part.uid,
+                            table.uid()
+                        )));
+                    }
+                    resolved.push((table, part.ops));
+                }
+                let seq = self.write_here(resolved)?;
+                Ok(LeaderResponse::Written { seq })
+            }
+            LeaderRequest::CreateTable {
+                name,
+                schema,
+                layout,
+            } => {
+                let layout = layout.unwrap_or(self.options.default_layout);
+                self.create_table_here(&name, schema, layout)?;
+                Ok(LeaderResponse::Done)
+            }
+            LeaderRequest::DropTable { name } => {
+                self.drop_table_here(&name)?;
+                Ok(LeaderResponse::Done)
+            }
+        }
     }
 
     fn check_not_following(&self, what: &str) -> Result<()> {
@@ -572,7 +653,9 @@ impl Database {
 
     /// Writes one SCU over several tables: every table's operations, all applied or
     /// none, on every shard and replica, visible to reads at one snapshot. A table
-    /// named twice has its operations joined in the order given.
+    /// named twice has its operations joined in the order given. On a cluster node
+    /// that follows, the leader writes it; this node then waits (a bounded time) until
+    /// it has applied it too, so that its own reads see it.
     pub fn write_batch(&self, parts: Vec<(String, Vec<WriteOp>)>) -> Result<u64> {
         let mut joined: Vec<(Arc<Table>, Vec<WriteOp>)> = Vec::new();
         for (name, ops) in parts {
@@ -582,11 +665,55 @@ impl Database {
                 None => joined.push((table, ops)),
             }
         }
+        let Some(remote) = self.handing_on() else {
+            return self.write_here(joined);
+        };
+        let parts = joined
+            .into_iter()
+            .map(|(table, ops)| WritePart {
+                table: table.name().to_string(),
+                uid: table.uid(),
+                ops,
+            })
+            .collect();
+        let seq = match remote.lead(LeaderRequest::Write { parts })? {
+            LeaderResponse::Written { seq } => seq,
+            other => {
+                return Err(QueryError::Store(puffer_store::StoreError::Unavailable(
+                    format!("the leader answered a write with {other:?}"),
+                )))
+            }
+        };
+        if !remote.reads_elsewhere() {
+            self.committer.wait_published(seq, MAX_WAIT_FOR_OWN_WRITE);
+        }
+        Ok(seq)
+    }
+
+    fn write_here(&self, joined: Vec<(Arc<Table>, Vec<WriteOp>)>) -> Result<u64> {
         let parts = joined
             .into_iter()
             .map(|(table, ops)| (table.table_shards().clone(), ops))
             .collect();
         self.committer.write(parts)
+    }
+
+    /// Answers `request` on table `table` (see [`Table::read`]); on a cluster node
+    /// that holds no data, from the data nodes (with [`Wait::Never`], `None`: the
+    /// remote read blocks).
+    pub fn read(
+        &self,
+        table: &str,
+        request: &ReadRequest,
+        wait: Wait,
+    ) -> Result<Option<ReadAnswer>> {
+        match &self.options.remote {
+            Some(remote) if remote.reads_elsewhere() => match wait {
+                Wait::Never => Ok(None),
+                Wait::Allowed => remote.read(table, request).map(Some),
+            },
+            _ => self.table(table)?.read(request, wait),
+        }
     }
 
     /// Runs one statement.
@@ -600,13 +727,13 @@ impl Database {
             Statement::Insert { table, records } => {
                 let operations = records.len();
                 let ops = records.into_iter().map(WriteOp::Put).collect();
-                let seq = self.table(&table)?.write(ops)?;
+                let seq = self.write_batch(vec![(table, ops)])?;
                 Ok(Answer::Written { seq, operations })
             }
             Statement::Delete { table, keys } => {
                 let operations = keys.len();
                 let ops = keys.into_iter().map(WriteOp::Delete).collect();
-                let seq = self.table(&table)?.write(ops)?;
+                let seq = self.write_batch(vec![(table, ops)])?;
                 Ok(Answer::Written { seq, operations })
             }
             Statement::CreateTable { name, schema } => {
@@ -628,8 +755,7 @@ impl Database {
     /// event loop's), `None` if it would have to wait for a replica: run it again with
     /// [`Wait::Allowed`] on a thread that may.
     pub fn select(&self, select: &Select, wait: Wait) -> Result<Option<Answer>> {
-        let shard = self.table(&select.table)?;
-        let schema = shard.schema();
+        let schema = self.table(&select.table)?.schema();
         let read = ReadOptions {
             freshness: select.freshness,
             min_snapshot: 0,
@@ -641,7 +767,7 @@ impl Database {
                     predicate: select.predicate.clone(),
                     read,
                 };
-                return match shard.read(&request, wait)? {
+                return match self.read(&select.table, &request, wait)? {
                     Some(ReadAnswer::Count { count, snapshot }) => {
                         Ok(Some(Answer::Count { count, snapshot }))
                     }
@@ -670,7 +796,7 @@ impl Database {
             limit: select.limit,
             read,
         };
-        match shard.read(&ReadRequest::Search { query }, wait)? {
+        match self.read(&select.table, &ReadRequest::Search { query }, wait)? {
             Some(ReadAnswer::Rows(SearchResult {
                 rows,
                 truncated,

@@ -9,6 +9,7 @@ pub mod commit;
 pub mod database;
 pub mod layout;
 pub mod message;
+pub mod remote;
 pub mod serving;
 pub mod shards;
 pub mod table;

@@ -48,6 +48,22 @@ impl ReadRequest {
         }
     }
 
+    /// The same read at snapshot `min_snapshot` or a newer one.
+    pub fn at_least(&self, min_snapshot: u64) -> ReadRequest {
+        let mut request = self.clone();
+        match &mut request {
+            ReadRequest::Get { read, .. }
+            | ReadRequest::GetRaw { read, .. }
+            | ReadRequest::Count { read, .. } => {
+                read.min_snapshot = read.min_snapshot.max(min_snapshot);
+            }
+            ReadRequest::Search { query } => {
+                query.read.min_snapshot = query.read.min_snapshot.max(min_snapshot);
+            }
+        }
+        request
+    }
+
     /// The same read at exactly snapshot `at`.
     pub fn at(&self, at: u64) -> ReadRequest {
         let mut request = self.clone();

@@ -25,6 +25,14 @@ macro_rules! error_codes {
                     $(ErrorCode::$variant => $text,)+
                 }
             }
+
+            /// The code a wire string stands for.
+            pub fn from_wire(text: &str) -> Option<ErrorCode> {
+                match text {
+                    $($text => Some(ErrorCode::$variant),)+
+                    _ => None,
+                }
+            }
         }
     };
 }
@@ -143,6 +151,14 @@ pub enum QueryError {
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another node of a cluster refused: its code and its words, as it gave them.
+    #[error("{message}")]
+    Remote {
+        /// The other node's code.
+        code: ErrorCode,
+        /// What it said.
+        message: String,
+    },
 }
 
 /// Result alias for this crate.
@@ -158,6 +174,7 @@ impl QueryError {
             QueryError::UnknownTable(_) => ErrorCode::UnknownTable,
             QueryError::TableExists(_) => ErrorCode::TableExists,
             QueryError::Invalid(_) => ErrorCode::InvalidRequest,
+            QueryError::Remote { code, .. } => *code,
             QueryError::Store(e) => match e {
                 StoreError::InvalidRecord { .. } => ErrorCode::InvalidRecord,
                 StoreError::Schema(_) => ErrorCode::InvalidSchema,
@@ -185,6 +202,10 @@ impl QueryError {
                 | QueryError::Store(StoreError::Stopped(_))
                 | QueryError::Store(StoreError::Unavailable(_))
                 | QueryError::Store(StoreError::SnapshotGone { .. })
+                | QueryError::Remote {
+                    code: ErrorCode::Overloaded | ErrorCode::Unavailable,
+                    ..
+                }
         )
     }
 }

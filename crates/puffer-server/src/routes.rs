@@ -522,19 +522,23 @@ pub(crate) async fn get_record(
         min_snapshot: 0,
         at: None,
     };
-    let shard = state.db.table(&table)?;
     let request = ReadRequest::GetRaw {
         key: key.as_bytes().to_vec(),
         read,
     };
-    // On the event loop thread if a replica is free now, else on a blocking thread.
-    let answer = match shard.read(&request, Wait::Never)? {
+    // On the event loop thread if a replica is free now, else on a blocking thread
+    // (always, where the read goes to other nodes).
+    let answer = match state.db.read(&table, &request, Wait::Never)? {
         Some(answer) => answer,
         None => {
+            let name = table.clone();
             blocking(move || {
-                shard.read(&request, Wait::Allowed)?.ok_or_else(|| {
-                    ApiError::internal("a read allowed to wait for a replica got no answer")
-                })
+                state
+                    .db
+                    .read(&name, &request, Wait::Allowed)?
+                    .ok_or_else(|| {
+                        ApiError::internal("a read allowed to wait for a replica got no answer")
+                    })
             })
             .await?
         }

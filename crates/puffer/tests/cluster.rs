@@ -1,5 +1,6 @@
 //! A cluster of `puffer serve` processes on loopback, on an etcd the test starts:
-//! writes through the ingest leader reach the other node (checked against a model);
+//! writes through the ingest leader, or handed to it by another node, reach every
+//! node (checked against a model);
 //! the leader killed with SIGKILL, the other node takes over within the lease TTL
 //! plus catch-up, every acknowledged write is there and none partly, and writes go on.
 
@@ -87,8 +88,14 @@ fn have_etcd(test: &str) -> bool {
     false
 }
 
-/// Starts node `name` of the cluster on `etcd` with deep storage in `dir/deep`.
+/// Starts node `name` of the cluster on `etcd` with deep storage in `dir/deep`, with
+/// every role.
 fn start_node(dir: &std::path::Path, etcd: &LocalEtcd, name: &str) -> ServeProcess {
+    start_node_as(dir, etcd, name, "coordinator,ingest,indexer,data,broker")
+}
+
+/// [`start_node`] with `roles`.
+fn start_node_as(dir: &std::path::Path, etcd: &LocalEtcd, name: &str, roles: &str) -> ServeProcess {
     let deep = dir.join("deep");
     ServeProcess::start_listening(
         &dir.join(name),
@@ -104,6 +111,8 @@ fn start_node(dir: &std::path::Path, etcd: &LocalEtcd, name: &str) -> ServeProce
             &format!("127.0.0.1:{}", free_port()),
             "--lease-ttl-s",
             TTL_S,
+            "--roles",
+            roles,
         ],
         &[],
     )
@@ -211,16 +220,10 @@ fn a_cluster_survives_its_ingest_leader_killed() {
         get(&format!("{}/v1/tables/rooms", b.base)).ok()
     })
     .expect("b made the table from the catalog");
-    // b follows and refuses writes of its own, retryably.
-    let refused = post(
-        &format!("{}/v1/tables/rooms/records", b.base),
-        &json!([{"id": "x", "city": "Faro"}]),
-    )
-    .unwrap_err();
-    assert!(refused.starts_with("503"), "{refused}");
-
     let mut model = BTreeMap::new();
     for batch in 0..20 {
+        // Every other batch goes to b, which hands it to the leader.
+        let node = if batch % 2 == 0 { &a } else { &b };
         let items: Vec<Value> = (0..10)
             .map(|i| {
                 let key = format!("k{}", (batch * 7 + i * 13) % 150);
@@ -230,12 +233,13 @@ fn a_cluster_survives_its_ingest_leader_killed() {
             })
             .collect();
         post(
-            &format!("{}/v1/tables/rooms/records", a.base),
+            &format!("{}/v1/tables/rooms/records", node.base),
             &json!(items),
         )
         .unwrap();
     }
     let expected = model.len() as u64;
+    assert_eq!(count(&a.base), Some(expected), "the leader has every write");
     wait_for(Duration::from_secs(10), || {
         (count(&b.base) == Some(expected)).then_some(())
     })
@@ -275,4 +279,137 @@ fn a_cluster_survives_its_ingest_leader_killed() {
         .map(|m| m["node_id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(members, ["b"], "a's lease expired, so it left: {status}");
+}
+
+/// Searches `base` for rooms in `city`: their keys, sorted.
+fn keys_in(base: &str, city: &str) -> Result<Vec<String>, String> {
+    let answer = post(
+        &format!("{base}/v1/tables/rooms/search"),
+        &json!({"where": {"eq": {"city": city}}}),
+    )?;
+    let mut keys: Vec<String> = answer["rows"]
+        .as_array()
+        .ok_or_else(|| format!("no rows in {answer}"))?
+        .iter()
+        .map(|row| row["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    keys.sort();
+    Ok(keys)
+}
+
+#[test]
+fn a_broker_answers_from_the_data_nodes_through_one_killed() {
+    let test = "a_broker_answers_from_the_data_nodes_through_one_killed";
+    if !have_etcd(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
+    let a = start_node_as(dir.path(), &etcd, "a", "coordinator,ingest,data");
+    wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
+    let b = start_node_as(dir.path(), &etcd, "b", "data");
+    let broker = start_node_as(dir.path(), &etcd, "broker", "broker");
+
+    // Everything through the broker, which holds no data: the table change and the
+    // writes are handed to the leader, the reads fanned out to a and b.
+    let table = json!({"name": "rooms", "key": "id", "shards": 4,
+        "attributes": [{"name": "city", "type": "string"}]});
+    post(&format!("{}/v1/tables", broker.base), &table).unwrap();
+    let mut model = BTreeMap::new();
+    for batch in 0..10 {
+        let items: Vec<Value> = (0..20)
+            .map(|i| {
+                let key = format!("k{}", (batch * 11 + i * 17) % 160);
+                let city = ["Lisbon", "Porto", "Faro"][(batch + i) % 3];
+                model.insert(key.clone(), city.to_string());
+                json!({"id": key, "city": city})
+            })
+            .collect();
+        post(
+            &format!("{}/v1/tables/rooms/records", broker.base),
+            &json!(items),
+        )
+        .unwrap();
+    }
+    // Read your writes: the broker waits for data nodes holding its last write.
+    assert_eq!(count(&broker.base), Some(model.len() as u64));
+    agrees(&broker.base, &model);
+    let in_city = |model: &BTreeMap<String, String>, city: &str| -> Vec<String> {
+        model
+            .iter()
+            .filter(|(_, c)| c.as_str() == city)
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    assert_eq!(
+        keys_in(&broker.base, "Porto").unwrap(),
+        in_city(&model, "Porto")
+    );
+    // SQL too.
+    let answer = post(
+        &format!("{}/v1/sql", broker.base),
+        &json!({"query": "SELECT COUNT(*) FROM rooms WHERE city = 'Lisbon'"}),
+    )
+    .unwrap();
+    assert_eq!(
+        answer["count"],
+        json!(in_city(&model, "Lisbon").len()),
+        "{answer}"
+    );
+    let status = get(&format!("{}/v1/admin/cluster", broker.base)).unwrap();
+    assert_eq!(
+        status["published"],
+        json!(0),
+        "the broker holds no data: {status}"
+    );
+
+    // b dies: every read through the broker is still answered, and right.
+    b.kill();
+    let killed_at = Instant::now();
+    let mut reads = 0;
+    while killed_at.elapsed() < Duration::from_secs(3) {
+        assert_eq!(
+            keys_in(&broker.base, "Faro").expect("a search after b's SIGKILL"),
+            in_city(&model, "Faro")
+        );
+        let key = format!("k{}", reads % 160);
+        let url = format!("{}/v1/tables/rooms/records/{key}", broker.base);
+        match model.get(&key) {
+            Some(city) => {
+                let record = get(&url).expect("a get after b's SIGKILL");
+                assert_eq!(record["record"]["city"], json!(city), "{key}");
+            }
+            None => {
+                let missing = get(&url).unwrap_err();
+                assert!(missing.contains("404"), "{key}: {missing}");
+            }
+        }
+        reads += 1;
+    }
+    eprintln!("{reads} searches and gets through the broker after b's SIGKILL, none failed");
+    // Writes go on through it too.
+    post(
+        &format!("{}/v1/tables/rooms/records", broker.base),
+        &json!([{"id": "new", "city": "Braga"}]),
+    )
+    .unwrap();
+    model.insert("new".into(), "Braga".into());
+    agrees(&broker.base, &model);
+    assert_eq!(count(&broker.base), Some(model.len() as u64));
+
+    // etcd gone too: the broker answers from its cached routing and catalog entries
+    // (past their time to live), and refuses writes retryably.
+    etcd.kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    agrees(&broker.base, &model);
+    assert_eq!(
+        keys_in(&broker.base, "Porto").unwrap(),
+        in_city(&model, "Porto")
+    );
+    let refused = post(
+        &format!("{}/v1/tables/rooms/records", broker.base),
+        &json!([{"id": "lost", "city": "Faro"}]),
+    )
+    .unwrap_err();
+    assert!(refused.starts_with("503"), "{refused}");
 }

@@ -7,12 +7,14 @@ use std::time::Duration;
 use puffer_node::message::{
     PendingReply, ReplicaRequest, ReplicaResponse, Reply, ShardReplicas, Wait,
 };
+use puffer_node::remote::{LeaderRequest, LeaderResponse};
+use puffer_query::QueryError;
 use puffer_store::{Result, StoreError};
 use tonic::transport::{Channel, Endpoint};
 
 use super::proto::replica_client::ReplicaClient;
-use super::proto::{PublishedRequest, ReplicaCall};
-use super::{error_of, MAX_MESSAGE_BYTES};
+use super::proto::{LeadCall, PublishedRequest, ReplicaCall};
+use super::{error_of, query_error_of, MAX_MESSAGE_BYTES};
 use crate::error::ClusterError;
 use crate::runtime::Bridge;
 
@@ -105,6 +107,45 @@ impl NodeClient {
                 "node {}: {late}",
                 self.address
             ))),
+        }
+    }
+
+    /// Has the node, the ingest leader, do `request` (it refuses, retryably, if it
+    /// is not the leader); waits at most the deadline.
+    pub fn lead(&self, request: &LeaderRequest) -> puffer_query::Result<LeaderResponse> {
+        let request_json = serde_json::to_vec(request)
+            .map_err(|e| QueryError::Invalid(format!("cannot encode a leader request: {e}")))?;
+        if request_json.len() > MAX_MESSAGE_BYTES {
+            return Err(QueryError::Limit(format!(
+                "a write of {} bytes; at most {MAX_MESSAGE_BYTES} cross between nodes",
+                request_json.len()
+            )));
+        }
+        let mut client = self.client.clone();
+        let who = format!("node {}", self.address);
+        let answer = self
+            .bridge
+            .call(self.deadline + Duration::from_secs(1), async move {
+                let answer = match client.lead(LeadCall { request_json }).await {
+                    Ok(answer) => answer.into_inner(),
+                    Err(status) => return Ok(Err(query_error_of(&status, &who))),
+                };
+                Ok::<_, ClusterError>(
+                    serde_json::from_slice::<LeaderResponse>(&answer.response_json).map_err(|e| {
+                        QueryError::from(StoreError::Corrupt {
+                            path: who.into(),
+                            detail: format!("an answer that does not decode: {e}"),
+                        })
+                    }),
+                )
+            });
+        match answer {
+            Ok(answer) => answer,
+            Err(late) => Err(StoreError::Unavailable(format!(
+                "node {}: {late}; the write may or may not have been applied",
+                self.address
+            ))
+            .into()),
         }
     }
 

@@ -77,3 +77,29 @@ pub fn error_of(status: &Status, who: &str) -> StoreError {
         _ => StoreError::Unavailable(message),
     }
 }
+
+/// The error a status stands for, for a request whose errors the caller shows as
+/// they are (a write or table change handed to the leader): the other node's code
+/// and words where it gave a code of ours, else (transport failures, a node gone or
+/// refusing) as [`error_of`], retryable.
+pub fn query_error_of(status: &Status, who: &str) -> QueryError {
+    let code = status
+        .metadata()
+        .get(CODE_KEY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(ErrorCode::from_wire);
+    match code {
+        Some(code)
+            if !matches!(
+                code,
+                ErrorCode::Unavailable | ErrorCode::Overloaded | ErrorCode::IoError
+            ) =>
+        {
+            QueryError::Remote {
+                code,
+                message: status.message().to_string(),
+            }
+        }
+        _ => error_of(status, who).into(),
+    }
+}

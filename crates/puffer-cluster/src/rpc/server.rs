@@ -6,13 +6,16 @@ use std::time::Duration;
 
 use puffer_node::database::Database;
 use puffer_node::message::{ReplicaRequest, Reply, ShardReplicas, Wait};
+use puffer_node::remote::LeaderRequest;
 use puffer_query::QueryError;
 use puffer_store::StoreError;
 use tokio::sync::{oneshot, Semaphore};
 use tonic::{Request, Response, Status};
 
 use super::proto::replica_server::{Replica, ReplicaServer};
-use super::proto::{PublishedAnswer, PublishedRequest, ReplicaAnswer, ReplicaCall};
+use super::proto::{
+    LeadAnswer, LeadCall, PublishedAnswer, PublishedRequest, ReplicaAnswer, ReplicaCall,
+};
 use super::{status_of, MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES};
 use crate::error::{ClusterError, Result};
 use crate::runtime::Bridge;
@@ -63,6 +66,46 @@ impl Service {
         serde_json::to_vec(&response)
             .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))
     }
+
+    fn lead(database: &Database, call: LeadCall) -> puffer_query::Result<Vec<u8>> {
+        let request: LeaderRequest = serde_json::from_slice(&call.request_json).map_err(|e| {
+            QueryError::Invalid(format!("a leader request that does not decode: {e}"))
+        })?;
+        let response = database.lead(request)?;
+        serde_json::to_vec(&response)
+            .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))
+    }
+
+    /// Runs `work` on a blocking thread within the in-flight bound and the longest
+    /// call time.
+    async fn blocking(
+        &self,
+        work: impl FnOnce(&Database) -> puffer_query::Result<Vec<u8>> + Send + 'static,
+    ) -> std::result::Result<Vec<u8>, Status> {
+        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            return Err(status_of(
+                &StoreError::Overloaded(format!(
+                    "this node runs {MAX_CALLS_IN_FLIGHT} replica calls already"
+                ))
+                .into(),
+            ));
+        };
+        let database = Arc::clone(&self.database);
+        // Shards answer on blocking threads (their queues and workers may wait).
+        let answered = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work(&database)
+        });
+        match tokio::time::timeout(MAX_CALL_TIME, answered).await {
+            Ok(Ok(Ok(bytes))) => Ok(bytes),
+            Ok(Ok(Err(error))) => Err(status_of(&error)),
+            Ok(Err(join)) => Err(Status::internal(format!("the call failed: {join}"))),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "no answer within {} s",
+                MAX_CALL_TIME.as_secs()
+            ))),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -80,30 +123,22 @@ impl Replica for Service {
         &self,
         request: Request<ReplicaCall>,
     ) -> std::result::Result<Response<ReplicaAnswer>, Status> {
-        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
-            return Err(status_of(
-                &StoreError::Overloaded(format!(
-                    "this node runs {MAX_CALLS_IN_FLIGHT} replica calls already"
-                ))
-                .into(),
-            ));
-        };
-        let database = Arc::clone(&self.database);
         let call = request.into_inner();
-        // Shards answer on blocking threads (their queues and workers may wait).
-        let answered = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            Service::answer(&database, call)
-        });
-        match tokio::time::timeout(MAX_CALL_TIME, answered).await {
-            Ok(Ok(Ok(response_json))) => Ok(Response::new(ReplicaAnswer { response_json })),
-            Ok(Ok(Err(error))) => Err(status_of(&error)),
-            Ok(Err(join)) => Err(Status::internal(format!("the call failed: {join}"))),
-            Err(_) => Err(Status::deadline_exceeded(format!(
-                "no answer within {} s",
-                MAX_CALL_TIME.as_secs()
-            ))),
-        }
+        let response_json = self
+            .blocking(move |database| Service::answer(database, call))
+            .await?;
+        Ok(Response::new(ReplicaAnswer { response_json }))
+    }
+
+    async fn lead(
+        &self,
+        request: Request<LeadCall>,
+    ) -> std::result::Result<Response<LeadAnswer>, Status> {
+        let call = request.into_inner();
+        let response_json = self
+            .blocking(move |database| Service::lead(database, call))
+            .await?;
+        Ok(Response::new(LeadAnswer { response_json }))
     }
 }
 

@@ -1,0 +1,150 @@
+//! The cluster's answer to the node crate's [`Remote`]: a node without data reads
+//! through a [`Broker`] from the data nodes; a node that follows the log hands writes
+//! and table changes to the ingest leader over gRPC.
+//!
+//! A node reads its own writes: after a write handed on through this node, its reads
+//! through the broker are at that SCU's snapshot or a newer one (the broker waits, up
+//! to its deadline, for data nodes that are behind).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use puffer_node::message::{ReadAnswer, ReadRequest};
+use puffer_node::remote::{LeaderRequest, LeaderResponse, Remote};
+use puffer_query::{QueryError, Result};
+use puffer_store::StoreError;
+
+use crate::broker::Broker;
+use crate::etcd::{leader_of, members, Etcd, EtcdCatalog, Role};
+use crate::rpc::client::NodeClient;
+
+/// How long the ingest leader's address is used before it is looked up again.
+pub const LEADER_TTL: Duration = Duration::from_secs(5);
+
+/// Reads through a broker, writes to the leader.
+pub struct ClusterRemote {
+    etcd: Etcd,
+    broker: Option<Broker>,
+    deadline: Duration,
+    /// The ingest leader as last looked up: (node id, client, when).
+    leader: Mutex<Option<(String, NodeClient, Instant)>>,
+    /// The newest SCU written through this node.
+    written: AtomicU64,
+}
+
+impl std::fmt::Debug for ClusterRemote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterRemote")
+            .field("broker", &self.broker)
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl ClusterRemote {
+    /// A remote over `etcd`; with `reads_elsewhere`, reads go through a broker. Every
+    /// call has `deadline`.
+    pub fn new(etcd: Etcd, reads_elsewhere: bool, deadline: Duration) -> ClusterRemote {
+        let broker = reads_elsewhere
+            .then(|| Broker::new(Box::new(EtcdCatalog::new(etcd.clone())), deadline));
+        ClusterRemote {
+            etcd,
+            broker,
+            deadline,
+            leader: Mutex::new(None),
+            written: AtomicU64::new(0),
+        }
+    }
+
+    /// The broker, on a node that reads elsewhere.
+    pub fn broker(&self) -> Option<&Broker> {
+        self.broker.as_ref()
+    }
+
+    /// Routes the broker to the live data nodes, as membership lists them; while
+    /// etcd does not answer, it keeps routing to those it had.
+    pub fn refresh_data_nodes(&self) -> crate::Result<()> {
+        let Some(broker) = &self.broker else {
+            return Ok(());
+        };
+        let nodes: Vec<(String, String)> = members(&self.etcd)?
+            .into_iter()
+            .filter(|card| card.roles.contains(&Role::Data))
+            .filter_map(|card| card.rpc_address.map(|address| (card.node_id, address)))
+            .collect();
+        broker.set_data_nodes(&nodes)
+    }
+
+    /// A client of the ingest leader (looked up in etcd when not known or old).
+    fn leader_client(&self) -> Result<NodeClient> {
+        if let Some((_, client, at)) = &*self.leader.lock().unwrap_or_else(PoisonError::into_inner)
+        {
+            if at.elapsed() < LEADER_TTL {
+                return Ok(client.clone());
+            }
+        }
+        let unavailable = |why: String| QueryError::from(StoreError::Unavailable(why));
+        let leader = leader_of(&self.etcd, self.etcd.keys().ingest_election())
+            .map_err(|e| unavailable(format!("cannot look up the ingest leader: {e}")))?
+            .ok_or_else(|| unavailable("the cluster has no ingest leader now".into()))?;
+        let card = members(&self.etcd)
+            .map_err(|e| unavailable(format!("cannot look up the ingest leader: {e}")))?
+            .into_iter()
+            .find(|card| card.node_id == leader.node_id)
+            .ok_or_else(|| {
+                unavailable(format!(
+                    "the ingest leader {} is not a member now",
+                    leader.node_id
+                ))
+            })?;
+        let address = card.rpc_address.ok_or_else(|| {
+            unavailable(format!(
+                "the ingest leader {} serves no gRPC",
+                leader.node_id
+            ))
+        })?;
+        let client = NodeClient::new(&address, self.deadline)
+            .map_err(|e| unavailable(format!("the ingest leader at {address}: {e}")))?;
+        *self.leader.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((leader.node_id, client.clone(), Instant::now()));
+        Ok(client)
+    }
+}
+
+impl Remote for ClusterRemote {
+    fn reads_elsewhere(&self) -> bool {
+        self.broker.is_some()
+    }
+
+    fn read(&self, table: &str, request: &ReadRequest) -> Result<ReadAnswer> {
+        let broker = self.broker.as_ref().ok_or_else(|| {
+            QueryError::from(StoreError::Unavailable(
+                "this node reads its own data; it has no broker".into(),
+            ))
+        })?;
+        let written = self.written.load(Ordering::Acquire);
+        // A read asking for the newest data sees what was written through here.
+        let request = match request.read_options().freshness {
+            None if written > 0 => request.at_least(written),
+            _ => request.clone(),
+        };
+        broker.read(table, &request)
+    }
+
+    fn lead(&self, request: LeaderRequest) -> Result<LeaderResponse> {
+        let answer = self.leader_client()?.lead(&request);
+        match &answer {
+            Ok(LeaderResponse::Written { seq }) => {
+                self.written.fetch_max(*seq, Ordering::AcqRel);
+            }
+            // Not the leader (any more), gone, late: look it up again next time. The
+            // write is not tried again here, as its outcome may be unknown.
+            Err(error) if error.retryable() => {
+                *self.leader.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            }
+            _ => {}
+        }
+        answer
+    }
+}

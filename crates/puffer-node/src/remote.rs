@@ -1,0 +1,76 @@
+//! What a database does elsewhere, in a cluster: a node that holds no data reads
+//! from the data nodes, and a node that does not number SCUs hands writes and table
+//! changes to the one that does (the ingest leader). A single node has no remote
+//! and does everything itself.
+//!
+//! A request handed on is served by [`crate::Database::lead`] on the leader, which
+//! never hands it on again: a node that is no longer the leader refuses it (a
+//! retryable error), so a request crosses at most one hop.
+
+use puffer_store::{Schema, WriteOp};
+use serde::{Deserialize, Serialize};
+
+use crate::layout::TableLayout;
+use crate::message::{ReadAnswer, ReadRequest};
+use puffer_query::Result;
+
+/// One table's operations in a write handed to the leader.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WritePart {
+    /// The table's name.
+    pub table: String,
+    /// Its uid as the sender knows it: a table dropped and made again meanwhile has
+    /// another, and the write is refused rather than applied to the new one.
+    pub uid: u64,
+    /// The operations.
+    pub ops: Vec<WriteOp>,
+}
+
+/// What only the node numbering SCUs does.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LeaderRequest {
+    /// One SCU over one or more tables.
+    Write {
+        /// Each table's operations.
+        parts: Vec<WritePart>,
+    },
+    /// Creates a table.
+    CreateTable {
+        /// Its name.
+        name: String,
+        /// Its schema.
+        schema: Schema,
+        /// Its shards and replicas; `None`: the leader's default.
+        layout: Option<TableLayout>,
+    },
+    /// Drops a table.
+    DropTable {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// The leader's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaderResponse {
+    /// The SCU's number: it is durable and published on the leader.
+    Written {
+        /// The SCU.
+        seq: u64,
+    },
+    /// The table change is done (in the catalog).
+    Done,
+}
+
+/// Where a cluster node sends what it does not do itself.
+pub trait Remote: Send + Sync + std::fmt::Debug {
+    /// Whether reads go to other nodes (this node holds no data).
+    fn reads_elsewhere(&self) -> bool;
+
+    /// Answers `request` on table `table` from the nodes that hold it, complete or
+    /// not at all.
+    fn read(&self, table: &str, request: &ReadRequest) -> Result<ReadAnswer>;
+
+    /// Has the leader do `request`.
+    fn lead(&self, request: LeaderRequest) -> Result<LeaderResponse>;
+}
