@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use puffer_cluster::broker::Broker;
 use puffer_cluster::etcd::{Candidate, Etcd, EtcdCatalog, LocalEtcd, MemberCard, Membership, Role};
 use puffer_cluster::local_s3::LocalS3;
+use puffer_cluster::rpc::client::NodeClient;
 use puffer_cluster::rpc::server::RpcServer;
 use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
 use puffer_cluster::DeepStorage;
@@ -51,6 +52,9 @@ pub struct ClusterArgs {
     /// Lease TTL of the failover measurement, seconds.
     #[arg(long, default_value_t = 2)]
     ttl_s: u64,
+    /// Only the dataset whose label contains this (`hotel`, `airbnb`); default: all.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 struct Dataset {
@@ -189,6 +193,13 @@ pub fn run(args: &ClusterArgs) -> anyhow::Result<()> {
     };
     let mut results = Vec::new();
     for (d, dataset) in datasets.iter().enumerate() {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|only| !dataset.label.contains(only.as_str()))
+        {
+            continue;
+        }
         if let Some(missing) = dataset.paths.iter().find(|p| !p.exists()) {
             eprintln!(
                 "*** {} skipped: {} is missing ***",
@@ -359,6 +370,18 @@ fn run_dataset(
             }
         }
     }
+    // The floor under any remote read: one gRPC round trip asking a node's published
+    // snapshot (no shard work, an answer of a few bytes).
+    let client = NodeClient::new(&addresses[0].1, Duration::from_secs(5))?;
+    let mut round_trips = Vec::with_capacity(args.reads);
+    for _ in 0..args.reads {
+        let started = Instant::now();
+        client
+            .published()
+            .recv_timeout(Duration::from_secs(6))
+            .context("no published answer")??;
+        round_trips.push(started.elapsed());
+    }
     let names = ["get", "eq_search", "contains_search"];
     let mut reads = serde_json::Map::new();
     for (kind, [embedded_samples, broker_samples]) in latencies.iter_mut().enumerate() {
@@ -402,6 +425,7 @@ fn run_dataset(
             "mb_per_s": round(log_bytes as f64 / 1e6 / recovery.as_secs_f64().max(1e-9), 1),
         },
         "reads": reads,
+        "grpc_round_trip": summary(&mut round_trips),
         "data_node_killed": {
             "reads_after": args.reads,
             "failed_reads": failed,
@@ -475,6 +499,10 @@ fn print_table(results: &[Json], failover: &Json) {
                 k["added_p50_us"]
             );
         }
+        println!(
+            "  one gRPC round trip (published snapshot, no shard work): p50 {} us, p99 {} us",
+            r["grpc_round_trip"]["p50_us"], r["grpc_round_trip"]["p99_us"]
+        );
         let killed = &r["data_node_killed"];
         println!(
             "  data node killed: {} of {} reads failed; first answer {} ms after the kill",

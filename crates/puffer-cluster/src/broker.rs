@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use puffer_node::catalog::{Catalog, TableEntry};
@@ -62,7 +62,7 @@ impl DataNode {
 pub struct Broker {
     catalog: Box<dyn Catalog>,
     nodes: RwLock<Vec<std::sync::Arc<DataNode>>>,
-    entries: Mutex<HashMap<String, (TableEntry, Instant)>>,
+    entries: Mutex<HashMap<String, (Arc<TableEntry>, Instant)>>,
     next: AtomicUsize,
     deadline: Duration,
 }
@@ -139,7 +139,7 @@ impl Broker {
 
     /// The table's entry: cached for [`ENTRY_TTL`], then read again; while the
     /// catalog does not answer (etcd away), the cached one serves on.
-    fn entry(&self, table: &str) -> Result<TableEntry> {
+    fn entry(&self, table: &str) -> Result<Arc<TableEntry>> {
         let cached = self
             .entries
             .lock()
@@ -152,7 +152,7 @@ impl Broker {
             }
         }
         let entry = match self.catalog.table(table) {
-            Ok(Some(entry)) => entry,
+            Ok(Some(entry)) => Arc::new(entry),
             Ok(None) => {
                 self.entries
                     .lock()

@@ -76,7 +76,7 @@ impl NodeClient {
                 .await
                 .map_err(|status| error_of(&status, &who))?
                 .into_inner();
-            serde_json::from_slice(&answer.response_json).map_err(|e| StoreError::Corrupt {
+            super::decode(&answer.response).map_err(|e| StoreError::Corrupt {
                 path: who.into(),
                 detail: format!("an answer that does not decode: {e}"),
             })
@@ -113,12 +113,12 @@ impl NodeClient {
     /// Has the node, the ingest leader, do `request` (it refuses, retryably, if it
     /// is not the leader); waits at most the deadline.
     pub fn lead(&self, request: &LeaderRequest) -> puffer_query::Result<LeaderResponse> {
-        let request_json = serde_json::to_vec(request)
+        let request = super::encode(request)
             .map_err(|e| QueryError::Invalid(format!("cannot encode a leader request: {e}")))?;
-        if request_json.len() > MAX_MESSAGE_BYTES {
+        if request.len() > MAX_MESSAGE_BYTES {
             return Err(QueryError::Limit(format!(
                 "a write of {} bytes; at most {MAX_MESSAGE_BYTES} cross between nodes",
-                request_json.len()
+                request.len()
             )));
         }
         let mut client = self.client.clone();
@@ -126,18 +126,18 @@ impl NodeClient {
         let answer = self
             .bridge
             .call(self.deadline + Duration::from_secs(1), async move {
-                let answer = match client.lead(LeadCall { request_json }).await {
+                let answer = match client.lead(LeadCall { request }).await {
                     Ok(answer) => answer.into_inner(),
                     Err(status) => return Ok(Err(query_error_of(&status, &who))),
                 };
-                Ok::<_, ClusterError>(
-                    serde_json::from_slice::<LeaderResponse>(&answer.response_json).map_err(|e| {
+                Ok::<_, ClusterError>(super::decode::<LeaderResponse>(&answer.response).map_err(
+                    |e| {
                         QueryError::from(StoreError::Corrupt {
                             path: who.into(),
                             detail: format!("an answer that does not decode: {e}"),
                         })
-                    }),
-                )
+                    },
+                ))
             });
         match answer {
             Ok(answer) => answer,
@@ -211,12 +211,12 @@ fn encode_call(
     replica: Option<u32>,
     request: &ReplicaRequest,
 ) -> Result<ReplicaCall> {
-    let request_json = serde_json::to_vec(request)
+    let request = super::encode(request)
         .map_err(|e| StoreError::InvalidQuery(format!("cannot encode a replica request: {e}")))?;
-    if request_json.len() > MAX_MESSAGE_BYTES {
+    if request.len() > MAX_MESSAGE_BYTES {
         return Err(StoreError::InvalidQuery(format!(
             "a replica request of {} bytes; at most {MAX_MESSAGE_BYTES}",
-            request_json.len()
+            request.len()
         )));
     }
     Ok(ReplicaCall {
@@ -224,7 +224,7 @@ fn encode_call(
         table_uid: uid,
         shard,
         replica,
-        request_json,
+        request,
     })
 }
 

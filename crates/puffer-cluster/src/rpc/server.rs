@@ -5,9 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use puffer_node::database::Database;
-use puffer_node::message::{ReplicaRequest, Reply, ShardReplicas, Wait};
+use puffer_node::message::{
+    ReadRequest, ReplicaRequest, ReplicaResponse, Reply, ShardReplicas, Wait,
+};
 use puffer_node::remote::LeaderRequest;
+use puffer_node::serving::ShardGroup;
 use puffer_query::QueryError;
+use puffer_store::Shard;
 use puffer_store::StoreError;
 use tokio::sync::{oneshot, Semaphore};
 use tonic::{Request, Response, Status};
@@ -29,8 +33,12 @@ struct Service {
 }
 
 impl Service {
-    fn answer(database: &Database, call: ReplicaCall) -> puffer_query::Result<Vec<u8>> {
-        let request: ReplicaRequest = serde_json::from_slice(&call.request_json).map_err(|e| {
+    /// The call's request and the shard it is for.
+    fn open(
+        database: &Database,
+        call: &ReplicaCall,
+    ) -> puffer_query::Result<(ReplicaRequest, Arc<ShardGroup<Shard>>)> {
+        let request: ReplicaRequest = super::decode(&call.request).map_err(|e| {
             QueryError::Invalid(format!("a replica request that does not decode: {e}"))
         })?;
         let table = database.table(&call.table)?;
@@ -51,6 +59,38 @@ impl Service {
                 call.shard
             ))
         })?;
+        Ok((request, group.clone()))
+    }
+
+    /// A get answered on the event loop thread when a replica is free now (as the
+    /// HTTP server does: a get is short, and a hand-off to a blocking thread costs
+    /// more than it); `None` otherwise.
+    fn answer_here(
+        database: &Database,
+        call: &ReplicaCall,
+    ) -> Option<puffer_query::Result<Vec<u8>>> {
+        if call.replica.is_some() {
+            return None;
+        }
+        let (request, group) = match Service::open(database, call) {
+            Ok(opened) => opened,
+            Err(error) => return Some(Err(error)),
+        };
+        if !matches!(
+            request,
+            ReplicaRequest::Read(ReadRequest::Get { .. } | ReadRequest::GetRaw { .. })
+        ) {
+            return None;
+        }
+        match group.read(request, Wait::Never) {
+            Ok(Reply::Answered(response)) => Some(encoded(&response)),
+            Ok(Reply::WouldWait(_)) => None,
+            Err(error) => Some(Err(error.into())),
+        }
+    }
+
+    fn answer(database: &Database, call: ReplicaCall) -> puffer_query::Result<Vec<u8>> {
+        let (request, group) = Service::open(database, &call)?;
         let response = match call.replica {
             Some(replica) => group.send_to(replica, request)?,
             None => match group.read(request, Wait::Allowed)? {
@@ -63,16 +103,15 @@ impl Service {
                 }
             },
         };
-        serde_json::to_vec(&response)
-            .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))
+        encoded(&response)
     }
 
     fn lead(database: &Database, call: LeadCall) -> puffer_query::Result<Vec<u8>> {
-        let request: LeaderRequest = serde_json::from_slice(&call.request_json).map_err(|e| {
+        let request: LeaderRequest = super::decode(&call.request).map_err(|e| {
             QueryError::Invalid(format!("a leader request that does not decode: {e}"))
         })?;
         let response = database.lead(request)?;
-        serde_json::to_vec(&response)
+        super::encode(&response)
             .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))
     }
 
@@ -124,10 +163,14 @@ impl Replica for Service {
         request: Request<ReplicaCall>,
     ) -> std::result::Result<Response<ReplicaAnswer>, Status> {
         let call = request.into_inner();
-        let response_json = self
-            .blocking(move |database| Service::answer(database, call))
-            .await?;
-        Ok(Response::new(ReplicaAnswer { response_json }))
+        let response = match Service::answer_here(&self.database, &call) {
+            Some(answered) => answered.map_err(|e| status_of(&e))?,
+            None => {
+                self.blocking(move |database| Service::answer(database, call))
+                    .await?
+            }
+        };
+        Ok(Response::new(ReplicaAnswer { response }))
     }
 
     async fn lead(
@@ -135,11 +178,16 @@ impl Replica for Service {
         request: Request<LeadCall>,
     ) -> std::result::Result<Response<LeadAnswer>, Status> {
         let call = request.into_inner();
-        let response_json = self
+        let response = self
             .blocking(move |database| Service::lead(database, call))
             .await?;
-        Ok(Response::new(LeadAnswer { response_json }))
+        Ok(Response::new(LeadAnswer { response }))
     }
+}
+
+fn encoded(response: &ReplicaResponse) -> puffer_query::Result<Vec<u8>> {
+    super::encode(response)
+        .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))
 }
 
 /// A running replica service; stops when dropped.
