@@ -88,6 +88,31 @@ fn is_node_failure(error: &QueryError) -> bool {
     )
 }
 
+/// One node for each of `shards` shards, among candidates whose answers last carried
+/// queue lengths `queues`: each drawn (by `uniform`, in [0, 1)) with chances
+/// inversely proportional to 1 + its queue, counting the shards of this read already
+/// given to it as queued (BlowFish 3.3.2). Idle nodes share a read's shards; a busy
+/// node gets fewer reads, and not none, so its queue length is heard again.
+pub fn pick_nodes(queues: &[usize], shards: usize, mut uniform: impl FnMut() -> f64) -> Vec<usize> {
+    let mut load: Vec<f64> = queues.iter().map(|&q| 1.0 + q as f64).collect();
+    (0..shards)
+        .map(|_| {
+            let total: f64 = load.iter().map(|l| 1.0 / l).sum();
+            let mut left = uniform() * total;
+            let mut chosen = load.len() - 1;
+            for (i, l) in load.iter().enumerate() {
+                left -= 1.0 / l;
+                if left < 0.0 {
+                    chosen = i;
+                    break;
+                }
+            }
+            load[chosen] += 1.0;
+            chosen
+        })
+        .collect()
+}
+
 impl Broker {
     /// A broker reading table entries from `catalog`; each call has `deadline`.
     pub fn new(catalog: Box<dyn Catalog>, deadline: Duration) -> Broker {
@@ -196,11 +221,13 @@ impl Broker {
             if candidates.is_empty() {
                 break;
             }
-            let start = self.next.fetch_add(1, Ordering::Relaxed);
-            // One node per shard, spread over the candidates.
-            let chosen: Vec<std::sync::Arc<DataNode>> = (0..shards.len())
-                .map(|i| candidates[(start + i) % candidates.len()].clone())
-                .collect();
+            // One node per shard, fewer to those whose answers said they are busy.
+            let queues: Vec<usize> = candidates.iter().map(|n| n.client.queue_length()).collect();
+            let chosen: Vec<std::sync::Arc<DataNode>> =
+                pick_nodes(&queues, shards.len(), || self.next_uniform())
+                    .into_iter()
+                    .map(|i| candidates[i].clone())
+                    .collect();
             match self.read_on(&entry, request, &shards, &chosen) {
                 Ok(answer) => return Ok(answer),
                 Err((node, error)) if is_node_failure(&error) => {
@@ -217,6 +244,17 @@ impl Broker {
             last_error.map_or_else(|| "no data node is known".into(), |e| e.to_string())
         ))
         .into())
+    }
+
+    /// A draw in [0, 1): splitmix64 over a shared counter (cheap, lock-free, good
+    /// enough to spread load).
+    fn next_uniform(&self) -> f64 {
+        let mut z =
+            (self.next.fetch_add(1, Ordering::Relaxed) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// The newest snapshot every node of `nodes` has published; a failure names the
@@ -316,5 +354,71 @@ impl Broker {
             return Ok(answers.pop().expect("one answer"));
         }
         merged(&request, answers).map_err(|e| (chosen[0].clone(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_nodes;
+
+    /// Draws from a fixed sequence (splitmix64), so the test is exact each run.
+    fn draws(seed: u64) -> impl FnMut() -> f64 {
+        let mut state = seed;
+        move || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// How often each node is picked for one-shard reads, as shares.
+    fn shares(queues: &[usize], reads: usize) -> Vec<f64> {
+        let mut uniform = draws(7);
+        let mut counts = vec![0usize; queues.len()];
+        for _ in 0..reads {
+            for node in pick_nodes(queues, 1, &mut uniform) {
+                counts[node] += 1;
+            }
+        }
+        counts.iter().map(|&c| c as f64 / reads as f64).collect()
+    }
+
+    #[test]
+    fn reads_go_to_nodes_inversely_to_their_queues() {
+        for queues in [vec![0, 0, 0], vec![0, 3], vec![1, 4, 9, 0], vec![5]] {
+            let inverse: Vec<f64> = queues.iter().map(|&q| 1.0 / (1.0 + q as f64)).collect();
+            let total: f64 = inverse.iter().sum();
+            let got = shares(&queues, 40_000);
+            for (node, (share, weight)) in got.iter().zip(&inverse).enumerate() {
+                let expected = weight / total;
+                assert!(
+                    (share - expected).abs() < 0.01,
+                    "queues {queues:?}: node {node} got {share:.3}, expected {expected:.3}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn shards_of_one_read_count_as_load() {
+        // Three shards over three idle nodes: a node given one shard is half as
+        // likely to get the next, so reads spread more evenly than independent draws.
+        let mut uniform = draws(11);
+        let (mut spread, reads) = (0, 10_000);
+        for _ in 0..reads {
+            let picked = pick_nodes(&[0, 0, 0], 3, &mut uniform);
+            assert_eq!(picked.len(), 3);
+            assert!(picked.iter().all(|&n| n < 3));
+            let mut distinct = picked.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            spread += usize::from(distinct.len() == 3);
+        }
+        // Independent uniform draws put three shards on three nodes 2/9 of the time.
+        let share = spread as f64 / reads as f64;
+        assert!(share > 0.3, "three distinct nodes in {share:.3} of reads");
     }
 }

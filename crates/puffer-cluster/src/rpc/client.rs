@@ -1,7 +1,8 @@
 //! One shard on another node, as the node crate's `ShardReplicas`: every request a
 //! gRPC call with a deadline.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use puffer_node::message::{
@@ -28,6 +29,8 @@ pub struct NodeClient {
     client: ReplicaClient<Channel>,
     address: String,
     deadline: Duration,
+    /// The queue length the node's last answer carried.
+    queue_length: Arc<AtomicUsize>,
 }
 
 impl NodeClient {
@@ -56,6 +59,7 @@ impl NodeClient {
             client,
             address: address.to_string(),
             deadline,
+            queue_length: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -64,18 +68,28 @@ impl NodeClient {
         &self.address
     }
 
+    /// The queue length the node's last answer carried (0 before any).
+    pub fn queue_length(&self) -> usize {
+        self.queue_length.load(Ordering::Relaxed)
+    }
+
     fn call_future(
         &self,
         call: ReplicaCall,
     ) -> impl std::future::Future<Output = Result<ReplicaResponse>> + Send + 'static {
         let mut client = self.client.clone();
         let who = format!("node {}", self.address);
+        let queue_length = self.queue_length.clone();
         async move {
             let answer = client
                 .call(call)
                 .await
                 .map_err(|status| error_of(&status, &who))?
                 .into_inner();
+            queue_length.store(
+                usize::try_from(answer.queue_length).unwrap_or(usize::MAX),
+                Ordering::Relaxed,
+            );
             super::decode(&answer.response).map_err(|e| StoreError::Corrupt {
                 path: who.into(),
                 detail: format!("an answer that does not decode: {e}"),
@@ -189,6 +203,7 @@ impl NodeClient {
         let deadline = self.deadline;
         let who = format!("node {}", self.address);
         let late = who.clone();
+        let queue_length = self.queue_length.clone();
         self.bridge.spawn(async move {
             let answer = match tokio::time::timeout(deadline, future).await {
                 Ok(answer) => answer,
@@ -197,8 +212,7 @@ impl NodeClient {
                     deadline.as_millis()
                 ))),
             };
-            // No queue length comes back over the wire yet.
-            let _ = sender.send((answer, 0usize));
+            let _ = sender.send((answer, queue_length.load(Ordering::Relaxed)));
         });
         PendingReply::from_receiver(receiver, who)
     }

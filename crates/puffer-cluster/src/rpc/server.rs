@@ -68,7 +68,7 @@ impl Service {
     fn answer_here(
         database: &Database,
         call: &ReplicaCall,
-    ) -> Option<puffer_query::Result<Vec<u8>>> {
+    ) -> Option<puffer_query::Result<Answer>> {
         if call.replica.is_some() {
             return None;
         }
@@ -83,13 +83,13 @@ impl Service {
             return None;
         }
         match group.read(request, Wait::Never) {
-            Ok(Reply::Answered(response)) => Some(encoded(&response)),
+            Ok(Reply::Answered(response)) => Some(encoded(&response, &group)),
             Ok(Reply::WouldWait(_)) => None,
             Err(error) => Some(Err(error.into())),
         }
     }
 
-    fn answer(database: &Database, call: ReplicaCall) -> puffer_query::Result<Vec<u8>> {
+    fn answer(database: &Database, call: ReplicaCall) -> puffer_query::Result<Answer> {
         let (request, group) = Service::open(database, &call)?;
         let response = match call.replica {
             Some(replica) => group.send_to(replica, request)?,
@@ -103,7 +103,7 @@ impl Service {
                 }
             },
         };
-        encoded(&response)
+        encoded(&response, &group)
     }
 
     fn lead(database: &Database, call: LeadCall) -> puffer_query::Result<Vec<u8>> {
@@ -119,8 +119,8 @@ impl Service {
     /// call time.
     async fn blocking(
         &self,
-        work: impl FnOnce(&Database) -> puffer_query::Result<Vec<u8>> + Send + 'static,
-    ) -> std::result::Result<Vec<u8>, Status> {
+        work: impl FnOnce(&Database) -> puffer_query::Result<Answer> + Send + 'static,
+    ) -> std::result::Result<Answer, Status> {
         let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
             return Err(status_of(
                 &StoreError::Overloaded(format!(
@@ -163,14 +163,17 @@ impl Replica for Service {
         request: Request<ReplicaCall>,
     ) -> std::result::Result<Response<ReplicaAnswer>, Status> {
         let call = request.into_inner();
-        let response = match Service::answer_here(&self.database, &call) {
+        let (response, queue_length) = match Service::answer_here(&self.database, &call) {
             Some(answered) => answered.map_err(|e| status_of(&e))?,
             None => {
                 self.blocking(move |database| Service::answer(database, call))
                     .await?
             }
         };
-        Ok(Response::new(ReplicaAnswer { response }))
+        Ok(Response::new(ReplicaAnswer {
+            response,
+            queue_length: queue_length as u64,
+        }))
     }
 
     async fn lead(
@@ -178,16 +181,20 @@ impl Replica for Service {
         request: Request<LeadCall>,
     ) -> std::result::Result<Response<LeadAnswer>, Status> {
         let call = request.into_inner();
-        let response = self
-            .blocking(move |database| Service::lead(database, call))
+        let (response, _) = self
+            .blocking(move |database| Service::lead(database, call).map(|bytes| (bytes, 0)))
             .await?;
         Ok(Response::new(LeadAnswer { response }))
     }
 }
 
-fn encoded(response: &ReplicaResponse) -> puffer_query::Result<Vec<u8>> {
-    super::encode(response)
-        .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))
+/// An encoded response and the queue length of the shard that gave it.
+type Answer = (Vec<u8>, usize);
+
+fn encoded(response: &ReplicaResponse, group: &ShardGroup<Shard>) -> puffer_query::Result<Answer> {
+    let bytes = super::encode(response)
+        .map_err(|e| QueryError::Invalid(format!("cannot encode the answer: {e}")))?;
+    Ok((bytes, group.queue_length()))
 }
 
 /// A running replica service; stops when dropped.

@@ -169,6 +169,15 @@ impl<R: LayeredReplica> ShardGroup<R> {
         &self.replicas[chosen.min(self.replicas.len() - 1)]
     }
 
+    /// Requests waiting on the shard's replicas now (what a remote answer carries
+    /// back to the broker that routes to this node).
+    pub fn queue_length(&self) -> usize {
+        self.replicas
+            .iter()
+            .map(|slot| slot.pool().queue_length())
+            .sum()
+    }
+
     /// Records the queue length a response from replica `replica` carried.
     pub fn report(&self, replica: usize, queue_length: usize) {
         self.scheduler
