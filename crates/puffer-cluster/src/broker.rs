@@ -152,6 +152,25 @@ impl Broker {
         Ok(())
     }
 
+    /// How it routes now: each data node with its address, the queue length its last
+    /// answer carried, and whether it is skipped after a failure.
+    pub fn routing(&self) -> Vec<serde_json::Value> {
+        let now = Instant::now();
+        self.nodes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "node_id": n.node_id,
+                    "rpc_address": n.client.address(),
+                    "queue_length": n.client.queue_length(),
+                    "skipped": !n.usable(now),
+                })
+            })
+            .collect()
+    }
+
     /// The data nodes routed to.
     pub fn node_ids(&self) -> Vec<String> {
         self.nodes

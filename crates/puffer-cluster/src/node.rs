@@ -310,6 +310,10 @@ impl ClusterNode {
             "coordinator_leader": coordinator.map_or_else(text, |l| json!(l.map(|l| l.node_id))),
             "members": members.map_or_else(text, |m| json!(m)),
             "follower_error": follower_error,
+            "reads": match self.remote.broker() {
+                Some(broker) => json!({"from": "data nodes, through this broker", "data_nodes": broker.routing()}),
+                None => json!({"from": "this node's own copy"}),
+            },
             "lost": self.lost(),
         })
     }

@@ -256,7 +256,8 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         Session::Http(url) => {
             let tables = http_get(&format!("{url}/v1/tables"))?;
             let node = http_get(&format!("{url}/v1/admin/replicas"))?;
-            json!({"tables": tables["tables"], "node": node})
+            let cluster = http_get(&format!("{url}/v1/admin/cluster"))?;
+            json!({"tables": tables["tables"], "node": node, "cluster": cluster})
         }
         Session::Direct(db) => {
             let mut tables = Vec::new();
@@ -282,10 +283,77 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         }
     };
     if !args.json {
+        print_cluster(&answer["cluster"]);
         print_replicas(&answer["node"]);
     }
     println!("{}", serde_json::to_string_pretty(&answer)?);
     Ok(())
+}
+
+/// The cluster as the node asked sees it: nodes, roles, leaders, the log, routing.
+/// Nothing for a single node.
+fn print_cluster(cluster: &Value) {
+    if cluster["mode"] != "cluster" {
+        return;
+    }
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    println!(
+        "cluster {}: asked node {} ({}); ingest leader {}, coordinator leader {}",
+        text(&cluster["cluster"]),
+        text(&cluster["node_id"]),
+        cluster["roles"]
+            .as_array()
+            .map(|r| r.iter().map(text).collect::<Vec<_>>().join(","))
+            .unwrap_or_default(),
+        text(&cluster["ingest_leader"]),
+        text(&cluster["coordinator_leader"]),
+    );
+    println!(
+        "log tail {}, published here {}, deep storage {}",
+        text(&cluster["log_tail"]),
+        text(&cluster["published"]),
+        text(&cluster["deep_storage"])
+    );
+    println!(
+        "{:<16} {:<36} {:<22} {:<22} {:>18}",
+        "node", "roles", "http", "grpc", "lease"
+    );
+    for member in cluster["members"].as_array().into_iter().flatten() {
+        println!(
+            "{:<16} {:<36} {:<22} {:<22} {:>18}",
+            text(&member["node_id"]),
+            member["roles"]
+                .as_array()
+                .map(|r| r.iter().map(text).collect::<Vec<_>>().join(","))
+                .unwrap_or_default(),
+            text(&member["http_address"]),
+            text(&member["rpc_address"]),
+            text(&member["lease"]),
+        );
+    }
+    println!("reads: {}", text(&cluster["reads"]["from"]));
+    for node in cluster["reads"]["data_nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "  -> {} at {}: queue {}{}",
+            text(&node["node_id"]),
+            text(&node["rpc_address"]),
+            text(&node["queue_length"]),
+            if node["skipped"] == true {
+                " (skipped after a failure)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!();
 }
 
 fn print_replicas(node: &Value) {

@@ -362,6 +362,32 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
         json!(0),
         "the broker holds no data: {status}"
     );
+    // The command line talks to the broker as to one node.
+    let puffer = |args: &[&str]| -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_puffer"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "puffer {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let shown = puffer(&["status", "--url", &broker.base]);
+    for line in [
+        "ingest leader a",
+        "reads: data nodes, through this broker",
+        "-> b at",
+    ] {
+        assert!(shown.contains(line), "{line:?} not in:\n{shown}");
+    }
+    let counted = puffer(&[
+        "sql",
+        "--url",
+        &broker.base,
+        "-e",
+        "SELECT COUNT(*) FROM rooms WHERE city = 'Faro'",
+    ]);
+    let faro = in_city(&model, "Faro").len().to_string();
+    assert!(counted.contains(&faro), "{faro} not in {counted}");
 
     // b dies: every read through the broker is still answered, and right.
     b.kill();
