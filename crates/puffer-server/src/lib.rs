@@ -169,10 +169,24 @@ async fn limit_in_flight(
     next.run(request).await
 }
 
+/// Request metrics, then the node's place in the database's order: the newest SCU it
+/// has applied, and whether it follows a cluster's log (on a cluster, the difference
+/// between nodes' published SCUs is how far behind a follower is).
 async fn render_metrics(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
 ) -> String {
-    state.metrics.render()
+    let mut out = state.metrics.render();
+    out.push_str(&format!(
+        "# HELP puffer_published_scu The newest SCU applied on this node (what reads see).\n\
+         # TYPE puffer_published_scu gauge\n\
+         puffer_published_scu {}\n\
+         # HELP puffer_following 1 while this node follows a cluster's log (SCUs numbered elsewhere).\n\
+         # TYPE puffer_following gauge\n\
+         puffer_following {}\n",
+        state.db.published(),
+        u8::from(state.db.is_following())
+    ));
+    out
 }
 
 /// Serves until Ctrl-C; `ready` is called with the bound address.

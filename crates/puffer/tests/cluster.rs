@@ -245,6 +245,26 @@ fn a_cluster_survives_its_ingest_leader_killed() {
     })
     .expect("b caught up");
     agrees(&b.base, &model);
+    // /metrics says where each node is in the order.
+    let gauge = |base: &str, name: &str| -> u64 {
+        let text = ureq::get(&format!("{base}/metrics"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    let published = get(&format!("{}/v1/admin/cluster", a.base)).unwrap()["published"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(gauge(&a.base, "puffer_published_scu"), published);
+    assert_eq!(gauge(&b.base, "puffer_published_scu"), published);
+    assert_eq!(gauge(&a.base, "puffer_following"), 0);
+    assert_eq!(gauge(&b.base, "puffer_following"), 1);
 
     // The leader dies mid-stream: writes keep coming at it until it is gone.
     let kill_at = Instant::now();
