@@ -20,7 +20,7 @@ use puffer_cluster::etcd::{Candidate, Etcd, EtcdCatalog, LocalEtcd, MemberCard, 
 use puffer_cluster::local_s3::LocalS3;
 use puffer_cluster::rpc::client::NodeClient;
 use puffer_cluster::rpc::server::RpcServer;
-use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
+use puffer_cluster::scu_log::{ClusterLog, Follower, LeaderShipper};
 use puffer_cluster::DeepStorage;
 use puffer_node::serving::NodeConfig;
 use puffer_node::{Database, DatabaseOptions, ReadRequest, TableLayout, Wait};
@@ -299,6 +299,27 @@ fn run_dataset(
         let rpc = RpcServer::start(db.clone(), "127.0.0.1:0".parse()?)?;
         nodes.push((db, rpc));
     }
+    // Durable ingest into the running cluster: the leader ships and commits every SCU
+    // while the data nodes follow the log; the clock stops when the last data node
+    // has applied the last SCU.
+    let followers: Vec<Follower> = nodes
+        .iter()
+        .map(|(db, _)| Follower::start(log.clone(), db.clone(), Duration::from_millis(20)))
+        .collect();
+    let live_table = "data_live";
+    ingest_db.create_table_with(live_table, schema.clone(), LAYOUT)?;
+    let live_started = Instant::now();
+    ingest(&ingest_db, live_table, &records, args.batch_rows)?;
+    let last = ingest_db.published();
+    let leader_done = live_started.elapsed();
+    while nodes.iter().any(|(db, _)| db.published() < last) {
+        if live_started.elapsed() > Duration::from_secs(600) {
+            bail!("the data nodes did not follow the ingest within 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let live_ingest = live_started.elapsed();
+    drop(followers);
     let broker = Broker::new(
         Box::new(EtcdCatalog::new(etcd.clone())),
         Duration::from_secs(5),
@@ -413,11 +434,16 @@ fn run_dataset(
     }
     Ok(json!({
         "dataset": dataset.label,
+        "data_nodes": args.data_nodes,
         "rows": records.len(),
         "ingest_rows_per_s": {
             "embedded": rows_per_s(embedded_ingest),
             "cluster_directory": rows_per_s(dir_ingest),
             "cluster_s3": s3_ingest.map(rows_per_s),
+            "cluster_directory_with_followers": {
+                "acknowledged": rows_per_s(leader_done),
+                "applied_on_every_data_node": rows_per_s(live_ingest),
+            },
         },
         "recovery": {
             "log_bytes": log_bytes,
@@ -478,6 +504,11 @@ fn print_table(results: &[Json], failover: &Json) {
         println!(
             "  durable ingest rows/s: embedded {}  cluster (directory) {}  cluster (S3, moto) {}",
             ingest["embedded"], ingest["cluster_directory"], ingest["cluster_s3"]
+        );
+        let live = &ingest["cluster_directory_with_followers"];
+        println!(
+            "  into the running cluster (directory, {} data nodes following): acknowledged {} rows/s, applied on every data node {} rows/s",
+            r["data_nodes"], live["acknowledged"], live["applied_on_every_data_node"]
         );
         println!(
             "  data node recovery from deep storage: {} bytes in {} s = {} MB/s",
