@@ -459,3 +459,132 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     .unwrap_err();
     assert!(refused.starts_with("503"), "{refused}");
 }
+
+/// Every key of `table` on `base`, sorted.
+fn all_keys(base: &str, table: &str) -> Result<Vec<String>, String> {
+    let answer = post(
+        &format!("{base}/v1/tables/{table}/search"),
+        &json!({"where": {"all": true}, "columns": ["id"], "limit": 100000}),
+    )?;
+    let mut keys: Vec<String> = answer["rows"]
+        .as_array()
+        .ok_or_else(|| format!("no rows in {answer}"))?
+        .iter()
+        .map(|row| row["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    keys.sort();
+    Ok(keys)
+}
+
+#[test]
+fn random_kills_lose_no_acknowledged_write_and_apply_none_in_part() {
+    let test = "random_kills_lose_no_acknowledged_write_and_apply_none_in_part";
+    if !have_etcd(test) {
+        return;
+    }
+    // CI-sized by default; PUFFER_CLUSTER_KILLS=100 for the full campaign.
+    let kills: usize = std::env::var("PUFFER_CLUSTER_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(10);
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
+    let names = ["a", "b", "c"];
+    let roles = "coordinator,ingest,data";
+    // Each incarnation joins under a new id (the killed one's lease runs out on its
+    // own), on the same data directory.
+    let start = |name: &str, incarnation: usize| {
+        let id = format!("{name}{incarnation}");
+        let node = start_node_as(dir.path(), &etcd, &id, roles);
+        (node, id)
+    };
+    let mut nodes: Vec<(ServeProcess, String)> = Vec::new();
+    let mut incarnations = [0usize; 3];
+    for (i, name) in names.iter().enumerate() {
+        nodes.push(start(name, incarnations[i]));
+        if i == 0 {
+            wait_for(Duration::from_secs(15), || leads_ingest(&nodes[0].0))
+                .expect("the first node leads ingest");
+        }
+    }
+    for table in ["t1", "t2"] {
+        let schema = json!({"name": table, "key": "id", "shards": 2,
+            "attributes": [{"name": "v", "type": "int"}]});
+        post(&format!("{}/v1/tables", nodes[1].0.base), &schema).unwrap();
+    }
+    let mut acknowledged: BTreeMap<String, u64> = BTreeMap::new();
+    let mut seed = 0x5EED_u64;
+    let mut next = |bound: usize| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % bound
+    };
+    let mut batch = 0u64;
+    let mut refused = 0;
+    for kill in 0..kills {
+        // Writes through random nodes (each hands them to whichever node leads);
+        // a write without an answer may or may not be applied, never in part.
+        for _ in 0..6 {
+            batch += 1;
+            let key = format!("k{batch}");
+            let body = json!({"operations": [
+                {"table": "t1", "put": {"id": key, "v": batch}},
+                {"table": "t2", "put": {"id": key, "v": batch}},
+            ]});
+            let node = &nodes[next(3)].0;
+            match post(&format!("{}/v1/batches", node.base), &body) {
+                Ok(_) => {
+                    acknowledged.insert(key, batch);
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        // A random node dies mid-stream, and comes back.
+        let victim = next(3);
+        nodes[victim].0.kill();
+        std::thread::sleep(Duration::from_millis(200 + next(800) as u64));
+        incarnations[victim] += 1;
+        nodes[victim] = start(names[victim], incarnations[victim]);
+        eprintln!("kill {kill}: {} killed and restarted", names[victim]);
+    }
+    // One last write, acknowledged, then every node must hold it (and so all before).
+    let (_, took) = wait_for(Duration::from_secs(60), || {
+        batch += 1;
+        let key = format!("k{batch}");
+        let body = json!({"operations": [
+            {"table": "t1", "put": {"id": key, "v": batch}},
+            {"table": "t2", "put": {"id": key, "v": batch}},
+        ]});
+        post(&format!("{}/v1/batches", nodes[0].0.base), &body)
+            .ok()
+            .map(|_| acknowledged.insert(key, batch))
+    })
+    .expect("writes came back after the last kill");
+    eprintln!(
+        "{kills} kills: {} writes acknowledged, {refused} refused or unanswered; the last \
+         write came {took:?} after the last restart",
+        acknowledged.len()
+    );
+    let last = format!("k{batch}");
+    for (node, id) in &nodes {
+        wait_for(Duration::from_secs(30), || {
+            get(&format!("{}/v1/tables/t1/records/{last}", node.base)).ok()
+        })
+        .unwrap_or_else(|| panic!("{id} did not follow to the last write"));
+        let (t1, t2) = (
+            all_keys(&node.base, "t1").unwrap(),
+            all_keys(&node.base, "t2").unwrap(),
+        );
+        // None in part: both tables hold the same batches.
+        assert_eq!(t1, t2, "{id}: a batch applied to one table only");
+        // None lost: every acknowledged batch is there, with its values.
+        for (key, v) in &acknowledged {
+            for table in ["t1", "t2"] {
+                let record = get(&format!("{}/v1/tables/{table}/records/{key}", node.base))
+                    .unwrap_or_else(|e| panic!("{id}: acknowledged {table}/{key} is gone: {e}"));
+                assert_eq!(record["record"]["v"], json!(v), "{id} {table}/{key}");
+            }
+        }
+    }
+}
