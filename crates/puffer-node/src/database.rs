@@ -411,13 +411,26 @@ impl Database {
     }
 
     /// A table.
+    ///
+    /// A node that follows a shared catalog and lacks the table looks in the catalog
+    /// once before it answers that it is unknown: a table just made through another
+    /// node is usable here at once, not only after the next periodic sync.
     pub fn table(&self, name: &str) -> Result<Arc<Table>> {
-        self.tables
-            .read()
-            .expect("tables lock")
-            .get(name)
-            .cloned()
-            .ok_or_else(|| QueryError::UnknownTable(name.to_string()))
+        let known = || {
+            self.tables
+                .read()
+                .expect("tables lock")
+                .get(name)
+                .cloned()
+                .ok_or_else(|| QueryError::UnknownTable(name.to_string()))
+        };
+        match known() {
+            Err(QueryError::UnknownTable(_)) if self.options.following => {
+                self.sync_tables()?;
+                known()
+            }
+            answer => answer,
+        }
     }
 
     /// Creates a table with the default layout.

@@ -335,6 +335,17 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     let table = json!({"name": "rooms", "key": "id", "shards": 4,
         "attributes": [{"name": "city", "type": "string"}]});
     post(&format!("{}/v1/tables", broker.base), &table).unwrap();
+    // A table made through one node is usable through another at once.
+    let extra = json!({"name": "extra", "key": "id",
+        "attributes": [{"name": "city", "type": "string"}]});
+    post(&format!("{}/v1/tables", a.base), &extra).unwrap();
+    post(
+        &format!("{}/v1/tables/extra/records", b.base),
+        &json!([{"id": "x", "city": "Evora"}]),
+    )
+    .unwrap();
+    let x = get(&format!("{}/v1/tables/extra/records/x", broker.base)).unwrap();
+    assert_eq!(x["record"]["city"], json!("Evora"), "{x}");
     let mut model = BTreeMap::new();
     for batch in 0..10 {
         let items: Vec<Value> = (0..20)
