@@ -262,3 +262,55 @@ fn bad_calls_and_silent_nodes_are_clear_bounded_errors() {
     let error = gone.call("rooms", uid, 0, None, &count()).unwrap_err();
     assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
 }
+
+#[test]
+fn an_answer_larger_than_a_chunk_comes_whole_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (database, _) = database(dir.path());
+    // Rows of about 20 KB: each shard's answer to a search for all of them is more
+    // than one chunk.
+    let big = |i: usize| -> String { format!("{i:05}").repeat(4000) };
+    let rows = 3 * puffer_cluster::rpc::CHUNK_BYTES / 20_000;
+    let ops: Vec<WriteOp> = (0..rows)
+        .map(|i| WriteOp::Put(record(&format!("big{i:05}"), &big(i), i as i64)))
+        .collect();
+    let table = database.table("rooms").unwrap();
+    table.write(ops).unwrap();
+    let server = RpcServer::start(Arc::clone(&database), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let node = NodeClient::new(&server.address().to_string(), Duration::from_secs(30)).unwrap();
+    let read = ReadOptions {
+        at: Some(database.published()),
+        ..ReadOptions::default()
+    };
+    let request = ReadRequest::Search {
+        query: Query {
+            predicate: Predicate::All,
+            projection: None,
+            limit: None,
+            read,
+        },
+    };
+    let mut found = 0;
+    for s in 0..2 {
+        let wire = RemoteShard::new(node.clone(), "rooms", table.uid(), s, 2)
+            .read(ReplicaRequest::Read(request.clone()), Wait::Allowed)
+            .map(read_answer)
+            .unwrap();
+        let local = table.shards()[s as usize]
+            .read(ReplicaRequest::Read(request.clone()), Wait::Allowed)
+            .map(read_answer)
+            .unwrap();
+        assert_eq!(wire, local, "shard {s}");
+        let bytes = puffer_cluster::rpc::encode(&wire).unwrap().len();
+        assert!(
+            bytes > puffer_cluster::rpc::CHUNK_BYTES,
+            "shard {s} answered {bytes} bytes, one chunk"
+        );
+        let ReadAnswer::Rows(rows) = wire else {
+            panic!("a search answered {wire:?}")
+        };
+        found += rows.rows.len();
+    }
+    // The big rows and the 300 the table had.
+    assert_eq!(found, rows + 300);
+}

@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use puffer_node::message::{
-    PendingReply, ReplicaRequest, ReplicaResponse, Reply, ShardReplicas, Wait,
+    PendingReply, ReadRequest, ReplicaRequest, ReplicaResponse, Reply, ShardReplicas, Wait,
 };
 use puffer_node::remote::{LeaderRequest, LeaderResponse};
 use puffer_query::QueryError;
@@ -15,7 +15,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::proto::replica_client::ReplicaClient;
 use super::proto::{LeadCall, PublishedRequest, ReplicaCall};
-use super::{error_of, query_error_of, MAX_MESSAGE_BYTES};
+use super::{error_of, query_error_of, MAX_MESSAGE_BYTES, MAX_STREAMED_ANSWER_BYTES};
 use crate::error::ClusterError;
 use crate::runtime::Bridge;
 
@@ -73,24 +73,41 @@ impl NodeClient {
         self.queue_length.load(Ordering::Relaxed)
     }
 
+    /// The call's answer; a search's comes in chunks (it may be larger than one
+    /// message), joined up to [`MAX_STREAMED_ANSWER_BYTES`].
     fn call_future(
         &self,
         call: ReplicaCall,
+        streamed: bool,
     ) -> impl std::future::Future<Output = Result<ReplicaResponse>> + Send + 'static {
         let mut client = self.client.clone();
         let who = format!("node {}", self.address);
         let queue_length = self.queue_length.clone();
         async move {
-            let answer = client
-                .call(call)
-                .await
-                .map_err(|status| error_of(&status, &who))?
-                .into_inner();
+            let failed = |status: tonic::Status| error_of(&status, &who);
+            let (bytes, queue) = if streamed {
+                let mut chunks = client.call_stream(call).await.map_err(failed)?.into_inner();
+                let (mut bytes, mut queue) = (Vec::new(), 0);
+                while let Some(chunk) = chunks.message().await.map_err(failed)? {
+                    if bytes.len() + chunk.part.len() > MAX_STREAMED_ANSWER_BYTES {
+                        return Err(StoreError::InvalidQuery(format!(
+                            "{who}: an answer of more than {MAX_STREAMED_ANSWER_BYTES} bytes \
+                             (ask for fewer rows)"
+                        )));
+                    }
+                    bytes.extend_from_slice(&chunk.part);
+                    queue = chunk.queue_length;
+                }
+                (bytes, queue)
+            } else {
+                let answer = client.call(call).await.map_err(failed)?.into_inner();
+                (answer.response, answer.queue_length)
+            };
             queue_length.store(
-                usize::try_from(answer.queue_length).unwrap_or(usize::MAX),
+                usize::try_from(queue).unwrap_or(usize::MAX),
                 Ordering::Relaxed,
             );
-            super::decode(&answer.response).map_err(|e| StoreError::Corrupt {
+            super::decode(&bytes).map_err(|e| StoreError::Corrupt {
                 path: who.into(),
                 detail: format!("an answer that does not decode: {e}"),
             })
@@ -108,7 +125,7 @@ impl NodeClient {
         request: &ReplicaRequest,
     ) -> Result<ReplicaResponse> {
         let call = encode_call(table, uid, shard, replica, request)?;
-        let future = self.call_future(call);
+        let future = self.call_future(call, streamed(request));
         // The channel's deadline answers first; the bridge's is a backstop.
         let outcome = self
             .bridge
@@ -194,11 +211,11 @@ impl NodeClient {
         request: &ReplicaRequest,
     ) -> Result<PendingReply<'static>> {
         let call = encode_call(table, uid, shard, None, request)?;
-        Ok(self.submit_call(call))
+        Ok(self.submit_call(call, streamed(request)))
     }
 
-    fn submit_call(&self, call: ReplicaCall) -> PendingReply<'static> {
-        let future = self.call_future(call);
+    fn submit_call(&self, call: ReplicaCall, streamed: bool) -> PendingReply<'static> {
+        let future = self.call_future(call, streamed);
         let (sender, receiver) = mpsc::sync_channel(1);
         let deadline = self.deadline;
         let who = format!("node {}", self.address);
@@ -216,6 +233,12 @@ impl NodeClient {
         });
         PendingReply::from_receiver(receiver, who)
     }
+}
+
+/// Whether the request's answer comes in chunks: a search's, which may be larger
+/// than one message.
+fn streamed(request: &ReplicaRequest) -> bool {
+    matches!(request, ReplicaRequest::Read(ReadRequest::Search { .. }))
 }
 
 fn encode_call(

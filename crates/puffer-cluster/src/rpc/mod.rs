@@ -4,7 +4,8 @@
 //! remote shard exactly as a local one.
 //!
 //! Bounds: every call has a deadline; a message (either way) is at most
-//! [`MAX_MESSAGE_BYTES`]; a server runs at most [`MAX_CALLS_IN_FLIGHT`] calls and
+//! [`MAX_MESSAGE_BYTES`]; a search's answer comes in chunks of [`CHUNK_BYTES`], at
+//! most [`MAX_STREAMED_ANSWER_BYTES`] in all; a server runs at most [`MAX_CALLS_IN_FLIGHT`] calls and
 //! refuses more as overloaded.
 
 pub mod client;
@@ -23,6 +24,11 @@ pub mod proto {
 /// Largest message either way. A larger answer is refused with `limit_exceeded`
 /// (ask for fewer records: LIMIT, or a narrower predicate).
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+/// Bytes of one chunk of a streamed answer.
+pub const CHUNK_BYTES: usize = 4 << 20;
+/// Largest streamed answer (all chunks together). A larger one is refused with
+/// `limit_exceeded` (ask for fewer rows).
+pub const MAX_STREAMED_ANSWER_BYTES: usize = 1 << 30;
 /// Most calls one server runs at once.
 pub const MAX_CALLS_IN_FLIGHT: usize = 256;
 /// A message of the node crate as it crosses the wire: postcard, serde's compact

@@ -19,8 +19,11 @@ use tonic::{Request, Response, Status};
 use super::proto::replica_server::{Replica, ReplicaServer};
 use super::proto::{
     LeadAnswer, LeadCall, PublishedAnswer, PublishedRequest, ReplicaAnswer, ReplicaCall,
+    ReplicaChunk,
 };
-use super::{status_of, MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES};
+use super::{
+    status_of, CHUNK_BYTES, MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES, MAX_STREAMED_ANSWER_BYTES,
+};
 use crate::error::{ClusterError, Result};
 use crate::runtime::Bridge;
 
@@ -174,6 +177,39 @@ impl Replica for Service {
             response,
             queue_length: queue_length as u64,
         }))
+    }
+
+    type CallStreamStream = std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = std::result::Result<ReplicaChunk, Status>> + Send>,
+    >;
+
+    // The stream's items are tonic's `Result<_, Status>`, whatever their size.
+    #[allow(clippy::result_large_err)]
+    async fn call_stream(
+        &self,
+        request: Request<ReplicaCall>,
+    ) -> std::result::Result<Response<Self::CallStreamStream>, Status> {
+        let call = request.into_inner();
+        let (response, queue_length) = self
+            .blocking(move |database| Service::answer(database, call))
+            .await?;
+        if response.len() > MAX_STREAMED_ANSWER_BYTES {
+            return Err(status_of(&QueryError::Limit(format!(
+                "an answer of {} bytes; at most {MAX_STREAMED_ANSWER_BYTES} cross between \
+                 nodes (ask for fewer rows)",
+                response.len()
+            ))));
+        }
+        let queue_length = queue_length as u64;
+        // Chunks are cut from the encoded answer as the stream is read.
+        let chunks = (0..response.len().div_ceil(CHUNK_BYTES).max(1)).map(move |i| {
+            let end = ((i + 1) * CHUNK_BYTES).min(response.len());
+            Ok(ReplicaChunk {
+                part: response[i * CHUNK_BYTES..end].to_vec(),
+                queue_length,
+            })
+        });
+        Ok(Response::new(Box::pin(futures_util::stream::iter(chunks))))
     }
 
     async fn lead(
