@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 
@@ -39,7 +39,13 @@ class ServerProcess:
     """`puffer serve --data DIR --listen 127.0.0.1:0`, its URL read from the first
     stdout line (`listening on http://ADDR`)."""
 
-    def __init__(self, workdir: Path, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        env: Optional[Dict[str, str]] = None,
+        listen: str = "127.0.0.1:0",
+        args: Optional[List[str]] = None,
+    ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = workdir / "data"
@@ -58,7 +64,8 @@ class ServerProcess:
                 "--data",
                 str(self.data_dir),
                 "--listen",
-                "127.0.0.1:0",
+                listen,
+                *(args or []),
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._stdout,
