@@ -1,7 +1,8 @@
 //! The dashboard page served at `/`: one self-contained HTML file (inline CSS and
 //! JavaScript, no external resources, so it works without network) that polls
 //! `/v1/admin/replicas` and `/v1/admin/history` every second and plots each replica's
-//! footprint, layers, queue and rates over the last five minutes.
+//! footprint, layers, queue and rates over the last five minutes; on a cluster node it
+//! also shows the cluster (`/v1/admin/cluster`, every five refreshes).
 
 use axum::http::header;
 use axum::response::{Html, IntoResponse};
@@ -45,6 +46,8 @@ mod tests {
         for needed in [
             "/v1/admin/replicas",
             "/v1/admin/history?last_s=",
+            "/v1/admin/cluster",
+            "data-cluster",
             "data-updates",
             "data-points",
             "data-replica-id",

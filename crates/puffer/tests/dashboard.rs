@@ -533,6 +533,8 @@ fn dashboard_plots_a_running_load() {
     assert_eq!(bodies.len(), 1, "{context}");
     let body = &bodies[0];
     assert_eq!(body.required("data-state"), "ok", "{context}");
+    // A single node: the page asked, and keeps the cluster section hidden.
+    assert_eq!(body.required("data-cluster"), "single", "{context}");
     let updates = body.number("data-updates");
     assert!(updates >= 2.0, "only {updates} refreshes{context}");
     assert_eq!(
