@@ -144,14 +144,7 @@ impl NodeClient {
     /// Has the node, the ingest leader, do `request` (it refuses, retryably, if it
     /// is not the leader); waits at most the deadline.
     pub fn lead(&self, request: &LeaderRequest) -> puffer_query::Result<LeaderResponse> {
-        let request = super::encode(request)
-            .map_err(|e| QueryError::Invalid(format!("cannot encode a leader request: {e}")))?;
-        if request.len() > MAX_MESSAGE_BYTES {
-            return Err(QueryError::Limit(format!(
-                "a write of {} bytes; at most {MAX_MESSAGE_BYTES} cross between nodes",
-                request.len()
-            )));
-        }
+        let request = super::encode_call_message("a leader request", request)?;
         let mut client = self.client.clone();
         let who = format!("node {}", self.address);
         let answer = self
@@ -248,14 +241,7 @@ fn encode_call(
     replica: Option<u32>,
     request: &ReplicaRequest,
 ) -> Result<ReplicaCall> {
-    let request = super::encode(request)
-        .map_err(|e| StoreError::InvalidQuery(format!("cannot encode a replica request: {e}")))?;
-    if request.len() > MAX_MESSAGE_BYTES {
-        return Err(StoreError::InvalidQuery(format!(
-            "a replica request of {} bytes; at most {MAX_MESSAGE_BYTES}",
-            request.len()
-        )));
-    }
+    let request = super::encode_call_message("a replica request", request)?;
     Ok(ReplicaCall {
         table: table.to_string(),
         table_uid: uid,

@@ -37,6 +37,23 @@ pub fn encode<T: serde::Serialize>(message: &T) -> std::result::Result<Vec<u8>, 
     postcard::to_allocvec(message).map_err(|e| e.to_string())
 }
 
+/// `message` encoded for a call, refused if it is larger than one message may be;
+/// `what` names it in the error.
+pub fn encode_call_message<T: serde::Serialize>(
+    what: &str,
+    message: &T,
+) -> std::result::Result<Vec<u8>, StoreError> {
+    let bytes = encode(message)
+        .map_err(|e| StoreError::InvalidQuery(format!("cannot encode {what}: {e}")))?;
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(StoreError::InvalidQuery(format!(
+            "{what} of {} bytes; at most {MAX_MESSAGE_BYTES} cross between nodes",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
 /// A message of the node crate from the wire (see [`encode`]).
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, String> {
     postcard::from_bytes(bytes).map_err(|e| e.to_string())

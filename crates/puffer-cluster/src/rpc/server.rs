@@ -27,6 +27,9 @@ use super::{
 use crate::error::{ClusterError, Result};
 use crate::runtime::Bridge;
 
+/// Most bytes of a call decoded on the event loop thread (a get's is far smaller; a
+/// larger call is decoded on a blocking thread, off the loop).
+const SMALL_CALL_BYTES: usize = 4096;
 /// Longest a call may run on the server, whatever deadline its caller set.
 pub const MAX_CALL_TIME: Duration = Duration::from_secs(60);
 
@@ -65,36 +68,45 @@ impl Service {
         Ok((request, group.clone()))
     }
 
-    /// A get answered on the event loop thread when a replica is free now (as the
-    /// HTTP server does: a get is short, and a hand-off to a blocking thread costs
-    /// more than it); `None` otherwise.
-    fn answer_here(
-        database: &Database,
-        call: &ReplicaCall,
-    ) -> Option<puffer_query::Result<Answer>> {
-        if call.replica.is_some() {
-            return None;
+    /// The call's answer, the call decoded once. A small call is opened on the event
+    /// loop thread, and a get among them answered there when a replica is free now
+    /// (as the HTTP server does: a get is short, and a hand-off to a blocking thread
+    /// costs more than it); everything else runs on a blocking thread.
+    async fn answered(&self, call: ReplicaCall) -> std::result::Result<Answer, Status> {
+        let status = |error: QueryError| status_of(&error);
+        if call.replica.is_none() && call.request.len() <= SMALL_CALL_BYTES {
+            let (request, group) = Service::open(&self.database, &call).map_err(status)?;
+            let request = match request {
+                ReplicaRequest::Read(ReadRequest::Get { .. } | ReadRequest::GetRaw { .. }) => {
+                    match group
+                        .read(request, Wait::Never)
+                        .map_err(|e| status(e.into()))?
+                    {
+                        Reply::Answered(response) => {
+                            return encoded(&response, &group).map_err(status)
+                        }
+                        Reply::WouldWait(request) => request,
+                    }
+                }
+                other => other,
+            };
+            return self
+                .blocking(move |_| Service::answer(request, &group, None))
+                .await;
         }
-        let (request, group) = match Service::open(database, call) {
-            Ok(opened) => opened,
-            Err(error) => return Some(Err(error)),
-        };
-        if !matches!(
-            request,
-            ReplicaRequest::Read(ReadRequest::Get { .. } | ReadRequest::GetRaw { .. })
-        ) {
-            return None;
-        }
-        match group.read(request, Wait::Never) {
-            Ok(Reply::Answered(response)) => Some(encoded(&response, &group)),
-            Ok(Reply::WouldWait(_)) => None,
-            Err(error) => Some(Err(error.into())),
-        }
+        self.blocking(move |database| {
+            let (request, group) = Service::open(database, &call)?;
+            Service::answer(request, &group, call.replica)
+        })
+        .await
     }
 
-    fn answer(database: &Database, call: ReplicaCall) -> puffer_query::Result<Answer> {
-        let (request, group) = Service::open(database, &call)?;
-        let response = match call.replica {
+    fn answer(
+        request: ReplicaRequest,
+        group: &ShardGroup<Shard>,
+        replica: Option<u32>,
+    ) -> puffer_query::Result<Answer> {
+        let response = match replica {
             Some(replica) => group.send_to(replica, request)?,
             None => match group.read(request, Wait::Allowed)? {
                 Reply::Answered(response) => response,
@@ -106,7 +118,7 @@ impl Service {
                 }
             },
         };
-        encoded(&response, &group)
+        encoded(&response, group)
     }
 
     fn lead(database: &Database, call: LeadCall) -> puffer_query::Result<Vec<u8>> {
@@ -165,14 +177,7 @@ impl Replica for Service {
         &self,
         request: Request<ReplicaCall>,
     ) -> std::result::Result<Response<ReplicaAnswer>, Status> {
-        let call = request.into_inner();
-        let (response, queue_length) = match Service::answer_here(&self.database, &call) {
-            Some(answered) => answered.map_err(|e| status_of(&e))?,
-            None => {
-                self.blocking(move |database| Service::answer(database, call))
-                    .await?
-            }
-        };
+        let (response, queue_length) = self.answered(request.into_inner()).await?;
         Ok(Response::new(ReplicaAnswer {
             response,
             queue_length: queue_length as u64,
@@ -189,10 +194,7 @@ impl Replica for Service {
         &self,
         request: Request<ReplicaCall>,
     ) -> std::result::Result<Response<Self::CallStreamStream>, Status> {
-        let call = request.into_inner();
-        let (response, queue_length) = self
-            .blocking(move |database| Service::answer(database, call))
-            .await?;
+        let (response, queue_length) = self.answered(request.into_inner()).await?;
         if response.len() > MAX_STREAMED_ANSWER_BYTES {
             return Err(status_of(&QueryError::Limit(format!(
                 "an answer of {} bytes; at most {MAX_STREAMED_ANSWER_BYTES} cross between \
