@@ -301,14 +301,16 @@ fn print_cluster(cluster: &Value) {
         Value::Null => "-".into(),
         other => other.to_string(),
     };
+    let roles = |v: &Value| {
+        v.as_array()
+            .map(|r| r.iter().map(text).collect::<Vec<_>>().join(","))
+            .unwrap_or_default()
+    };
     println!(
         "cluster {}: asked node {} ({}); ingest leader {}, coordinator leader {}",
         text(&cluster["cluster"]),
         text(&cluster["node_id"]),
-        cluster["roles"]
-            .as_array()
-            .map(|r| r.iter().map(text).collect::<Vec<_>>().join(","))
-            .unwrap_or_default(),
+        roles(&cluster["roles"]),
         text(&cluster["ingest_leader"]),
         text(&cluster["coordinator_leader"]),
     );
@@ -318,22 +320,21 @@ fn print_cluster(cluster: &Value) {
         text(&cluster["published"]),
         text(&cluster["deep_storage"])
     );
-    println!(
-        "{:<16} {:<36} {:<22} {:<22} {:>18}",
-        "node", "roles", "http", "grpc", "lease"
-    );
-    for member in cluster["members"].as_array().into_iter().flatten() {
+    let row = |cells: [String; 5]| {
         println!(
             "{:<16} {:<36} {:<22} {:<22} {:>18}",
+            cells[0], cells[1], cells[2], cells[3], cells[4]
+        );
+    };
+    row(["node", "roles", "http", "grpc", "lease"].map(String::from));
+    for member in cluster["members"].as_array().into_iter().flatten() {
+        row([
             text(&member["node_id"]),
-            member["roles"]
-                .as_array()
-                .map(|r| r.iter().map(text).collect::<Vec<_>>().join(","))
-                .unwrap_or_default(),
+            roles(&member["roles"]),
             text(&member["http_address"]),
             text(&member["rpc_address"]),
             text(&member["lease"]),
-        );
+        ]);
     }
     println!("reads: {}", text(&cluster["reads"]["from"]));
     for node in cluster["reads"]["data_nodes"]
