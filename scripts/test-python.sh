@@ -17,7 +17,9 @@ if ! python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; 
 fi
 
 echo "== building the server binary"
-cargo build -p puffer
+# The test profile: the binary `cargo test` already built for the integration tests, not
+# a second build of the workspace at the dev profile.
+cargo build --profile test -p puffer --bin puffer
 target_dir="${CARGO_TARGET_DIR:-target}"
 case "$target_dir" in
     /*) ;;
