@@ -19,6 +19,7 @@ pub mod remote;
 pub mod rpc;
 pub mod runtime;
 pub mod scu_log;
+pub mod segments;
 
 pub use deep_storage::{DeepStorage, S3Settings};
 pub use error::{ClusterError, Result};

@@ -10,8 +10,10 @@
 //!   then numbers and ships SCUs itself (writes sent to any other node are refused
 //!   with a retryable error naming the need for the leader);
 //! - `coordinator` stands for coordinator leader (placement and routing build on it);
-//! - `indexer` is accepted and does nothing yet (segments are not published to deep
-//!   storage: every data node builds its own from the log);
+//! - `indexer` follows the log too and publishes its shards' segments to deep storage
+//!   ([`crate::segments`]; each shard by one of the live indexers), so that a node
+//!   with a fresh data directory loads them ([`ClusterNode::seed`]) instead of
+//!   replaying the whole log;
 //! - `broker` without `data`: the node holds no data (it keeps the catalog's tables
 //!   empty, for their schemas); its reads are fanned out to the data nodes through a
 //!   [`crate::broker::Broker`]. A node with `data` answers from its own copy, which
@@ -37,6 +39,7 @@ use crate::etcd::{
 use crate::remote::ClusterRemote;
 use crate::rpc::server::RpcServer;
 use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
+use crate::segments::{seed_data_dir, PublishRound, Publisher, SeedReport};
 
 /// How often a follower looks for new SCUs.
 pub const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
@@ -47,6 +50,9 @@ pub const CALL_DEADLINE: Duration = Duration::from_secs(5);
 pub const DATA_NODES_INTERVAL: Duration = Duration::from_millis(500);
 /// How often a node that follows no log (a broker) brings its tables up to date.
 pub const TABLES_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a seeded node may take to follow the log past its furthest shard before
+/// it serves (it gives up starting after that).
+pub const SEEDED_CATCH_UP_DEADLINE: Duration = Duration::from_secs(600);
 
 /// What a node needs to join a cluster.
 #[derive(Clone, Debug)]
@@ -67,6 +73,9 @@ pub struct ClusterConfig {
     pub lease_ttl: Duration,
     /// How often it looks for new SCUs.
     pub follow_interval: Duration,
+    /// How often an indexer publishes new segments
+    /// ([`crate::segments::PUBLISH_INTERVAL`] by default).
+    pub publish_interval: Duration,
 }
 
 impl ClusterConfig {
@@ -83,6 +92,13 @@ impl ClusterConfig {
         if self.follow_interval.is_zero() || self.follow_interval > Duration::from_secs(10) {
             return Err(ClusterError::Invalid(
                 "the follow interval is between 1 ms and 10 s".into(),
+            ));
+        }
+        if self.publish_interval < Duration::from_secs(1)
+            || self.publish_interval > Duration::from_secs(3600)
+        {
+            return Err(ClusterError::Invalid(
+                "the publish interval is between 1 s and 3600 s".into(),
             ));
         }
         Ok(())
@@ -133,6 +149,18 @@ pub struct ClusterNode {
     running: Mutex<Option<Running>>,
     leads_ingest: Arc<AtomicBool>,
     lost: Arc<Mutex<Option<String>>>,
+    seeded: Mutex<Option<SeedReport>>,
+    publishing: Arc<Mutex<PublishStatus>>,
+}
+
+/// What the indexer's publisher did last, for status.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct PublishStatus {
+    rounds: u64,
+    last: Option<PublishRound>,
+    shards: usize,
+    bytes: u64,
+    error: Option<String>,
 }
 
 struct Running {
@@ -141,6 +169,7 @@ struct Running {
     _rpc: Option<RpcServer>,
     _coordinator: Option<Candidate>,
     watcher: Option<std::thread::JoinHandle<()>>,
+    publisher: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -170,7 +199,34 @@ impl ClusterNode {
             running: Mutex::new(None),
             leads_ingest: Arc::new(AtomicBool::new(false)),
             lost: Arc::new(Mutex::new(None)),
+            seeded: Mutex::new(None),
+            publishing: Arc::default(),
         })
+    }
+
+    /// Whether this node follows the log into its own database (data, ingest and
+    /// indexer nodes do; a broker alone does not).
+    pub fn follows_log(&self) -> bool {
+        [Role::Data, Role::Ingest, Role::Indexer]
+            .iter()
+            .any(|role| self.config.has(*role))
+    }
+
+    /// Before the database is opened: a node that follows the log and has a fresh data
+    /// directory `dir` loads the shards published in deep storage into it, so that it
+    /// follows the log only from where they stand. `None` when nothing was loaded (the
+    /// directory holds a database, nothing is published, or the node holds no data).
+    pub fn seed(&self, dir: &std::path::Path) -> Result<Option<SeedReport>> {
+        if !self.follows_log() {
+            return Ok(None);
+        }
+        let report = seed_data_dir(&self.etcd, &self.deep, dir)
+            .map_err(|e| ClusterError::Unavailable(format!("loading published segments: {e}")))?;
+        self.seeded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone_from(&report);
+        Ok(report)
     }
 
     /// `base` with this cluster's catalog, as a follower, with the ingest shipper on
@@ -178,7 +234,10 @@ impl ClusterNode {
     pub fn database_options(&self, base: DatabaseOptions) -> DatabaseOptions {
         DatabaseOptions {
             remote: Some(self.remote.clone() as Arc<dyn Remote>),
-            catalog: Some(Arc::new(EtcdCatalog::new(self.etcd.clone()))),
+            catalog: Some(Arc::new(EtcdCatalog::for_node(
+                self.etcd.clone(),
+                &self.config.node_id,
+            ))),
             following: true,
             shipper: self
                 .config
@@ -191,8 +250,19 @@ impl ClusterNode {
     /// Joins (membership on a lease) and starts what the roles need, over `database`
     /// (opened with [`ClusterNode::database_options`]).
     pub fn start(&self, database: Arc<Database>) -> Result<()> {
-        let holds_data = self.config.has(Role::Data) || self.config.has(Role::Ingest);
-        let rpc = if holds_data {
+        let follows = self.follows_log();
+        let serves_shards = self.config.has(Role::Data) || self.config.has(Role::Ingest);
+        let seeded = self
+            .seeded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(seeded) = seeded {
+            // Its shards stand at different SCUs until it has followed past the
+            // furthest: no read may see that.
+            self.catch_up_to(&database, seeded.serve_from)?;
+        }
+        let rpc = if serves_shards {
             Some(RpcServer::start(database.clone(), self.config.rpc_listen)?)
         } else {
             None
@@ -205,7 +275,7 @@ impl ClusterNode {
             lease: 0,
         };
         let membership = Arc::new(Membership::join(&self.etcd, card, self.config.lease_ttl)?);
-        let follower = Arc::new(Mutex::new(holds_data.then(|| {
+        let follower = Arc::new(Mutex::new(follows.then(|| {
             Follower::start(
                 self.log.clone(),
                 database.clone(),
@@ -231,7 +301,7 @@ impl ClusterNode {
             let (membership, follower, stop) = (membership.clone(), follower.clone(), stop.clone());
             let (log, shipper) = (self.log.clone(), self.shipper.clone());
             let (leads, lost) = (self.leads_ingest.clone(), self.lost.clone());
-            let remote = self.remote.clone();
+            let (remote, database) = (self.remote.clone(), database.clone());
             std::thread::Builder::new()
                 .name("puffer-cluster-watch".into())
                 .spawn(move || {
@@ -246,20 +316,64 @@ impl ClusterNode {
                         lost,
                         stop,
                         remote,
-                        holds_data,
+                        holds_data: follows,
                     })
                 })
                 .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?
         };
+        let publisher = self.config.has(Role::Indexer).then(|| {
+            let publisher = Publisher::new(
+                self.etcd.clone(),
+                self.deep.clone(),
+                &self.config.node_id,
+                &format!("{:016x}", membership.lease()),
+            );
+            let (database, stop, status) =
+                (database.clone(), stop.clone(), self.publishing.clone());
+            let interval = self.config.publish_interval;
+            std::thread::Builder::new()
+                .name("puffer-publish".into())
+                .spawn(move || publish(publisher, &database, interval, &stop, &status))
+        });
+        let publisher = publisher
+            .transpose()
+            .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
         *self.running.lock().unwrap_or_else(PoisonError::into_inner) = Some(Running {
             membership,
             follower,
             _rpc: rpc,
             _coordinator: coordinator,
             watcher: Some(watcher),
+            publisher,
             stop,
         });
         Ok(())
+    }
+
+    /// Follows the log until `database` holds SCU `scu`, within
+    /// [`SEEDED_CATCH_UP_DEADLINE`].
+    fn catch_up_to(&self, database: &Database, scu: u64) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            match self.log.catch_up(database) {
+                Ok(held) if held >= scu => return Ok(()),
+                Ok(held) => {
+                    return Err(ClusterError::Corrupt {
+                        key: self.etcd.keys().log_tail(),
+                        detail: format!(
+                            "the log ends at SCU {held}, before SCU {scu} that a published \
+                             shard covers"
+                        ),
+                    })
+                }
+                Err(e) if started.elapsed() >= SEEDED_CATCH_UP_DEADLINE => {
+                    return Err(ClusterError::Unavailable(format!(
+                        "following the log past the loaded segments (SCU {scu}): {e}"
+                    )))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
     }
 
     /// Why this node must stop (its lease is gone, so others may act on its data),
@@ -315,6 +429,10 @@ impl ClusterNode {
                 None => json!({"from": "this node's own copy"}),
             },
             "lost": self.lost(),
+            "seeded": self.seeded.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            "publishing": self.config.has(Role::Indexer).then(|| {
+                json!(self.publishing.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            }),
         })
     }
 }
@@ -328,8 +446,11 @@ impl Drop for ClusterNode {
             .take()
         {
             running.stop.store(true, Ordering::Release);
-            if let Some(watcher) = running.watcher.take() {
-                let _ = watcher.join();
+            for thread in [running.watcher.take(), running.publisher.take()]
+                .into_iter()
+                .flatten()
+            {
+                let _ = thread.join();
             }
             drop(
                 running
@@ -406,5 +527,35 @@ fn watch(parts: WatchParts) {
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The indexer's loop: a publishing round every `interval` until stopped.
+fn publish(
+    mut publisher: Publisher,
+    database: &Database,
+    interval: Duration,
+    stop: &AtomicBool,
+    status: &Mutex<PublishStatus>,
+) {
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() < interval {
+            continue;
+        }
+        last = Instant::now();
+        let round = publisher.round(database, false);
+        let mut status = status.lock().unwrap_or_else(PoisonError::into_inner);
+        status.rounds += 1;
+        match round {
+            Ok(round) => {
+                status.shards += round.shards;
+                status.bytes += round.bytes;
+                status.last = Some(round);
+                status.error = None;
+            }
+            Err(e) => status.error = Some(e.to_string()),
+        }
     }
 }

@@ -315,9 +315,16 @@ impl Committer {
             last_seq = seq;
         }
         let files = wal::list_files(&inner.log_dir)?;
-        let next_seq = (last_seq + 1)
-            .max(checkpoints + 1)
-            .max(files.last().map_or(1, |(first, _)| *first));
+        let next_seq = match files.last() {
+            // The log says where numbering stands. A seeded database's shards hold
+            // different checkpoints, and its log starts past the lowest of what they
+            // hold (`crate::seed`): the SCUs after it are taken again, and each shard
+            // skips those it holds.
+            Some((first, _)) => (last_seq + 1).max(*first),
+            // No log yet: numbering continues above every checkpoint (shards that kept
+            // their own log before have checkpoints in their own numbering).
+            None => (last_seq + 1).max(checkpoints + 1),
+        };
         inner.published.store(next_seq - 1, Ordering::SeqCst);
         let log = LogWriter::create(inner.fs.as_ref(), &inner.log_dir, next_seq)?;
         inner.remove_old_files()?;

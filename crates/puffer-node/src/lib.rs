@@ -10,6 +10,7 @@ pub mod database;
 pub mod layout;
 pub mod message;
 pub mod remote;
+pub mod seed;
 pub mod serving;
 pub mod shards;
 pub mod table;

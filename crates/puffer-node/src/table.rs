@@ -41,7 +41,7 @@ use puffer_query::{QueryError, Result};
 pub type RawAnswer = (Option<puffer_store::RawRecord>, Arc<Schema>, SnapshotInfo);
 
 #[derive(Serialize, Deserialize)]
-struct TableFile {
+pub(crate) struct TableFile {
     format: u32,
     shards: u32,
     replicas: u32,
@@ -79,6 +79,8 @@ pub struct Table {
     groups: Vec<Arc<ShardGroup<Shard>>>,
     shards: Arc<TableShards>,
     committer: Arc<Committer>,
+    /// Each shard's replica directories.
+    dirs: Vec<Vec<PathBuf>>,
 }
 
 impl Table {
@@ -91,17 +93,8 @@ impl Table {
         entry: &crate::catalog::TableEntry,
         options: &ShardOptions,
     ) -> Result<Table> {
-        let layout = entry.layout;
-        layout.validate()?;
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
-        let file = TableFile {
-            format: TABLE_FORMAT,
-            shards: layout.shards,
-            replicas: layout.replicas,
-            uid: entry.uid,
-            single_directory: false,
-        };
-        write_table_file(dir, &file)?;
+        entry.layout.validate()?;
+        let file = write_new_table_file(dir, entry)?;
         Table::open_dirs(
             node,
             committer,
@@ -224,12 +217,29 @@ impl Table {
                 .collect(),
         )?);
         committer.register(shards.clone());
+        let dirs = (0..layout.shards)
+            .map(|s| {
+                (0..layout.replicas)
+                    .map(|r| replica_dir(dir, file, s, r))
+                    .collect()
+            })
+            .collect();
         Ok(Table {
             layout,
             groups,
             shards,
             committer: committer.clone(),
+            dirs,
         })
+    }
+
+    /// The directory of replica `replica` of shard `shard` (its files are what a
+    /// cluster's indexer publishes), if the table has it.
+    pub fn replica_dir(&self, shard: u32, replica: u32) -> Option<&Path> {
+        self.dirs
+            .get(shard as usize)?
+            .get(replica as usize)
+            .map(PathBuf::as_path)
     }
 
     /// The table's catalog entry.
@@ -555,6 +565,41 @@ fn replica_dir(dir: &Path, file: &TableFile, shard: u32, replica: u32) -> PathBu
         return dir.to_path_buf();
     }
     dir.join(format!("shard-{shard}-replica-{replica}"))
+}
+
+/// The replicas' directories of a new table in `dir` with `layout`, per shard.
+pub(crate) fn replica_dirs(dir: &Path, layout: TableLayout) -> Vec<Vec<PathBuf>> {
+    let file = TableFile {
+        format: TABLE_FORMAT,
+        shards: layout.shards,
+        replicas: layout.replicas,
+        uid: 0,
+        single_directory: false,
+    };
+    (0..layout.shards)
+        .map(|s| {
+            (0..layout.replicas)
+                .map(|r| replica_dir(dir, &file, s, r))
+                .collect()
+        })
+        .collect()
+}
+
+/// Makes `dir` and writes the table file of a new table `entry` (current format).
+pub(crate) fn write_new_table_file(
+    dir: &Path,
+    entry: &crate::catalog::TableEntry,
+) -> Result<TableFile> {
+    std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+    let file = TableFile {
+        format: TABLE_FORMAT,
+        shards: entry.layout.shards,
+        replicas: entry.layout.replicas,
+        uid: entry.uid,
+        single_directory: false,
+    };
+    write_table_file(dir, &file)?;
+    Ok(file)
 }
 
 fn write_table_file(dir: &Path, file: &TableFile) -> Result<()> {

@@ -7,6 +7,9 @@ use serde::Deserialize;
 
 use crate::error::ApiError;
 
+/// Most records in a log table (`log_table_max_records`): it is held in memory and
+/// scanned by every read of the log stage.
+pub const MAX_LOG_TABLE_RECORDS: usize = 10_000_000;
 /// Largest `record_cache_mb` (a typo of a few zeros should not take the machine's memory).
 pub const MAX_RECORD_CACHE_MB: u64 = 64 << 10;
 
@@ -33,6 +36,9 @@ pub struct ServerConfig {
     /// Per shard replica, MiB of record texts kept decompressed for repeated reads
     /// (0: every read extracts from the compressed segment).
     pub record_cache_mb: u64,
+    /// Records a shard's log table holds before it is sealed into a sorted batch (and,
+    /// later, compacted into a segment, which is what a cluster's indexer publishes).
+    pub log_table_max_records: usize,
     /// Bearer token for reads (none: auth off unless another token is set).
     pub read_token: Option<String>,
     /// Bearer token for reads and record writes.
@@ -163,6 +169,7 @@ impl Default for ServerConfig {
             max_text_bytes: 1 << 30,
             max_concurrent_requests: 256,
             record_cache_mb: puffer_store::ShardOptions::default().record_cache_bytes >> 20,
+            log_table_max_records: puffer_store::ShardOptions::default().log_table_max_records,
             read_token: None,
             write_token: None,
             admin_token: None,
@@ -190,7 +197,8 @@ impl ServerConfig {
 
     /// Applies `PUFFER_DATA`, `PUFFER_LISTEN`, `PUFFER_READ_TOKEN`, `PUFFER_WRITE_TOKEN`,
     /// `PUFFER_ADMIN_TOKEN`, `PUFFER_MAX_BODY_BYTES`, `PUFFER_MAX_BATCH_RECORDS`,
-    /// `PUFFER_MAX_RESULT_ROWS`, `PUFFER_MAX_CONCURRENT_REQUESTS`, `PUFFER_RECORD_CACHE_MB`.
+    /// `PUFFER_MAX_RESULT_ROWS`, `PUFFER_MAX_CONCURRENT_REQUESTS`, `PUFFER_RECORD_CACHE_MB`,
+    /// `PUFFER_LOG_TABLE_MAX_RECORDS`.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ApiError> {
         let number = |name: &str, text: String| {
             text.parse::<usize>()
@@ -220,6 +228,10 @@ impl ServerConfig {
             (
                 "PUFFER_MAX_CONCURRENT_REQUESTS",
                 &mut self.max_concurrent_requests,
+            ),
+            (
+                "PUFFER_LOG_TABLE_MAX_RECORDS",
+                &mut self.log_table_max_records,
             ),
         ] {
             if let Some(text) = var(name) {

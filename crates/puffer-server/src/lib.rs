@@ -67,6 +67,14 @@ impl AppState {
             )));
         }
         options.shard.record_cache_bytes = config.record_cache_mb << 20;
+        if !(1..=config::MAX_LOG_TABLE_RECORDS).contains(&config.log_table_max_records) {
+            return Err(ApiError::invalid(format!(
+                "log_table_max_records is between 1 and {}, got {}",
+                config::MAX_LOG_TABLE_RECORDS,
+                config.log_table_max_records
+            )));
+        }
+        options.shard.log_table_max_records = config.log_table_max_records;
         let db = Arc::new(Database::open_with(&config.data_dir, options)?);
         let state = Arc::new(AppState {
             db,

@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// Membership lease TTL in seconds: a node that stops is out after this.
     #[arg(long, default_value_t = 5, requires = "etcd")]
     lease_ttl_s: u64,
+    /// How often an indexer publishes its shards' new segments to deep storage, in
+    /// seconds (1 to 3600).
+    #[arg(long, default_value_t = 5, requires = "etcd")]
+    publish_interval_s: u64,
 }
 
 /// Runs the server until Ctrl-C.
@@ -80,6 +84,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => puffer_server::AppState::open(config)?,
         Some(etcd) => {
             let node = Arc::new(join_cluster(&args, etcd, &config)?);
+            // A fresh data directory starts from the segments published in deep storage.
+            if let Some(seeded) = node
+                .seed(&config.data_dir)
+                .map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))?
+            {
+                eprintln!(
+                    "loaded {} shards of {} tables from deep storage ({} bytes in {} ms); \
+                     following the log from SCU {}",
+                    seeded.shards,
+                    seeded.tables,
+                    seeded.bytes,
+                    seeded.millis,
+                    seeded.start_after + 1
+                );
+            }
             let status_node = node.clone();
             let status_db: Arc<std::sync::OnceLock<Arc<puffer_node::Database>>> = Arc::default();
             let status_db_set = status_db.clone();
@@ -154,6 +173,7 @@ fn join_cluster(
         rpc_listen,
         lease_ttl: std::time::Duration::from_secs(args.lease_ttl_s),
         follow_interval: DEFAULT_FOLLOW_INTERVAL,
+        publish_interval: std::time::Duration::from_secs(args.publish_interval_s),
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

@@ -96,25 +96,40 @@ fn start_node(dir: &std::path::Path, etcd: &LocalEtcd, name: &str) -> ServeProce
 
 /// [`start_node`] with `roles`.
 fn start_node_as(dir: &std::path::Path, etcd: &LocalEtcd, name: &str, roles: &str) -> ServeProcess {
+    start_node_with(dir, etcd, name, roles, &[], &[])
+}
+
+/// [`start_node_as`] with more arguments and environment variables.
+fn start_node_with(
+    dir: &std::path::Path,
+    etcd: &LocalEtcd,
+    name: &str,
+    roles: &str,
+    more: &[&str],
+    env: &[(&str, &str)],
+) -> ServeProcess {
     let deep = dir.join("deep");
+    let (endpoint, rpc) = (etcd.endpoint(), format!("127.0.0.1:{}", free_port()));
+    let mut args = vec![
+        "--etcd",
+        &endpoint,
+        "--deep-storage",
+        deep.to_str().unwrap(),
+        "--node-id",
+        name,
+        "--rpc-listen",
+        &rpc,
+        "--lease-ttl-s",
+        TTL_S,
+        "--roles",
+        roles,
+    ];
+    args.extend_from_slice(more);
     ServeProcess::start_listening(
         &dir.join(name),
         &format!("127.0.0.1:{}", free_port()),
-        &[
-            "--etcd",
-            &etcd.endpoint(),
-            "--deep-storage",
-            deep.to_str().unwrap(),
-            "--node-id",
-            name,
-            "--rpc-listen",
-            &format!("127.0.0.1:{}", free_port()),
-            "--lease-ttl-s",
-            TTL_S,
-            "--roles",
-            roles,
-        ],
-        &[],
+        &args,
+        env,
     )
 }
 
@@ -597,5 +612,105 @@ fn random_kills_lose_no_acknowledged_write_and_apply_none_in_part() {
                 assert_eq!(record["record"]["v"], json!(v), "{id} {table}/{key}");
             }
         }
+    }
+}
+
+#[test]
+fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
+    if !have_etcd("a_fresh_node_loads_published_segments_and_follows_the_rest") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd_server = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
+    let etcd = puffer_cluster::etcd::Etcd::connect(
+        &puffer_cluster::etcd::EtcdConfig::new(&etcd_server.endpoint(), "puffer").unwrap(),
+    )
+    .unwrap();
+    // Small log tables, so that a few hundred records make segments to publish.
+    let env = [("PUFFER_LOG_TABLE_MAX_RECORDS", "16")];
+    let fast = ["--publish-interval-s", "1"];
+    let roles = "coordinator,ingest,indexer,data";
+    let a = start_node_with(dir.path(), &etcd_server, "a", roles, &fast, &env);
+    wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
+    let table = json!({"name": "rooms", "key": "id", "shards": 3,
+        "attributes": [{"name": "city", "type": "string"}]});
+    post(&format!("{}/v1/tables", a.base), &table).unwrap();
+    let cities = ["Lisbon", "Porto", "Faro", "Braga"];
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    let write = |base: &str, round: usize, model: &mut BTreeMap<String, String>| {
+        // Puts, overwrites and deletes, so that segments get deletions files too.
+        let mut batch = Vec::new();
+        for i in 0..10 {
+            let key = format!("k{}", (round * 7 + i * 13) % 400);
+            if (round + i).is_multiple_of(5) && model.contains_key(&key) {
+                batch.push(json!({"table": "rooms", "delete": key}));
+                model.remove(&key);
+            } else {
+                let city = cities[(round + i) % cities.len()];
+                batch.push(json!({"table": "rooms", "put": {"id": key, "city": city}}));
+                model.insert(key, city.to_string());
+            }
+        }
+        post(&format!("{base}/v1/batches"), &json!({"operations": batch}))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+    };
+    for round in 0..60 {
+        write(&a.base, round, &mut model);
+    }
+    // Every shard published, past the start of the log.
+    let uid = get(&format!("{}/v1/tables/rooms", a.base)).unwrap();
+    let (published, _) = wait_for(Duration::from_secs(60), || {
+        let all = puffer_cluster::segments::published(&etcd).ok()?;
+        let shards: Vec<_> = all.values().collect();
+        (shards.len() == 3 && shards.iter().all(|s| s.covers > 0)).then_some(all)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "not every shard was published; a says {:?} of {uid}",
+            get(&format!("{}/v1/admin/cluster", a.base))
+        )
+    });
+    let lowest = published.values().map(|s| s.covers).min().unwrap();
+
+    // A node with an empty data directory starts from them.
+    let b = start_node_with(dir.path(), &etcd_server, "b", "data", &[], &[]);
+    let status = get(&format!("{}/v1/admin/cluster", b.base)).unwrap();
+    let seeded = &status["seeded"];
+    assert_eq!(seeded["tables"], json!(1), "{status}");
+    assert_eq!(seeded["shards"], json!(3), "{status}");
+    assert!(seeded["bytes"].as_u64().unwrap() > 0, "{status}");
+    // It followed the log only past what the segments hold.
+    assert!(
+        seeded["start_after"].as_u64().unwrap() >= lowest,
+        "{status}"
+    );
+    assert!(
+        status["published"].as_u64().unwrap() >= seeded["serve_from"].as_u64().unwrap(),
+        "{status}"
+    );
+    wait_for(Duration::from_secs(10), || {
+        (count(&b.base) == Some(model.len() as u64)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("b counts {:?}, the model {}", count(&b.base), model.len()));
+    agrees(&b.base, &model);
+    for gone in (0..400)
+        .map(|k| format!("k{k}"))
+        .filter(|k| !model.contains_key(k))
+    {
+        match get(&format!("{}/v1/tables/rooms/records/{gone}", b.base)) {
+            Ok(record) => assert!(record["record"].is_null(), "{gone} is back on b: {record}"),
+            Err(e) => assert!(e.contains("404"), "{gone}: {e}"),
+        }
+    }
+    // And follows what comes after, written through it.
+    for round in 60..70 {
+        write(&b.base, round, &mut model);
+    }
+    for node in [&a, &b] {
+        wait_for(Duration::from_secs(10), || {
+            (count(&node.base) == Some(model.len() as u64)).then_some(())
+        })
+        .expect("both hold the new writes");
+        agrees(&node.base, &model);
     }
 }

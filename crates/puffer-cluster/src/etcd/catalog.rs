@@ -30,12 +30,27 @@ pub const MAX_VALUE_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct EtcdCatalog {
     etcd: Etcd,
+    /// Whose segment lists [`Catalog::set_segments`] writes: every node holding a copy
+    /// of a replica registers its own list, under its own key.
+    registrant: String,
 }
 
+/// The registrant of a catalog made with [`EtcdCatalog::new`].
+pub const SHARED_REGISTRANT: &str = "shared";
+
 impl EtcdCatalog {
-    /// The catalog under `etcd`'s cluster root.
+    /// The catalog under `etcd`'s cluster root, registering segments as
+    /// [`SHARED_REGISTRANT`] (for readers and tools).
     pub fn new(etcd: Etcd) -> EtcdCatalog {
-        EtcdCatalog { etcd }
+        EtcdCatalog::for_node(etcd, SHARED_REGISTRANT)
+    }
+
+    /// The catalog as node `node_id` uses it: the segments it registers are its own.
+    pub fn for_node(etcd: Etcd, node_id: &str) -> EtcdCatalog {
+        EtcdCatalog {
+            etcd,
+            registrant: node_id.to_string(),
+        }
     }
 
     /// Runs `txn`; its answers, and whether its compares held.
@@ -210,6 +225,10 @@ impl Catalog for EtcdCatalog {
                         keys.table_segments(entry.uid),
                         Some(DeleteOptions::new().with_prefix()),
                     ),
+                    TxnOp::delete(
+                        keys.table_published(entry.uid),
+                        Some(DeleteOptions::new().with_prefix()),
+                    ),
                     TxnOp::put(keys.tables_guard(), name.to_string(), None),
                 ]);
             if self.txn(txn)?.0 {
@@ -302,7 +321,7 @@ impl Catalog for EtcdCatalog {
                 return Err(unknown());
             }
             checks::segments(&table, shard, replica, segments)?;
-            let key = keys.replica_segments(table_uid, shard, replica);
+            let key = keys.replica_segments(table_uid, shard, replica, &self.registrant);
             let write = if segments.is_empty() {
                 TxnOp::delete(key, None)
             } else {

@@ -85,9 +85,28 @@ impl Keys {
         format!("{}catalog/segments/{uid:020}/", self.root)
     }
 
-    /// The segment list (JSON) of one replica of one shard.
-    pub fn replica_segments(&self, uid: u64, shard: u32, replica: u32) -> String {
-        format!("{}{shard:010}/{replica:010}", self.table_segments(uid))
+    /// The segment list (JSON) of one replica of one shard, as node `node` holds it
+    /// (each node that holds a copy registers its own).
+    pub fn replica_segments(&self, uid: u64, shard: u32, replica: u32, node: &str) -> String {
+        format!(
+            "{}{shard:010}/{replica:010}/{node}",
+            self.table_segments(uid)
+        )
+    }
+
+    /// Prefix of every table's published shards.
+    pub fn published(&self) -> String {
+        format!("{}catalog/published/", self.root)
+    }
+
+    /// Prefix of the published shards of table `uid`.
+    pub fn table_published(&self, uid: u64) -> String {
+        format!("{}{uid:020}/", self.published())
+    }
+
+    /// The newest published snapshot (JSON) of one shard in deep storage.
+    pub fn published_shard(&self, uid: u64, shard: u32) -> String {
+        format!("{}{shard:010}", self.table_published(uid))
     }
 
     /// Prefix of the live nodes: `members/<node id>` holds a node's card (JSON),
@@ -161,7 +180,7 @@ mod tests {
             (u64::MAX, 0, 0),
         ]
         .into_iter()
-        .map(|(u, s, r)| (keys.replica_segments(u, s, r), (u, s, r)))
+        .map(|(u, s, r)| (keys.replica_segments(u, s, r, "n1"), (u, s, r)))
         .collect();
         by_key.sort();
         let mut by_number: Vec<(u64, u32, u32)> = by_key.iter().map(|(_, n)| *n).collect();

@@ -100,9 +100,12 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn remove_text(&self, name: &str) -> Result<bool>;
 
     /// The registered segments of table `uid`, ascending by (shard, replica, segment).
+    /// A catalog shared by several nodes keeps each node's lists apart (each holds its
+    /// own copies) and returns them all.
     fn segments(&self, table_uid: u64) -> Result<Vec<SegmentEntry>>;
 
-    /// Replaces the registered segments of one replica of one shard of table `uid`
+    /// Replaces the registered segments (this node's, in a shared catalog) of one
+    /// replica of one shard of table `uid`
     /// (which must be listed); every entry must name that table, shard and replica.
     fn set_segments(
         &self,

@@ -1,0 +1,134 @@
+//! Seeding a fresh data directory with shards copied from elsewhere (a cluster node
+//! that loads published segments instead of replaying the whole log).
+//!
+//! A seeded directory holds, for each table, the files of one shard snapshot per shard
+//! (its `MANIFEST`, segment and deletions files, copied into every replica's directory)
+//! and a database log that starts after SCU `start_after`. Each shard holds every SCU
+//! that touches it up to at least `start_after` (its checkpoint, or a later SCU when no
+//! SCU since touched it); shards further along skip the SCUs they hold when the log is
+//! followed from there. Until the database has followed past the furthest shard, a read
+//! could see one shard ahead of another: the caller serves nothing before that.
+//!
+//! Seeding is all or nothing: a `SEEDING` marker is written first and removed last, and
+//! a directory found with the marker has its tables and log removed so that it can be
+//! seeded again.
+
+use std::path::{Path, PathBuf};
+
+use puffer_store::fs::{Fs, RealFs};
+use puffer_store::wal::LogWriter;
+use puffer_store::StoreError;
+
+use crate::catalog::TableEntry;
+use crate::table::{replica_dirs, write_new_table_file};
+use puffer_query::{QueryError, Result};
+
+/// The marker of a seeding in progress.
+pub const SEEDING_MARKER: &str = "SEEDING";
+
+/// Whether `dir` may be seeded: it holds no database yet (no log and no tables), or
+/// only what an interrupted seeding left.
+pub fn is_fresh(dir: &Path) -> bool {
+    dir.join(SEEDING_MARKER).exists() || (!dir.join("log").exists() && !dir.join("tables").exists())
+}
+
+/// A seeding of one data directory in progress.
+pub struct Seed {
+    dir: PathBuf,
+    /// Per table added: its name and its replicas' directories per shard.
+    tables: Vec<(String, Vec<Vec<PathBuf>>)>,
+}
+
+impl Seed {
+    /// Starts seeding `dir`, which must be fresh ([`is_fresh`]); what an interrupted
+    /// seeding left is removed first.
+    pub fn begin(dir: &Path) -> Result<Seed> {
+        if !is_fresh(dir) {
+            return Err(QueryError::Invalid(format!(
+                "{} already holds a database; only a fresh data directory is seeded",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        let fs = RealFs;
+        let marker = dir.join(SEEDING_MARKER);
+        puffer_store::fs::write_file_atomic(&fs, &marker, b"seeding\n")
+            .map_err(|e| StoreError::io(&marker, e))?;
+        for leftover in ["tables", "log"] {
+            let path = dir.join(leftover);
+            if path.exists() {
+                std::fs::remove_dir_all(&path).map_err(|e| StoreError::io(&path, e))?;
+            }
+        }
+        Ok(Seed {
+            dir: dir.to_path_buf(),
+            tables: Vec::new(),
+        })
+    }
+
+    /// Adds table `entry`: its directories, empty until [`Seed::shard_file`] fills them.
+    pub fn table(&mut self, entry: &TableEntry) -> Result<()> {
+        entry.layout.validate()?;
+        let path = self.dir.join("tables").join(&entry.name);
+        write_new_table_file(&path, entry)?;
+        let dirs = replica_dirs(&path, entry.layout);
+        for dir in dirs.iter().flatten() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        }
+        self.tables.push((entry.name.clone(), dirs));
+        Ok(())
+    }
+
+    /// Writes file `name` of shard `shard` of table `table` (added before) into every
+    /// replica's directory of the shard. `name` is a plain file name.
+    pub fn shard_file(&self, table: &str, shard: u32, name: &str, bytes: &[u8]) -> Result<()> {
+        if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+            return Err(QueryError::Invalid(format!(
+                "{name:?} is not a shard file name"
+            )));
+        }
+        let replicas = self
+            .tables
+            .iter()
+            .find(|(t, _)| t == table)
+            .and_then(|(_, dirs)| dirs.get(shard as usize))
+            .ok_or_else(|| {
+                QueryError::Invalid(format!(
+                    "table {table:?} has no shard {shard} in this seeding"
+                ))
+            })?;
+        let fs = RealFs;
+        for dir in replicas {
+            let path = dir.join(name);
+            puffer_store::fs::write_file_atomic(&fs, &path, bytes)
+                .map_err(|e| StoreError::io(&path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Finishes: every shard of every table added must have its `MANIFEST`; the log
+    /// starts after SCU `start_after`. Then the marker goes.
+    pub fn finish(self, start_after: u64) -> Result<()> {
+        for (table, dirs) in &self.tables {
+            if let Some(missing) = dirs.iter().flatten().find(|d| !d.join("MANIFEST").exists()) {
+                return Err(QueryError::Invalid(format!(
+                    "seeding table {table:?}: {} got no MANIFEST",
+                    missing.display()
+                )));
+            }
+        }
+        let fs = RealFs;
+        let log_dir = self.dir.join("log");
+        fs.create_dir_all(&log_dir)
+            .map_err(|e| StoreError::io(&log_dir, e))?;
+        // An empty log file named by its first SCU: numbering continues from there.
+        drop(LogWriter::create(&fs, &log_dir, start_after + 1)?);
+        fs.sync_dir(&self.dir)
+            .map_err(|e| StoreError::io(&self.dir, e))?;
+        let marker = self.dir.join(SEEDING_MARKER);
+        std::fs::remove_file(&marker).map_err(|e| StoreError::io(&marker, e))?;
+        fs.sync_dir(&self.dir)
+            .map_err(|e| StoreError::io(&self.dir, e))?;
+        Ok(())
+    }
+}
