@@ -73,6 +73,9 @@ pub struct ClusterConfig {
     pub lease_ttl: Duration,
     /// How often it looks for new SCUs.
     pub follow_interval: Duration,
+    /// How often the ingest leader collects the log (groups every shard's published
+    /// segments cover and every node has applied).
+    pub log_gc_interval: Duration,
     /// How often an indexer publishes new segments
     /// ([`crate::segments::PUBLISH_INTERVAL`] by default).
     pub publish_interval: Duration,
@@ -92,6 +95,13 @@ impl ClusterConfig {
         if self.follow_interval.is_zero() || self.follow_interval > Duration::from_secs(10) {
             return Err(ClusterError::Invalid(
                 "the follow interval is between 1 ms and 10 s".into(),
+            ));
+        }
+        if self.log_gc_interval < Duration::from_secs(1)
+            || self.log_gc_interval > Duration::from_secs(86_400)
+        {
+            return Err(ClusterError::Invalid(
+                "the log collection interval is between 1 s and 86400 s".into(),
             ));
         }
         if self.publish_interval < Duration::from_secs(1)
@@ -133,6 +143,15 @@ impl IngestShipper {
             Some(LeaderShipper::new(self.log.clone(), leadership));
     }
 
+    /// Its leadership while it leads.
+    fn leadership(&self) -> Option<Leadership> {
+        self.leading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|shipper| shipper.leadership().clone())
+    }
+
     fn step_down(&self) {
         *self.leading.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
@@ -151,6 +170,19 @@ pub struct ClusterNode {
     lost: Arc<Mutex<Option<String>>>,
     seeded: Mutex<Option<SeedReport>>,
     publishing: Arc<Mutex<PublishStatus>>,
+    log_gc: Arc<Mutex<LogGcStatus>>,
+}
+
+/// What the ingest leader's log collection did, for status.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct LogGcStatus {
+    rounds: u64,
+    /// The horizon the next round collects up to.
+    horizon: u64,
+    groups: usize,
+    objects_left: usize,
+    first_kept: u64,
+    error: Option<String>,
 }
 
 /// What the indexer's publisher did last, for status.
@@ -170,6 +202,7 @@ struct Running {
     _coordinator: Option<Candidate>,
     watcher: Option<std::thread::JoinHandle<()>>,
     publisher: Option<std::thread::JoinHandle<()>>,
+    collector: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -201,6 +234,7 @@ impl ClusterNode {
             lost: Arc::new(Mutex::new(None)),
             seeded: Mutex::new(None),
             publishing: Arc::default(),
+            log_gc: Arc::default(),
         })
     }
 
@@ -261,6 +295,20 @@ impl ClusterNode {
             // Its shards stand at different SCUs until it has followed past the
             // furthest: no read may see that.
             self.catch_up_to(&database, seeded.serve_from)?;
+        } else if follows {
+            // A node that was away while the log was collected past it can never catch
+            // up: it says so instead of serving what it has. (etcd away: checked by
+            // the follower later.)
+            if let Ok(first) = self.log.first() {
+                let held = database.published();
+                if held + 1 < first {
+                    return Err(ClusterError::Invalid(format!(
+                        "this node holds the log up to SCU {held}, but the log keeps SCUs \
+                         from {first} only: start it with an empty data directory, and it \
+                         loads the published segments"
+                    )));
+                }
+            }
         }
         let rpc = if serves_shards {
             Some(RpcServer::start(database.clone(), self.config.rpc_listen)?)
@@ -302,6 +350,7 @@ impl ClusterNode {
             let (log, shipper) = (self.log.clone(), self.shipper.clone());
             let (leads, lost) = (self.leads_ingest.clone(), self.lost.clone());
             let (remote, database) = (self.remote.clone(), database.clone());
+            let (etcd, node_id) = (self.etcd.clone(), self.config.node_id.clone());
             std::thread::Builder::new()
                 .name("puffer-cluster-watch".into())
                 .spawn(move || {
@@ -317,6 +366,8 @@ impl ClusterNode {
                         stop,
                         remote,
                         holds_data: follows,
+                        etcd,
+                        node_id,
                     })
                 })
                 .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?
@@ -338,6 +389,20 @@ impl ClusterNode {
         let publisher = publisher
             .transpose()
             .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
+        let collector = self.config.has(Role::Ingest).then(|| {
+            let (etcd, log, shipper) = (self.etcd.clone(), self.log.clone(), self.shipper.clone());
+            let (stop, status, interval) = (
+                stop.clone(),
+                self.log_gc.clone(),
+                self.config.log_gc_interval,
+            );
+            std::thread::Builder::new()
+                .name("puffer-log-gc".into())
+                .spawn(move || collect_log(&etcd, &log, &shipper, interval, &stop, &status))
+        });
+        let collector = collector
+            .transpose()
+            .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
         *self.running.lock().unwrap_or_else(PoisonError::into_inner) = Some(Running {
             membership,
             follower,
@@ -345,6 +410,7 @@ impl ClusterNode {
             _coordinator: coordinator,
             watcher: Some(watcher),
             publisher,
+            collector,
             stop,
         });
         Ok(())
@@ -430,6 +496,9 @@ impl ClusterNode {
             },
             "lost": self.lost(),
             "seeded": self.seeded.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            "log_gc": self.config.has(Role::Ingest).then(|| {
+                json!(self.log_gc.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            }),
             "publishing": self.config.has(Role::Indexer).then(|| {
                 json!(self.publishing.lock().unwrap_or_else(PoisonError::into_inner).clone())
             }),
@@ -446,9 +515,13 @@ impl Drop for ClusterNode {
             .take()
         {
             running.stop.store(true, Ordering::Release);
-            for thread in [running.watcher.take(), running.publisher.take()]
-                .into_iter()
-                .flatten()
+            for thread in [
+                running.watcher.take(),
+                running.publisher.take(),
+                running.collector.take(),
+            ]
+            .into_iter()
+            .flatten()
             {
                 let _ = thread.join();
             }
@@ -476,6 +549,26 @@ struct WatchParts {
     stop: Arc<AtomicBool>,
     remote: Arc<ClusterRemote>,
     holds_data: bool,
+    etcd: Etcd,
+    node_id: String,
+}
+
+/// How often a node that follows the log reports how far it has applied it.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Puts this node's progress (the last SCU applied) on its lease.
+fn report_progress(etcd: &Etcd, node_id: &str, lease: i64, applied: u64) -> Result<()> {
+    let key = etcd.keys().node_progress(node_id);
+    etcd.call(move |mut client| async move {
+        client
+            .put(
+                key,
+                applied.to_string(),
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            )
+            .await
+    })?;
+    Ok(())
 }
 
 /// Watches the lease and the ingest election: takes over as ingest leader once
@@ -485,7 +578,20 @@ struct WatchParts {
 fn watch(parts: WatchParts) {
     let mut data_nodes_at = Instant::now();
     let mut tables_at = Instant::now();
+    let mut progress_at = Instant::now();
+    let mut reported = None;
     while !parts.stop.load(Ordering::Acquire) {
+        if parts.holds_data && progress_at.elapsed() >= PROGRESS_INTERVAL {
+            progress_at = Instant::now();
+            let applied = parts.database.published();
+            if reported != Some(applied) {
+                // etcd away: reported at a later tick.
+                let lease = parts.membership.lease();
+                if report_progress(&parts.etcd, &parts.node_id, lease, applied).is_ok() {
+                    reported = Some(applied);
+                }
+            }
+        }
         if data_nodes_at.elapsed() >= DATA_NODES_INTERVAL {
             data_nodes_at = Instant::now();
             // etcd away: routing stays as it was.
@@ -557,5 +663,58 @@ fn publish(
             }
             Err(e) => status.error = Some(e.to_string()),
         }
+    }
+}
+
+/// The ingest node's log collection: every `interval`, while it leads, removes the
+/// groups up to the horizon computed the round before (so that a node that read the
+/// published segments meanwhile still finds the groups past them), then computes the
+/// next.
+fn collect_log(
+    etcd: &Etcd,
+    log: &ClusterLog,
+    shipper: &IngestShipper,
+    interval: Duration,
+    stop: &AtomicBool,
+    status: &Mutex<LogGcStatus>,
+) {
+    let mut last = Instant::now();
+    let mut horizon = 0;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() < interval {
+            continue;
+        }
+        last = Instant::now();
+        let Some(leadership) = shipper.leadership() else {
+            horizon = 0; // a new leader starts its rounds afresh
+            continue;
+        };
+        let collected = if horizon > 0 {
+            log.collect(&leadership, horizon).map(Some)
+        } else {
+            Ok(None)
+        };
+        let next = crate::segments::log_horizon(etcd);
+        let mut status = status.lock().unwrap_or_else(PoisonError::into_inner);
+        status.rounds += 1;
+        status.error = None;
+        match collected {
+            Ok(Some(collection)) => {
+                status.groups += collection.groups;
+                status.objects_left += collection.objects_left;
+                status.first_kept = collection.first_kept;
+            }
+            Ok(None) => {}
+            Err(e) => status.error = Some(e.to_string()),
+        }
+        match next {
+            Ok(next) => horizon = next,
+            Err(e) => {
+                horizon = 0;
+                status.error = Some(e.to_string());
+            }
+        }
+        status.horizon = horizon;
     }
 }

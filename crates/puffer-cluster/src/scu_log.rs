@@ -28,6 +28,20 @@ pub const MAX_ENTRIES_PER_READ: usize = 64;
 /// starts at `n - MAX_GROUP_SCUS + 1` or later.
 pub const MAX_GROUP_SCUS: u64 = 256;
 
+/// Most groups one [`ClusterLog::collect`] removes.
+pub const MAX_COLLECTED_GROUPS: usize = 1000;
+
+/// What [`ClusterLog::collect`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LogCollection {
+    /// Groups removed from the index.
+    pub groups: usize,
+    /// Their objects that could not be deleted (garbage nothing names).
+    pub objects_left: usize,
+    /// The first SCU the log holds after.
+    pub first_kept: u64,
+}
+
 /// A group of the log, as indexed in etcd.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
@@ -104,6 +118,74 @@ impl ClusterLog {
         self.deep.get(&entry.object)
     }
 
+    /// The first SCU the log still holds (1 until groups are collected).
+    pub fn first(&self) -> Result<u64> {
+        let key = self.etcd.keys().log_first();
+        let answer = self
+            .etcd
+            .call(move |mut client| async move { client.get(key, None).await })?;
+        match answer.kvs().first() {
+            None => Ok(1),
+            Some(kv) => parse_tail(kv.value()),
+        }
+    }
+
+    /// Removes the groups wholly at or below SCU `horizon` (their index entries, by
+    /// transactions fenced on `leadership`, then their objects), at most
+    /// [`MAX_COLLECTED_GROUPS`] per call. The caller makes sure every SCU up to
+    /// `horizon` is in published segments and applied by every node that follows.
+    pub fn collect(&self, leadership: &Leadership, horizon: u64) -> Result<LogCollection> {
+        let keys = self.etcd.keys();
+        let (from, to) = (keys.log_entry(1), keys.log_entry(horizon.saturating_add(1)));
+        let answer = self.etcd.call(move |mut client| async move {
+            client
+                .get(
+                    from,
+                    Some(
+                        GetOptions::new()
+                            .with_range(to)
+                            .with_limit(MAX_COLLECTED_GROUPS as i64),
+                    ),
+                )
+                .await
+        })?;
+        let mut doomed = Vec::new();
+        for kv in answer.kvs() {
+            let entry: LogEntry =
+                serde_json::from_slice(kv.value()).map_err(|e| ClusterError::Corrupt {
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    detail: e.to_string(),
+                })?;
+            if entry.last <= horizon {
+                doomed.push(entry);
+            }
+        }
+        let mut collection = LogCollection {
+            groups: 0,
+            objects_left: 0,
+            first_kept: self.first()?,
+        };
+        // One etcd transaction holds at most 128 operations.
+        for chunk in doomed.chunks(100) {
+            let first_kept = chunk.iter().map(|e| e.last + 1).max().unwrap_or(1);
+            let mut ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|e| TxnOp::delete(keys.log_entry(e.first), None))
+                .collect();
+            ops.push(TxnOp::put(keys.log_first(), first_kept.to_string(), None));
+            leadership.write(ops)?;
+            collection.groups += chunk.len();
+            collection.first_kept = collection.first_kept.max(first_kept);
+            // No entry names them now; one left behind is garbage, never read.
+            for entry in chunk {
+                if self.deep.delete(&entry.object).is_err() {
+                    collection.objects_left += 1;
+                }
+            }
+        }
+        Ok(collection)
+    }
+
     /// Brings `database` (a follower) up to the log's tail: its tables first (from the
     /// catalog, which lists every table before any SCU touches it), then the groups
     /// past what it holds. Returns the SCU it holds after.
@@ -117,6 +199,17 @@ impl ClusterLog {
         database.sync_tables()?;
         while held < tail {
             let entries = self.entries_after(held)?;
+            if entries.first().is_none_or(|e| e.first > held + 1) {
+                let first = self.first()?;
+                if held + 1 < first {
+                    return Err(ClusterError::Invalid(format!(
+                        "the log was collected past what this node holds (SCU {held}; the log \
+                         keeps SCUs from {first}): give the node an empty data directory, \
+                         and it loads the published segments"
+                    ))
+                    .into());
+                }
+            }
             if entries.is_empty() {
                 return Err(ClusterError::Corrupt {
                     key: self.etcd.keys().log_index(),
@@ -161,6 +254,11 @@ impl LeaderShipper {
             leadership,
             attempts: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// The leadership it ships under.
+    pub fn leadership(&self) -> &Leadership {
+        &self.leadership
     }
 }
 

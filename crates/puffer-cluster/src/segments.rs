@@ -15,7 +15,12 @@
 //! published, and starts the node's log after the lowest `covers`; following the log from
 //! there, each shard skips the SCUs it holds. A table created after that read has all its
 //! SCUs later than every `covers` read, so nothing is missed; a table not fully published
-//! is made empty and filled from the log, which then starts at the beginning.
+//! is made empty and filled from the log, which is then followed from its first kept SCU.
+//!
+//! The log is collected ([`log_horizon`], [`crate::scu_log::ClusterLog::collect`]) up
+//! to an SCU that every shard's published snapshot covers and every live node that
+//! follows has applied, as the previous collection round computed it, so a node seeding
+//! meanwhile (which starts at or past that) finds the groups it needs.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -337,6 +342,87 @@ fn record(etcd: &Etcd, entry: &PublishedShard) -> Result<bool> {
     Err(ClusterError::Unavailable("recording a published shard kept conflicting".into()).into())
 }
 
+/// The highest SCU up to which the log may be collected: every shard of every table
+/// is published covering it, and every live node that follows the log has applied it
+/// (0 when some shard is not published or some such node has not reported yet).
+pub fn log_horizon(etcd: &Etcd) -> Result<u64> {
+    let keys = etcd.keys();
+    let prefixes = [
+        keys.tables(),
+        keys.published(),
+        keys.members(),
+        keys.progress(),
+    ];
+    // One read, one revision.
+    let answer = etcd.call(move |mut client| async move {
+        client
+            .txn(
+                Txn::new().and_then(
+                    prefixes
+                        .into_iter()
+                        .map(|p| TxnOp::get(p, Some(GetOptions::new().with_prefix())))
+                        .collect::<Vec<_>>(),
+                ),
+            )
+            .await
+    })?;
+    let reads: Vec<Vec<etcd_client::KeyValue>> = answer
+        .op_responses()
+        .into_iter()
+        .map(|r| match r {
+            TxnOpResponse::Get(get) => get.kvs().to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let [tables, shards, cards, progress] = &reads[..] else {
+        return Ok(0);
+    };
+    let mut published = HashMap::new();
+    for kv in shards {
+        let shard: PublishedShard = decode(kv.key(), kv.value())?;
+        published.insert((shard.table_uid, shard.shard), shard.covers);
+    }
+    let mut horizon = u64::MAX;
+    for kv in tables {
+        let entry: TableEntry = decode(kv.key(), kv.value())?;
+        for shard in 0..entry.layout.shards {
+            match published.get(&(entry.uid, shard)) {
+                Some(&covers) => horizon = horizon.min(covers),
+                None => return Ok(0),
+            }
+        }
+    }
+    let mut applied = HashMap::new();
+    for kv in progress {
+        let node = kv
+            .key()
+            .strip_prefix(keys.progress().as_bytes())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let scu = std::str::from_utf8(kv.value())
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| ClusterError::Corrupt {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                detail: "not a number".into(),
+            })?;
+        applied.insert(node, scu);
+    }
+    for kv in cards {
+        let card: crate::etcd::MemberCard = decode(kv.key(), kv.value())?;
+        let follows = [Role::Data, Role::Ingest, Role::Indexer]
+            .iter()
+            .any(|r| card.roles.contains(r));
+        if follows {
+            match applied.get(&card.node_id) {
+                Some(&scu) => horizon = horizon.min(scu),
+                None => return Ok(0),
+            }
+        }
+    }
+    Ok(if horizon == u64::MAX { 0 } else { horizon })
+}
+
 /// What seeding a data directory did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SeedReport {
@@ -363,13 +449,16 @@ pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Opti
     }
     let started = Instant::now();
     let keys = etcd.keys();
-    let (tables_prefix, published_prefix) = (keys.tables(), keys.published());
-    // One read, one revision: tables and their published shards as of one moment.
+    let (tables_prefix, published_prefix, log_first) =
+        (keys.tables(), keys.published(), keys.log_first());
+    // One read, one revision: tables, their published shards and where the log starts
+    // as of one moment.
     let answer = etcd.call(move |mut client| async move {
         client
             .txn(Txn::new().and_then(vec![
                 TxnOp::get(tables_prefix, Some(GetOptions::new().with_prefix())),
                 TxnOp::get(published_prefix, Some(GetOptions::new().with_prefix())),
+                TxnOp::get(log_first, None),
             ]))
             .await
     })?;
@@ -381,6 +470,16 @@ pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Opti
         reads.next().unwrap_or_default(),
         reads.next().unwrap_or_default(),
     );
+    let first_kept = match reads.next().unwrap_or_default().first() {
+        Some(kv) => std::str::from_utf8(kv.value())
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| ClusterError::Corrupt {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                detail: "not a number".into(),
+            })?,
+        None => 1,
+    };
     let mut published = HashMap::new();
     for kv in &shards {
         let shard: PublishedShard = decode(kv.key(), kv.value())?;
@@ -398,16 +497,20 @@ pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Opti
             None => all_published = false,
         }
     }
-    if seeded.is_empty() {
-        return Ok(None);
+    if seeded.is_empty() && first_kept <= 1 {
+        return Ok(None); // nothing to load: the log holds everything
     }
     let covers = seeded
         .iter()
         .flat_map(|(_, shards)| shards.iter().map(|s| s.covers));
+    let lowest = covers.clone().min().unwrap_or(first_kept - 1);
     let start_after = if all_published {
-        covers.clone().min().unwrap_or(0)
+        lowest
     } else {
-        0 // a table made empty takes the log from its start
+        // A table made empty takes the log from where it starts: no group was
+        // collected while the table was unpublished (collection waits for every shard),
+        // so all its SCUs are still there.
+        lowest.min(first_kept - 1)
     };
     let serve_from = covers.max().unwrap_or(0);
     let mut seed = Seed::begin(dir)?;

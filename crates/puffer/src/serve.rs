@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// seconds (1 to 3600).
     #[arg(long, default_value_t = 5, requires = "etcd")]
     publish_interval_s: u64,
+    /// How often the ingest leader removes the log's groups that every shard's
+    /// published segments cover and every node has applied, in seconds (1 to 86400).
+    #[arg(long, default_value_t = 60, requires = "etcd")]
+    log_gc_interval_s: u64,
 }
 
 /// Runs the server until Ctrl-C.
@@ -174,6 +178,7 @@ fn join_cluster(
         lease_ttl: std::time::Duration::from_secs(args.lease_ttl_s),
         follow_interval: DEFAULT_FOLLOW_INTERVAL,
         publish_interval: std::time::Duration::from_secs(args.publish_interval_s),
+        log_gc_interval: std::time::Duration::from_secs(args.log_gc_interval_s),
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

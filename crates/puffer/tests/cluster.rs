@@ -628,7 +628,7 @@ fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
     .unwrap();
     // Small log tables, so that a few hundred records make segments to publish.
     let env = [("PUFFER_LOG_TABLE_MAX_RECORDS", "16")];
-    let fast = ["--publish-interval-s", "1"];
+    let fast = ["--publish-interval-s", "1", "--log-gc-interval-s", "1"];
     let roles = "coordinator,ingest,indexer,data";
     let a = start_node_with(dir.path(), &etcd_server, "a", roles, &fast, &env);
     wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
@@ -671,6 +671,36 @@ fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
         )
     });
     let lowest = published.values().map(|s| s.covers).min().unwrap();
+    // The log is collected behind them: its first groups are gone from etcd and deep
+    // storage.
+    let log = puffer_cluster::scu_log::ClusterLog::new(
+        etcd.clone(),
+        puffer_cluster::DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap(),
+    );
+    let (first_kept, _) = wait_for(Duration::from_secs(30), || {
+        log.first().ok().filter(|&first| first > 1)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the log was not collected; a says {:?}",
+            get(&format!("{}/v1/admin/cluster", a.base))
+        )
+    });
+    assert!(
+        first_kept <= lowest + 1,
+        "collected past the segments: {first_kept} > {lowest} + 1"
+    );
+    let entries = log.entries_after(0).unwrap();
+    assert!(entries.iter().all(|e| e.last >= first_kept), "{entries:?}");
+    let objects = puffer_cluster::DeepStorage::open(dir.path().join("deep").to_str().unwrap())
+        .unwrap()
+        .list("log")
+        .unwrap();
+    assert_eq!(
+        objects.len(),
+        entries.len(),
+        "objects of collected groups remain: {objects:?}"
+    );
 
     // A node with an empty data directory starts from them.
     let b = start_node_with(dir.path(), &etcd_server, "b", "data", &[], &[]);

@@ -109,6 +109,23 @@ impl Keys {
         format!("{}{shard:010}", self.table_published(uid))
     }
 
+    /// Prefix of the nodes' progress: `progress/<node id>` holds the last SCU a node that
+    /// follows the log has applied (decimal), on its lease.
+    pub fn progress(&self) -> String {
+        format!("{}progress/", self.root)
+    }
+
+    /// A node's progress.
+    pub fn node_progress(&self, node_id: &str) -> String {
+        format!("{}{node_id}", self.progress())
+    }
+
+    /// The first SCU the log still holds (decimal; absent: 1): groups wholly before it
+    /// were collected, their SCUs being in published segments and past every node.
+    pub fn log_first(&self) -> String {
+        format!("{}log/first", self.root)
+    }
+
     /// Prefix of the live nodes: `members/<node id>` holds a node's card (JSON),
     /// attached to the node's lease.
     pub fn members(&self) -> String {
