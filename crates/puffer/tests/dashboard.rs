@@ -400,6 +400,17 @@ fn stat_text(markup: &str, stat: &str) -> String {
     markup[text_start..text_end].to_string()
 }
 
+/// The text of the element with `id="{id}"` in `markup`.
+fn text_of_id(markup: &str, id: &str) -> String {
+    let needle = format!("id=\"{id}\"");
+    let start = markup
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {needle} in the page"));
+    let text_start = markup[start..].find('>').expect("tag end") + start + 1;
+    let text_end = markup[text_start..].find('<').expect("closing tag") + text_start;
+    markup[text_start..text_end].replace("&amp;", "&")
+}
+
 /// What a replica's plots must show: the server's samples up to the newest one drawn.
 #[derive(Debug, PartialEq)]
 struct Expected {
@@ -700,4 +711,126 @@ fn dashboard_asks_for_a_token_and_uses_one_from_the_fragment() {
         elements(&markup, "article").len(),
         replicas["replicas"].as_array().expect("replicas").len()
     );
+}
+
+#[test]
+fn dashboard_shows_the_cluster_on_a_cluster_node() {
+    let Some(chromium) = skip_without_chromium() else {
+        return;
+    };
+    let Some(_) = puffer_cluster::etcd::LocalEtcd::binary() else {
+        eprintln!(
+            "\n*** SKIPPED dashboard_shows_the_cluster_on_a_cluster_node: no etcd binary ***\n"
+        );
+        assert!(
+            std::env::var_os("PUFFER_REQUIRE_SERVICES").is_none(),
+            "PUFFER_REQUIRE_SERVICES is set but etcd is missing"
+        );
+        return;
+    };
+    let dir = TempDir::new().expect("a temporary directory");
+    let etcd = puffer_cluster::etcd::LocalEtcd::start(&dir.path().join("etcd")).expect("etcd");
+    let port = |_| puffer_cluster::etcd::local::free_port().expect("a free port");
+    let (http, rpc) = (port(0), port(1));
+    let node = ServeProcess::start_listening(
+        &dir.path().join("n1"),
+        &format!("127.0.0.1:{http}"),
+        &[
+            "--etcd",
+            &etcd.endpoint(),
+            "--node-id",
+            "n1",
+            "--rpc-listen",
+            &format!("127.0.0.1:{rpc}"),
+            "--publish-interval-s",
+            "1",
+        ],
+        &[],
+    );
+    let agent = agent();
+    let cluster_url = format!("{}/v1/admin/cluster", node.base);
+    // Leading ingest, with a table whose shards were published.
+    let started = Instant::now();
+    loop {
+        let status = get_json(&agent, &cluster_url, None).expect("cluster status");
+        if status["leads_ingest"] == json!(true) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "n1 never led ingest: {status}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    post_json(
+        &agent,
+        &format!("{}/v1/tables", node.base),
+        &json!({"name": "rooms", "key": "id", "attributes": [{"name": "city", "type": "string"}]}),
+    )
+    .expect("table created");
+    let status = loop {
+        let status = get_json(&agent, &cluster_url, None).expect("cluster status");
+        if status["publishing"]["shards"].as_u64().unwrap_or(0) > 0 {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "nothing published: {status}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    };
+
+    let rendered = {
+        let _one_at_a_time = CHROMIUM.lock().unwrap_or_else(|e| e.into_inner());
+        render(&chromium, &format!("{}/", node.base), None)
+    };
+    let markup = markup_only(&rendered.dom);
+    let context = format!("\nstatus: {status}\nDOM:\n{}", rendered.dom);
+    let body = &elements(&markup, "body")[0];
+    assert_eq!(body.required("data-cluster"), "cluster", "{context}");
+    let section = elements(&markup, "section")
+        .into_iter()
+        .find(|s| s.attribute("id").as_deref() == Some("cluster"))
+        .expect("the cluster section");
+    assert!(
+        section.attribute("hidden").is_none(),
+        "the section is hidden{context}"
+    );
+    // What the page shows is what the admin API says (leaders do not change here).
+    assert_eq!(
+        text_of_id(&markup, "cluster-name"),
+        status["cluster"].as_str().unwrap(),
+        "{context}"
+    );
+    assert_eq!(
+        text_of_id(&markup, "cluster-node"),
+        "n1 (coordinator, ingest, indexer, data, broker)",
+        "{context}"
+    );
+    assert_eq!(text_of_id(&markup, "cluster-ingest"), "n1", "{context}");
+    assert_eq!(
+        text_of_id(&markup, "cluster-coordinator"),
+        "n1",
+        "{context}"
+    );
+    assert_eq!(
+        text_of_id(&markup, "cluster-members"),
+        "n1 [coordinator,ingest,indexer,data,broker]",
+        "{context}"
+    );
+    let log = text_of_id(&markup, "cluster-log");
+    let (tail, published) = log
+        .split_once(" / ")
+        .unwrap_or_else(|| panic!("{log:?}{context}"));
+    assert!(
+        tail.parse::<u64>().is_ok() && published.parse::<u64>().is_ok(),
+        "{log:?}{context}"
+    );
+    assert_eq!(
+        text_of_id(&markup, "cluster-reads"),
+        "this node's own copy",
+        "{context}"
+    );
+    let segments = text_of_id(&markup, "cluster-segments");
+    assert!(segments.starts_with("published "), "{segments:?}{context}");
 }
