@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use proptest::prelude::*;
 use puffer_adapt::replication::{
     collect_garbage, lazy_transition, match_bins_to_nodes, modified_best_fit, modified_fit,
-    place_new_segment, scarlett_placement, uniform_placement, FitHeuristic, GcConfig, Matching,
-    NodeStorage, Placement, Plan, Popularity, ScarlettConfig, SegmentId,
+    place_new_segment, scarlett_placement, uniform_placement, uniform_placement_keeping,
+    FitHeuristic, GcConfig, Matching, NodeStorage, Placement, Plan, Popularity, ScarlettConfig,
+    SegmentId,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -943,4 +944,124 @@ fn whole_runs_keep_every_segment_and_plans_balanced() {
         last_plan = Some(plan);
     }
     assert!(last_plan.unwrap().total_replicas() < 10 + nodes);
+}
+
+// ---------------------------------------------------------------------------------------
+// Uniform replication that keeps what is placed
+
+/// The lowest possible most-loaded node over every placement that gives each segment
+/// `wanted` distinct holders and keeps `min(current holders, wanted)` of its current ones.
+fn brute_force_least_max_load(
+    segments: &[SegmentId],
+    current: &[BTreeSet<SegmentId>],
+    wanted: usize,
+) -> usize {
+    let nodes = current.len();
+    let choices: Vec<Vec<u32>> = segments
+        .iter()
+        .map(|segment| {
+            let holders: u32 = (0..nodes)
+                .filter(|&n| current[n].contains(segment))
+                .fold(0, |mask, n| mask | 1 << n);
+            let keep = (holders.count_ones() as usize).min(wanted);
+            (0u32..1 << nodes)
+                .filter(|mask| {
+                    mask.count_ones() as usize == wanted
+                        && (mask & holders).count_ones() as usize == keep
+                })
+                .collect()
+        })
+        .collect();
+    fn search(choices: &[Vec<u32>], load: &mut Vec<usize>, best: &mut usize) {
+        let Some((first, rest)) = choices.split_first() else {
+            *best = (*best).min(load.iter().copied().max().unwrap_or(0));
+            return;
+        };
+        for &mask in first {
+            for (n, slot) in load.iter_mut().enumerate() {
+                *slot += (mask >> n & 1) as usize;
+            }
+            search(rest, load, best);
+            for (n, slot) in load.iter_mut().enumerate() {
+                *slot -= (mask >> n & 1) as usize;
+            }
+        }
+    }
+    let mut best = usize::MAX;
+    search(&choices, &mut vec![0; nodes], &mut best);
+    best
+}
+
+#[test]
+fn uniform_placement_keeping_moves_only_lost_replicas_and_balances_like_brute_force() {
+    let mut rng = StdRng::seed_from_u64(17);
+    let mut worse_than_optimum = 0;
+    for case in 0..400 {
+        let nodes = rng.gen_range(1..=4usize);
+        let segments: BTreeSet<SegmentId> = (0..rng.gen_range(0..=5u64)).collect();
+        let factor = rng.gen_range(1..=3usize);
+        // Current holdings, with a segment (99) that is gone.
+        let current: Vec<BTreeSet<SegmentId>> = (0..nodes)
+            .map(|_| {
+                (0..6u64)
+                    .map(|s| if s == 5 { 99 } else { s })
+                    .filter(|_| rng.gen_bool(0.35))
+                    .collect()
+            })
+            .collect();
+        let placement = uniform_placement_keeping(&segments, &current, factor).unwrap();
+        let held = placement.segments_by_node();
+        let wanted = factor.min(nodes);
+        let context = format!("case {case}: {current:?} factor {factor} -> {held:?}");
+        for segment in &segments {
+            let holders: Vec<usize> = (0..nodes).filter(|&n| held[n].contains(segment)).collect();
+            assert_eq!(holders.len(), wanted, "{context}");
+            let before = (0..nodes).filter(|&n| current[n].contains(segment)).count();
+            let kept = holders
+                .iter()
+                .filter(|&&n| current[n].contains(segment))
+                .count();
+            assert_eq!(kept, before.min(wanted), "{context}");
+        }
+        assert!(
+            held.iter().flatten().all(|s| segments.contains(s)),
+            "{context}"
+        );
+        for (segment, shares) in placement.routing_table() {
+            assert!(
+                shares
+                    .iter()
+                    .all(|&(_, f)| (f - 1.0 / wanted as f64).abs() < 1e-12),
+                "{segment} {context}"
+            );
+        }
+        let max_load = held.iter().map(BTreeSet::len).max().unwrap_or(0);
+        let segments: Vec<SegmentId> = segments.into_iter().collect();
+        let best = brute_force_least_max_load(&segments, &current, wanted);
+        // Greedy filling is within one replica of the optimum, and from nothing optimal.
+        assert!(
+            max_load <= best + 1,
+            "max load {max_load}, optimum {best}: {context}"
+        );
+        if current.iter().all(BTreeSet::is_empty) {
+            assert_eq!(max_load, best, "{context}");
+        }
+        worse_than_optimum += usize::from(max_load > best);
+    }
+    eprintln!("uniform_placement_keeping: {worse_than_optimum} of 400 cases one above the optimum");
+}
+
+#[test]
+fn uniform_placement_keeping_refuses_what_it_cannot_place() {
+    let none: Vec<BTreeSet<SegmentId>> = Vec::new();
+    assert!(uniform_placement_keeping(&BTreeSet::from([1]), &none, 2).is_err());
+    assert!(uniform_placement_keeping(&BTreeSet::from([1]), &[BTreeSet::new()], 0).is_err());
+    // More replicas than nodes: one per node.
+    let placement = uniform_placement_keeping(
+        &BTreeSet::from([1, 2]),
+        &[BTreeSet::new(), BTreeSet::new()],
+        3,
+    )
+    .unwrap();
+    assert_eq!(placement.total_replicas(), 4);
 }

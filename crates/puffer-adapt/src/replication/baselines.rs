@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::placement::placement_unchecked;
-use super::{check_node_count, check_segment_count, Placement, SegmentId, Share};
+use super::{check_node_count, check_segment_count, NodeIndex, Placement, SegmentId, Share};
 use crate::{config_error, ConfigError};
 
 /// Scarlett's settings, as read from the Getafix paper (see the module documentation).
@@ -113,6 +113,76 @@ pub fn uniform_placement(
         .map(|&segment| (segment, replication_factor))
         .collect();
     Ok(deal_round_robin(&replicas, nodes))
+}
+
+/// Uniform replication that keeps what is placed: every segment of `segments` on
+/// `min(replication_factor, nodes)` nodes, where `current[n]` is what node `n` holds now.
+/// Each segment keeps its current holders (those holding the fewest replicas first, when
+/// it has more than it needs); a missing replica goes to the node holding the fewest
+/// replicas at that point (the lower index on ties), segments taken in id order. So a
+/// node that goes away costs only its own replicas, and a node that joins takes new
+/// replicas until it is as loaded as the rest. Segments not in `segments` are dropped.
+/// Errors: `current` not in `1..=`[`MAX_NODES`](super::MAX_NODES) nodes, more than
+/// [`MAX_SEGMENTS`](super::MAX_SEGMENTS) segments, `replication_factor` 0.
+pub fn uniform_placement_keeping(
+    segments: &BTreeSet<SegmentId>,
+    current: &[BTreeSet<SegmentId>],
+    replication_factor: usize,
+) -> Result<Placement, ConfigError> {
+    let nodes = current.len();
+    check_node_count("current", nodes)?;
+    check_segment_count("segments", segments.len())?;
+    if replication_factor == 0 {
+        return Err(config_error(
+            "replication_factor",
+            "a segment needs at least one replica".to_string(),
+        ));
+    }
+    let wanted = replication_factor.min(nodes);
+    let mut holders: BTreeMap<SegmentId, Vec<NodeIndex>> = BTreeMap::new();
+    for (node, held) in current.iter().enumerate() {
+        for &segment in held.iter().filter(|s| segments.contains(s)) {
+            holders.entry(segment).or_default().push(node);
+        }
+    }
+    // Kept first: a segment with too many holders drops those holding the most.
+    let mut load: Vec<usize> = vec![0; nodes];
+    for kept in holders.values() {
+        for &node in kept {
+            load[node] += 1;
+        }
+    }
+    for kept in holders.values_mut() {
+        while kept.len() > wanted {
+            let (at, &node) = kept
+                .iter()
+                .enumerate()
+                .max_by_key(|&(_, &n)| (load[n], n))
+                .expect("more holders than wanted, so some");
+            load[node] -= 1;
+            kept.remove(at);
+        }
+    }
+    // Then the missing replicas, on the least loaded nodes.
+    for &segment in segments {
+        let kept = holders.entry(segment).or_default();
+        while kept.len() < wanted {
+            let node = (0..nodes)
+                .filter(|n| !kept.contains(n))
+                .min_by_key(|&n| (load[n], n))
+                .expect("fewer holders than nodes, so a free node");
+            load[node] += 1;
+            kept.push(node);
+        }
+    }
+    let mut placed: Vec<Vec<Share>> = vec![Vec::new(); nodes];
+    for (&segment, kept) in &holders {
+        let fraction = 1.0 / kept.len() as f64;
+        for &node in kept {
+            placed[node].push(Share { segment, fraction });
+        }
+    }
+    Ok(placement_unchecked(placed))
 }
 
 fn check_replication_factor(

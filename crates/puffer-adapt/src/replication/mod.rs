@@ -19,7 +19,9 @@
 //! 6. [`place_new_segment`] puts a fresh segment on one node drawn at random (§4.2).
 //!
 //! The baselines of the paper's evaluation are policies too: [`scarlett_placement`]
-//! (replicas by concurrent accesses, §5.1) and [`uniform_placement`] (factor `k`).
+//! (replicas by concurrent accesses, §5.1) and [`uniform_placement`] (factor `k`);
+//! [`uniform_placement_keeping`] is uniform replication that moves only what it must when
+//! nodes come and go (the cluster's placement until popularity drives it).
 //!
 //! Nodes are numbered `0..n` in the caller's order ([`NodeIndex`]); wherever a rule needs
 //! a tie broken, the lower node index and then the lower segment id win, so the same
@@ -33,7 +35,9 @@ pub mod placement;
 pub mod popularity;
 pub mod transition;
 
-pub use baselines::{scarlett_placement, uniform_placement, ScarlettConfig};
+pub use baselines::{
+    scarlett_placement, uniform_placement, uniform_placement_keeping, ScarlettConfig,
+};
 pub use fit::{modified_best_fit, modified_fit, FitHeuristic, Plan};
 pub use gc::{collect_garbage, GcConfig, GcOutcome, NodeStorage};
 pub use matching::{match_bins_to_nodes, Matching};
