@@ -22,6 +22,7 @@ use puffer_node::{ReadAnswer, ReadRequest};
 use puffer_query::{QueryError, Result};
 use puffer_store::StoreError;
 
+use crate::placement::ShardPlacement;
 use crate::rpc::client::NodeClient;
 
 /// How long a failed node is skipped.
@@ -65,6 +66,8 @@ pub struct Broker {
     entries: Mutex<HashMap<String, (Arc<TableEntry>, Instant)>>,
     next: AtomicUsize,
     deadline: Duration,
+    /// The coordinator's placement: which data nodes hold each shard.
+    placement: RwLock<Option<Arc<ShardPlacement>>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -93,15 +96,27 @@ fn is_node_failure(error: &QueryError) -> bool {
 /// inversely proportional to 1 + its queue, counting the shards of this read already
 /// given to it as queued (BlowFish 3.3.2). Idle nodes share a read's shards; a busy
 /// node gets fewer reads, and not none, so its queue length is heard again.
-pub fn pick_nodes(queues: &[usize], shards: usize, mut uniform: impl FnMut() -> f64) -> Vec<usize> {
+pub fn pick_nodes(queues: &[usize], shards: usize, uniform: impl FnMut() -> f64) -> Vec<usize> {
+    let every: Vec<usize> = (0..queues.len()).collect();
+    pick_nodes_among(queues, &vec![every; shards], uniform)
+}
+
+/// [`pick_nodes`] where shard `i` may go only to the candidates `allowed[i]` (indices
+/// into `queues`, at least one each): its holders.
+pub fn pick_nodes_among(
+    queues: &[usize],
+    allowed: &[Vec<usize>],
+    mut uniform: impl FnMut() -> f64,
+) -> Vec<usize> {
     let mut load: Vec<f64> = queues.iter().map(|&q| 1.0 + q as f64).collect();
-    (0..shards)
-        .map(|_| {
-            let total: f64 = load.iter().map(|l| 1.0 / l).sum();
+    allowed
+        .iter()
+        .map(|among| {
+            let total: f64 = among.iter().map(|&i| 1.0 / load[i]).sum();
             let mut left = uniform() * total;
-            let mut chosen = load.len() - 1;
-            for (i, l) in load.iter().enumerate() {
-                left -= 1.0 / l;
+            let mut chosen = *among.last().expect("a shard has a candidate");
+            for &i in among {
+                left -= 1.0 / load[i];
                 if left < 0.0 {
                     chosen = i;
                     break;
@@ -122,7 +137,17 @@ impl Broker {
             entries: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(0),
             deadline,
+            placement: RwLock::new(None),
         }
+    }
+
+    /// Routes each shard to its holders in `placement` (to any data node while none is
+    /// given, or none of a shard's holders is known and usable).
+    pub fn set_placement(&self, placement: Option<ShardPlacement>) {
+        *self
+            .placement
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = placement.map(Arc::new);
     }
 
     /// Routes to these data nodes, `(node id, gRPC address)` (from membership);
@@ -240,10 +265,36 @@ impl Broker {
             if candidates.is_empty() {
                 break;
             }
-            // One node per shard, fewer to those whose answers said they are busy.
+            // One holder per shard, fewer to those whose answers said they are busy.
             let queues: Vec<usize> = candidates.iter().map(|n| n.client.queue_length()).collect();
+            let placement = self
+                .placement
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let every: Vec<usize> = (0..candidates.len()).collect();
+            let allowed: Vec<Vec<usize>> = shards
+                .iter()
+                .map(|&shard| {
+                    let holders = placement.as_ref().and_then(|p| p.holders(entry.uid, shard));
+                    let among: Vec<usize> = match holders {
+                        Some(holders) => every
+                            .iter()
+                            .copied()
+                            .filter(|&i| holders.contains(&candidates[i].node_id))
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    // No live holder known: any data node (each follows the whole log).
+                    if among.is_empty() {
+                        every.clone()
+                    } else {
+                        among
+                    }
+                })
+                .collect();
             let chosen: Vec<std::sync::Arc<DataNode>> =
-                pick_nodes(&queues, shards.len(), || self.next_uniform())
+                pick_nodes_among(&queues, &allowed, || self.next_uniform())
                     .into_iter()
                     .map(|i| candidates[i].clone())
                     .collect();
@@ -378,7 +429,7 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use super::pick_nodes;
+    use super::{pick_nodes, pick_nodes_among};
 
     /// Draws from a fixed sequence (splitmix64), so the test is exact each run.
     fn draws(seed: u64) -> impl FnMut() -> f64 {
@@ -439,5 +490,24 @@ mod tests {
         // Independent uniform draws put three shards on three nodes 2/9 of the time.
         let share = spread as f64 / reads as f64;
         assert!(share > 0.3, "three distinct nodes in {share:.3} of reads");
+    }
+
+    #[test]
+    fn a_shard_goes_only_to_its_holders_inversely_to_their_queues() {
+        // Shard 0 is on nodes 0 and 2, shard 1 on node 1 only.
+        let (queues, allowed) = ([0, 5, 3], vec![vec![0, 2], vec![1]]);
+        let mut uniform = draws(3);
+        let (mut on_zero, reads) = (0usize, 40_000);
+        for _ in 0..reads {
+            let picked = pick_nodes_among(&queues, &allowed, &mut uniform);
+            assert!(
+                allowed[0].contains(&picked[0]) && picked[1] == 1,
+                "{picked:?}"
+            );
+            on_zero += usize::from(picked[0] == 0);
+        }
+        // 1 / (1 + 0) against 1 / (1 + 3): node 0 takes four fifths.
+        let share = on_zero as f64 / reads as f64;
+        assert!((share - 0.8).abs() < 0.01, "node 0 took {share:.3}");
     }
 }

@@ -15,6 +15,7 @@ pub mod error;
 pub mod etcd;
 pub mod local_s3;
 pub mod node;
+pub mod placement;
 pub mod remote;
 pub mod rpc;
 pub mod runtime;

@@ -76,6 +76,8 @@ pub struct ClusterConfig {
     /// How often the ingest leader collects the log (groups every shard's published
     /// segments cover and every node has applied).
     pub log_gc_interval: Duration,
+    /// Replicas of each shard the coordinator places on the data nodes.
+    pub segment_replicas: usize,
     /// How often an indexer publishes new segments
     /// ([`crate::segments::PUBLISH_INTERVAL`] by default).
     pub publish_interval: Duration,
@@ -96,6 +98,12 @@ impl ClusterConfig {
             return Err(ClusterError::Invalid(
                 "the follow interval is between 1 ms and 10 s".into(),
             ));
+        }
+        if !(1..=crate::placement::MAX_SEGMENT_REPLICAS).contains(&self.segment_replicas) {
+            return Err(ClusterError::Invalid(format!(
+                "segment replicas is between 1 and {}",
+                crate::placement::MAX_SEGMENT_REPLICAS
+            )));
         }
         if self.log_gc_interval < Duration::from_secs(1)
             || self.log_gc_interval > Duration::from_secs(86_400)
@@ -171,6 +179,7 @@ pub struct ClusterNode {
     seeded: Mutex<Option<SeedReport>>,
     publishing: Arc<Mutex<PublishStatus>>,
     log_gc: Arc<Mutex<LogGcStatus>>,
+    placing: Arc<Mutex<Option<String>>>,
 }
 
 /// What the ingest leader's log collection did, for status.
@@ -199,10 +208,11 @@ struct Running {
     membership: Arc<Membership>,
     follower: Arc<Mutex<Option<Follower>>>,
     _rpc: Option<RpcServer>,
-    _coordinator: Option<Candidate>,
+    _coordinator: Option<Arc<Candidate>>,
     watcher: Option<std::thread::JoinHandle<()>>,
     publisher: Option<std::thread::JoinHandle<()>>,
     collector: Option<std::thread::JoinHandle<()>>,
+    placer: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -235,6 +245,7 @@ impl ClusterNode {
             seeded: Mutex::new(None),
             publishing: Arc::default(),
             log_gc: Arc::default(),
+            placing: Arc::default(),
         })
     }
 
@@ -332,10 +343,13 @@ impl ClusterNode {
         })));
         // Failing (etcd away), the watch thread tries again every half second.
         let _ = self.remote.refresh_data_nodes();
-        let coordinator = self
-            .config
-            .has(Role::Coordinator)
-            .then(|| Candidate::stand(&self.etcd, &self.config.node_id, membership.lease()));
+        let coordinator = self.config.has(Role::Coordinator).then(|| {
+            Arc::new(Candidate::stand(
+                &self.etcd,
+                &self.config.node_id,
+                membership.lease(),
+            ))
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let watcher = {
             let ingest = self.config.has(Role::Ingest).then(|| {
@@ -389,6 +403,16 @@ impl ClusterNode {
         let publisher = publisher
             .transpose()
             .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
+        let placer = coordinator.clone().map(|candidate| {
+            let (etcd, stop) = (self.etcd.clone(), stop.clone());
+            let (replicas, status) = (self.config.segment_replicas, self.placing.clone());
+            std::thread::Builder::new()
+                .name("puffer-placement".into())
+                .spawn(move || place(&etcd, &candidate, replicas, &stop, &status))
+        });
+        let placer = placer
+            .transpose()
+            .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
         let collector = self.config.has(Role::Ingest).then(|| {
             let (etcd, log, shipper) = (self.etcd.clone(), self.log.clone(), self.shipper.clone());
             let (stop, status, interval) = (
@@ -411,6 +435,7 @@ impl ClusterNode {
             watcher: Some(watcher),
             publisher,
             collector,
+            placer,
             stop,
         });
         Ok(())
@@ -496,6 +521,11 @@ impl ClusterNode {
             },
             "lost": self.lost(),
             "seeded": self.seeded.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            "placement": crate::placement::read_placement(&self.etcd).map_or_else(
+                |e| json!({"error": e.to_string()}),
+                |p| json!(p.map(|p| json!({"replicas": p.replicas, "shards_per_node": p.shards_per_node()})))
+            ),
+            "placement_error": self.placing.lock().unwrap_or_else(PoisonError::into_inner).clone(),
             "log_gc": self.config.has(Role::Ingest).then(|| {
                 json!(self.log_gc.lock().unwrap_or_else(PoisonError::into_inner).clone())
             }),
@@ -519,6 +549,7 @@ impl Drop for ClusterNode {
                 running.watcher.take(),
                 running.publisher.take(),
                 running.collector.take(),
+                running.placer.take(),
             ]
             .into_iter()
             .flatten()
@@ -716,5 +747,32 @@ fn collect_log(
             }
         }
         status.horizon = horizon;
+    }
+}
+
+/// The coordinator's placement loop: every [`crate::placement::PLACEMENT_INTERVAL`], while
+/// it leads, places every shard on the live data nodes; the last failure is kept for
+/// status.
+fn place(
+    etcd: &Etcd,
+    candidate: &Candidate,
+    replicas: usize,
+    stop: &AtomicBool,
+    status: &Mutex<Option<String>>,
+) {
+    let catalog = EtcdCatalog::new(etcd.clone());
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() < crate::placement::PLACEMENT_INTERVAL {
+            continue;
+        }
+        last = Instant::now();
+        let Some(leadership) = candidate.leadership() else {
+            continue;
+        };
+        let outcome = crate::placement::coordinate(etcd, &leadership, &catalog, replicas);
+        *status.lock().unwrap_or_else(PoisonError::into_inner) =
+            outcome.err().map(|e| e.to_string());
     }
 }

@@ -73,7 +73,9 @@ impl ClusterRemote {
             .filter(|card| card.roles.contains(&Role::Data))
             .filter_map(|card| card.rpc_address.map(|address| (card.node_id, address)))
             .collect();
-        broker.set_data_nodes(&nodes)
+        broker.set_data_nodes(&nodes)?;
+        broker.set_placement(crate::placement::read_placement(&self.etcd)?);
+        Ok(())
     }
 
     /// A client of the ingest leader (looked up in etcd when not known or old).

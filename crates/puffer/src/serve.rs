@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// published segments cover and every node has applied, in seconds (1 to 86400).
     #[arg(long, default_value_t = 60, requires = "etcd")]
     log_gc_interval_s: u64,
+    /// Replicas of each shard the coordinator places on the data nodes (1 to 16); reads
+    /// of a shard go to its holders.
+    #[arg(long, default_value_t = 2, requires = "etcd")]
+    segment_replicas: usize,
 }
 
 /// Runs the server until Ctrl-C.
@@ -179,6 +183,7 @@ fn join_cluster(
         follow_interval: DEFAULT_FOLLOW_INTERVAL,
         publish_interval: std::time::Duration::from_secs(args.publish_interval_s),
         log_gc_interval: std::time::Duration::from_secs(args.log_gc_interval_s),
+        segment_replicas: args.segment_replicas,
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

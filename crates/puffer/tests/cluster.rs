@@ -348,6 +348,7 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     let a = start_node_as(dir.path(), &etcd, "a", "coordinator,ingest,data");
     wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
     let b = start_node_as(dir.path(), &etcd, "b", "data");
+    let _c = start_node_as(dir.path(), &etcd, "c", "data");
     let broker = start_node_as(dir.path(), &etcd, "broker", "broker");
 
     // Everything through the broker, which holds no data: the table change and the
@@ -445,6 +446,17 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
         "{counted}"
     );
 
+    // The coordinator (a) placed each of the 5 shards on 2 of the 3 data nodes.
+    let placed = |node: &ServeProcess| -> Option<BTreeMap<String, u64>> {
+        let status = get(&format!("{}/v1/admin/cluster", node.base)).ok()?;
+        serde_json::from_value(status["placement"]["shards_per_node"].clone()).ok()
+    };
+    let (before, _) = wait_for(Duration::from_secs(10), || {
+        placed(&broker).filter(|p| p.len() == 3 && p.values().sum::<u64>() == 10)
+    })
+    .unwrap_or_else(|| panic!("placement: {:?}", placed(&broker)));
+    assert!(before.values().all(|&n| (3..=4).contains(&n)), "{before:?}");
+
     // b dies: every read through the broker is still answered, and right.
     b.kill();
     let killed_at = Instant::now();
@@ -469,6 +481,14 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
         reads += 1;
     }
     eprintln!("{reads} searches and gets through the broker after b's SIGKILL, none failed");
+    // Once b's lease expires, its replicas are placed on a and c: every shard on both.
+    let (after, _) = wait_for(Duration::from_secs(15), || {
+        placed(&broker).filter(|p| !p.contains_key("b") && p.values().sum::<u64>() == 10)
+    })
+    .unwrap_or_else(|| panic!("b's shards were not placed again: {:?}", placed(&broker)));
+    let replaced_after = killed_at.elapsed();
+    assert_eq!(after, BTreeMap::from([("a".into(), 5), ("c".into(), 5)]));
+    eprintln!("b's shards placed again {replaced_after:?} after its SIGKILL (lease TTL {TTL_S} s)");
     // Writes go on through it too.
     post(
         &format!("{}/v1/tables/rooms/records", broker.base),
