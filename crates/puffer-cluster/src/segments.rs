@@ -40,6 +40,9 @@ use crate::etcd::{members, Etcd, Role};
 
 /// How often an indexer looks for shards to publish.
 pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(5);
+/// How long an object no snapshot names any more is kept before it is deleted: a node
+/// that read an older snapshot may still be downloading it.
+pub const SUPERSEDED_GRACE: Duration = Duration::from_secs(600);
 /// Most files one published shard names (a manifest and three per segment).
 pub const MAX_PUBLISHED_FILES: usize = 4 * 4096;
 
@@ -114,6 +117,8 @@ pub struct PublishRound {
     pub files: usize,
     /// Bytes uploaded.
     pub bytes: u64,
+    /// Objects deleted: no snapshot named them for the grace period.
+    pub deleted: usize,
 }
 
 /// An indexer's publisher: remembers what it uploaded and recorded, so that a round
@@ -128,6 +133,13 @@ pub struct Publisher {
     incarnation: String,
     uploaded: HashSet<String>,
     recorded: HashMap<(u64, u32), u64>,
+    /// The objects of the snapshot this publisher last recorded, per shard.
+    named: HashMap<(u64, u32), Vec<String>>,
+    /// Objects no longer named (by this publisher), with when they stopped being.
+    superseded: std::collections::VecDeque<(Instant, String)>,
+    /// Shards whose deep-storage prefix was swept for other runs' leftovers.
+    swept: HashSet<(u64, u32)>,
+    grace: Duration,
 }
 
 impl Publisher {
@@ -141,7 +153,74 @@ impl Publisher {
             incarnation: incarnation.to_string(),
             uploaded: HashSet::new(),
             recorded: HashMap::new(),
+            named: HashMap::new(),
+            superseded: std::collections::VecDeque::new(),
+            swept: HashSet::new(),
+            grace: SUPERSEDED_GRACE,
         }
+    }
+
+    /// The same, deleting unnamed objects after `grace` instead of [`SUPERSEDED_GRACE`].
+    pub fn with_grace(mut self, grace: Duration) -> Publisher {
+        self.grace = grace;
+        self
+    }
+
+    /// Objects no longer named go to the deletion queue (once each).
+    fn supersede(&mut self, objects: impl IntoIterator<Item = String>) {
+        let now = Instant::now();
+        for object in objects {
+            self.uploaded.remove(&object);
+            if !self.superseded.iter().any(|(_, o)| *o == object) {
+                self.superseded.push_back((now, object));
+            }
+        }
+    }
+
+    /// Deletes the queued objects older than the grace period that no recorded
+    /// snapshot (of any publisher) names now.
+    fn delete_superseded(&mut self, round: &mut PublishRound) -> Result<()> {
+        let due = self
+            .superseded
+            .iter()
+            .take_while(|(at, _)| at.elapsed() >= self.grace)
+            .count();
+        if due == 0 {
+            return Ok(());
+        }
+        let named: HashSet<String> = published(&self.etcd)?
+            .into_values()
+            .flat_map(|shard| shard.files.into_iter().map(|f| f.object))
+            .collect();
+        for (_, object) in self.superseded.drain(..due).collect::<Vec<_>>() {
+            if named.contains(&object) {
+                continue;
+            }
+            match self.deep.delete(&object) {
+                Ok(()) => round.deleted += 1,
+                // Tried again later.
+                Err(_) => self.superseded.push_back((Instant::now(), object)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Once per shard and run: objects under the shard's prefix that other runs (this
+    /// node's before a restart, or another indexer's) left and no snapshot names.
+    fn sweep_leftovers(&mut self, uid: u64, shard: u32) -> Result<()> {
+        if !self.swept.insert((uid, shard)) {
+            return Ok(());
+        }
+        let ours = format!("segments/{uid:020}/{shard:010}/{}/", self.incarnation);
+        let leftovers: Vec<String> = self
+            .deep
+            .list(&format!("segments/{uid:020}/{shard:010}"))?
+            .into_iter()
+            .filter(|name| !name.starts_with(&ours))
+            .collect();
+        // Named ones are skipped when due.
+        self.supersede(leftovers);
+        Ok(())
     }
 
     /// Publishes every shard of `database` that this node publishes (all of them when
@@ -158,18 +237,34 @@ impl Publisher {
                 .collect()
         };
         let mut round = PublishRound::default();
+        let mut live = HashSet::new();
         for name in database.table_names() {
             // Dropped meanwhile: nothing to publish.
             let Ok(table) = database.table(&name) else {
                 continue;
             };
+            live.insert(table.uid());
             for shard in 0..table.layout().shards {
                 if !all && !falls_to(&indexers, &self.node_id, table.uid(), shard) {
                     continue;
                 }
+                self.sweep_leftovers(table.uid(), shard)?;
                 self.publish_shard(database, &table, shard, &mut round)?;
             }
         }
+        // A dropped table's objects go after the grace period.
+        let dropped: Vec<(u64, u32)> = self
+            .named
+            .keys()
+            .filter(|(uid, _)| !live.contains(uid))
+            .copied()
+            .collect();
+        for key in dropped {
+            self.recorded.remove(&key);
+            let objects = self.named.remove(&key).unwrap_or_default();
+            self.supersede(objects);
+        }
+        self.delete_superseded(&mut round)?;
         Ok(round)
     }
 
@@ -277,8 +372,18 @@ impl Publisher {
             node: self.node_id.clone(),
             files,
         };
+        let objects: Vec<String> = entry.files.iter().map(|f| f.object.clone()).collect();
         if record(&self.etcd, &entry)? {
             round.shards += 1;
+            let before = self
+                .named
+                .insert((uid, shard), objects.clone())
+                .unwrap_or_default();
+            self.supersede(before.into_iter().filter(|o| !objects.contains(o)));
+        } else {
+            // Another snapshot covering as much was recorded: ours is named by none.
+            let kept = self.named.get(&(uid, shard)).cloned().unwrap_or_default();
+            self.supersede(objects.into_iter().filter(|o| !kept.contains(o)));
         }
         self.recorded.insert((uid, shard), covers);
         Ok(())
