@@ -68,13 +68,17 @@ impl ClusterLog {
 
     /// The last SCU committed to the log (0 if none).
     pub fn tail(&self) -> Result<u64> {
-        let key = self.etcd.keys().log_tail();
+        self.read_number(self.etcd.keys().log_tail(), 0)
+    }
+
+    /// The decimal number at `key`, `absent` if there is none.
+    fn read_number(&self, key: String, absent: u64) -> Result<u64> {
         let answer = self
             .etcd
             .call(move |mut client| async move { client.get(key, None).await })?;
         match answer.kvs().first() {
-            None => Ok(0),
-            Some(kv) => parse_tail(kv.value()),
+            None => Ok(absent),
+            Some(kv) => parse_number(kv.key(), kv.value()),
         }
     }
 
@@ -84,33 +88,33 @@ impl ClusterLog {
         let keys = self.etcd.keys();
         let from = keys.log_entry((after + 1).saturating_sub(MAX_GROUP_SCUS - 1).max(1));
         let end = format!("{}\u{7f}", keys.log_index());
+        let mut entries =
+            self.index_range(from, end, MAX_ENTRIES_PER_READ + MAX_GROUP_SCUS as usize)?;
+        entries.retain(|entry| entry.last > after);
+        entries.truncate(MAX_ENTRIES_PER_READ);
+        Ok(entries)
+    }
+
+    /// The index entries with keys in `[from, end)`, at most `limit`, in order.
+    fn index_range(&self, from: String, end: String, limit: usize) -> Result<Vec<LogEntry>> {
         let answer = self.etcd.call(move |mut client| async move {
             client
                 .get(
                     from,
-                    Some(
-                        GetOptions::new()
-                            .with_range(end)
-                            .with_limit(MAX_ENTRIES_PER_READ as i64 + MAX_GROUP_SCUS as i64),
-                    ),
+                    Some(GetOptions::new().with_range(end).with_limit(limit as i64)),
                 )
                 .await
         })?;
-        let mut entries = Vec::new();
-        for kv in answer.kvs() {
-            let entry: LogEntry =
+        answer
+            .kvs()
+            .iter()
+            .map(|kv| {
                 serde_json::from_slice(kv.value()).map_err(|e| ClusterError::Corrupt {
                     key: String::from_utf8_lossy(kv.key()).into_owned(),
                     detail: e.to_string(),
-                })?;
-            if entry.last > after {
-                entries.push(entry);
-            }
-            if entries.len() >= MAX_ENTRIES_PER_READ {
-                break;
-            }
-        }
-        Ok(entries)
+                })
+            })
+            .collect()
     }
 
     /// The records of a group.
@@ -120,14 +124,7 @@ impl ClusterLog {
 
     /// The first SCU the log still holds (1 until groups are collected).
     pub fn first(&self) -> Result<u64> {
-        let key = self.etcd.keys().log_first();
-        let answer = self
-            .etcd
-            .call(move |mut client| async move { client.get(key, None).await })?;
-        match answer.kvs().first() {
-            None => Ok(1),
-            Some(kv) => parse_tail(kv.value()),
-        }
+        self.read_number(self.etcd.keys().log_first(), 1)
     }
 
     /// Removes the groups wholly at or below SCU `horizon` (their index entries, by
@@ -137,29 +134,8 @@ impl ClusterLog {
     pub fn collect(&self, leadership: &Leadership, horizon: u64) -> Result<LogCollection> {
         let keys = self.etcd.keys();
         let (from, to) = (keys.log_entry(1), keys.log_entry(horizon.saturating_add(1)));
-        let answer = self.etcd.call(move |mut client| async move {
-            client
-                .get(
-                    from,
-                    Some(
-                        GetOptions::new()
-                            .with_range(to)
-                            .with_limit(MAX_COLLECTED_GROUPS as i64),
-                    ),
-                )
-                .await
-        })?;
-        let mut doomed = Vec::new();
-        for kv in answer.kvs() {
-            let entry: LogEntry =
-                serde_json::from_slice(kv.value()).map_err(|e| ClusterError::Corrupt {
-                    key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    detail: e.to_string(),
-                })?;
-            if entry.last <= horizon {
-                doomed.push(entry);
-            }
-        }
+        let mut doomed = self.index_range(from, to, MAX_COLLECTED_GROUPS)?;
+        doomed.retain(|entry| entry.last <= horizon);
         let mut collection = LogCollection {
             groups: 0,
             objects_left: 0,
@@ -228,12 +204,13 @@ impl ClusterLog {
     }
 }
 
-fn parse_tail(value: &[u8]) -> Result<u64> {
+/// A decimal number stored at `key` (the log's tail and first SCU, a node's progress).
+pub fn parse_number(key: &[u8], value: &[u8]) -> Result<u64> {
     std::str::from_utf8(value)
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| ClusterError::Corrupt {
-            key: "log/tail".into(),
+            key: String::from_utf8_lossy(key).into_owned(),
             detail: format!("not a number: {:?}", String::from_utf8_lossy(value)),
         })
 }

@@ -504,13 +504,7 @@ pub fn log_horizon(etcd: &Etcd) -> Result<u64> {
             .strip_prefix(keys.progress().as_bytes())
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        let scu = std::str::from_utf8(kv.value())
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or_else(|| ClusterError::Corrupt {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                detail: "not a number".into(),
-            })?;
+        let scu = crate::scu_log::parse_number(kv.key(), kv.value())?;
         applied.insert(node, scu);
     }
     for kv in cards {
@@ -576,13 +570,7 @@ pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Opti
         reads.next().unwrap_or_default(),
     );
     let first_kept = match reads.next().unwrap_or_default().first() {
-        Some(kv) => std::str::from_utf8(kv.value())
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or_else(|| ClusterError::Corrupt {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                detail: "not a number".into(),
-            })?,
+        Some(kv) => crate::scu_log::parse_number(kv.key(), kv.value())?,
         None => 1,
     };
     let mut published = HashMap::new();
