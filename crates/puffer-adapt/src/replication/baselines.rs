@@ -120,8 +120,9 @@ pub fn uniform_placement(
 /// Each segment keeps its current holders (those holding the fewest replicas first, when
 /// it has more than it needs); a missing replica goes to the node holding the fewest
 /// replicas at that point (the lower index on ties), segments taken in id order. So a
-/// node that goes away costs only its own replicas, and a node that joins takes new
-/// replicas until it is as loaded as the rest. Segments not in `segments` are dropped.
+/// node that goes away costs only its own replicas, and a node that joins is given the
+/// missing replicas first (of new segments, or of a node lost) but takes none away
+/// from the others: nothing moves that need not. Segments not in `segments` are dropped.
 /// Errors: `current` not in `1..=`[`MAX_NODES`](super::MAX_NODES) nodes, more than
 /// [`MAX_SEGMENTS`](super::MAX_SEGMENTS) segments, `replication_factor` 0.
 pub fn uniform_placement_keeping(
