@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use puffer_node::catalog::TableEntry;
-use puffer_node::seed::{is_fresh, Seed};
+use puffer_node::seed::{clear_interrupted, is_fresh, Seed};
 use puffer_node::{Database, ReplicaRequest};
 use puffer_query::{QueryError, Result};
 use puffer_store::manifest::{Manifest, MANIFEST_FILE};
@@ -543,6 +543,9 @@ pub struct SeedReport {
 /// Seeds the fresh data directory `dir` from the shards published in deep storage;
 /// `None` if `dir` holds a database already or nothing is published.
 pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Option<SeedReport>> {
+    // An interrupted seeding left tables whose shards stand at different SCUs and no
+    // log to say so: never opened as they are.
+    clear_interrupted(dir)?;
     if !is_fresh(dir) {
         return Ok(None);
     }

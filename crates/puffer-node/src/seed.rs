@@ -32,6 +32,24 @@ pub fn is_fresh(dir: &Path) -> bool {
     dir.join(SEEDING_MARKER).exists() || (!dir.join("log").exists() && !dir.join("tables").exists())
 }
 
+/// Removes what an interrupted seeding of `dir` left (its tables, its log and the
+/// marker), so that `dir` is fresh again; nothing if no seeding was interrupted there.
+pub fn clear_interrupted(dir: &Path) -> Result<()> {
+    let marker = dir.join(SEEDING_MARKER);
+    if !marker.exists() {
+        return Ok(());
+    }
+    for leftover in ["tables", "log"] {
+        let path = dir.join(leftover);
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(|e| StoreError::io(&path, e))?;
+        }
+    }
+    std::fs::remove_file(&marker).map_err(|e| StoreError::io(&marker, e))?;
+    RealFs.sync_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+    Ok(())
+}
+
 /// A seeding of one data directory in progress.
 pub struct Seed {
     dir: PathBuf,
@@ -130,5 +148,80 @@ impl Seed {
         fs.sync_dir(&self.dir)
             .map_err(|e| StoreError::io(&self.dir, e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::TableEntry;
+    use crate::TableLayout;
+    use puffer_store::Schema;
+
+    fn entry() -> TableEntry {
+        TableEntry {
+            name: "rooms".into(),
+            uid: 9,
+            layout: TableLayout {
+                shards: 2,
+                replicas: 2,
+            },
+            schema: Schema::new("id", Vec::new()).unwrap(),
+        }
+    }
+
+    #[test]
+    fn an_interrupted_seeding_leaves_nothing_that_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        assert!(is_fresh(&data));
+        let mut seed = Seed::begin(&data).unwrap();
+        seed.table(&entry()).unwrap();
+        seed.shard_file("rooms", 0, "MANIFEST", b"not finished")
+            .unwrap();
+        assert!(seed.shard_file("rooms", 2, "MANIFEST", b"x").is_err());
+        assert!(seed.shard_file("rooms", 0, "../escape", b"x").is_err());
+        drop(seed); // the process died here
+        assert!(data.join("tables").exists() && is_fresh(&data));
+        clear_interrupted(&data).unwrap();
+        assert!(!data.join("tables").exists() && !data.join(SEEDING_MARKER).exists());
+        assert!(is_fresh(&data));
+    }
+
+    #[test]
+    fn a_finished_seeding_needs_every_manifest_and_starts_the_log_after_its_scu() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut seed = Seed::begin(&data).unwrap();
+        seed.table(&entry()).unwrap();
+        seed.shard_file("rooms", 0, "MANIFEST", b"m0").unwrap();
+        // Shard 1 has no manifest: refused, and the directory stays seedable.
+        assert!(seed.finish(41).is_err());
+        assert!(is_fresh(&data));
+        let mut seed = Seed::begin(&data).unwrap();
+        seed.table(&entry()).unwrap();
+        seed.shard_file("rooms", 0, "MANIFEST", b"m0").unwrap();
+        seed.shard_file("rooms", 1, "MANIFEST", b"m1").unwrap();
+        seed.finish(41).unwrap();
+        assert!(!is_fresh(&data));
+        // Every replica got the file; the log starts at SCU 42.
+        for (shard, replica) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            let path = data.join(format!(
+                "tables/rooms/shard-{shard}-replica-{replica}/MANIFEST"
+            ));
+            assert_eq!(
+                std::fs::read(path).unwrap(),
+                format!("m{shard}").into_bytes()
+            );
+        }
+        let files = puffer_store::wal::list_files(&data.join("log")).unwrap();
+        assert_eq!(
+            files.iter().map(|(first, _)| *first).collect::<Vec<_>>(),
+            vec![42]
+        );
+        assert!(
+            Seed::begin(&data).is_err(),
+            "a seeded directory is seeded once"
+        );
     }
 }
