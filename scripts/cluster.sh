@@ -22,7 +22,7 @@ etcd_peer=23801
 nodes=(n1 n2 n3 broker)
 http_ports=(7881 7882 7883 7880)
 rpc_ports=(8881 8882 8883 8880)
-roles=(coordinator,ingest,data coordinator,ingest,data data broker)
+roles=(coordinator,ingest,indexer,data coordinator,ingest,indexer,data data broker)
 
 running() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 

@@ -761,13 +761,13 @@ fn place(
     status: &Mutex<Option<String>>,
 ) {
     let catalog = EtcdCatalog::new(etcd.clone());
-    let mut last = Instant::now();
+    let mut last: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
-        if last.elapsed() < crate::placement::PLACEMENT_INTERVAL {
+        if last.is_some_and(|at| at.elapsed() < crate::placement::PLACEMENT_INTERVAL) {
             continue;
         }
-        last = Instant::now();
+        last = Some(Instant::now());
         let Some(leadership) = candidate.leadership() else {
             continue;
         };

@@ -336,6 +336,31 @@ fn print_cluster(cluster: &Value) {
             text(&member["lease"]),
         ]);
     }
+    if cluster["placement"].is_null() && cluster["mode"] == "cluster" {
+        println!("placement: none yet (the coordinator leader makes it)");
+    }
+    if let Some(per_node) = cluster["placement"]["shards_per_node"].as_object() {
+        let shards: Vec<String> = per_node
+            .iter()
+            .map(|(node, count)| format!("{node} {}", text(count)))
+            .collect();
+        println!(
+            "placement ({} replicas of each shard): {}",
+            text(&cluster["placement"]["replicas"]),
+            if shards.is_empty() {
+                "no shards yet".to_string()
+            } else {
+                shards.join(", ")
+            }
+        );
+    }
+    if let Some(gc) = cluster["log_gc"].as_object() {
+        println!(
+            "log kept from SCU {} ({} groups collected)",
+            text(&gc["first_kept"]),
+            text(&gc["groups"])
+        );
+    }
     println!("reads: {}", text(&cluster["reads"]["from"]));
     for node in cluster["reads"]["data_nodes"]
         .as_array()

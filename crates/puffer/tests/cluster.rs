@@ -428,6 +428,7 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
         "ingest leader a",
         "reads: data nodes, through this broker",
         "-> b at",
+        "placement",
     ] {
         assert!(shown.contains(line), "{line:?} not in:\n{shown}");
     }
