@@ -62,12 +62,21 @@ fn members_come_and_go_with_their_leases() {
     // Leaving removes the card at once; a crash (no renewals) once the lease expires.
     b.leave().unwrap();
     assert_eq!(ids(&etcd), ["a"]);
+    let old_lease = a.lease();
     drop(a);
+    // Restarted at once, it waits for its old lease to expire and joins.
+    let started = std::time::Instant::now();
+    let again = Membership::join(&etcd, card("a"), TTL).unwrap();
+    assert_ne!(again.lease(), old_lease);
+    assert_eq!(etcd::members(&etcd).unwrap()[0].lease, again.lease());
+    eprintln!(
+        "a restarted member joined {:?} after its crash (TTL {TTL:?})",
+        started.elapsed()
+    );
+    drop(again);
     let gone = wait_until(TTL * 5, || ids(&etcd).is_empty());
     assert!(gone.is_some(), "a crashed member stayed listed");
     eprintln!("a crashed member left the list after {gone:?} (TTL {TTL:?})");
-    // Its id is free again.
-    Membership::join(&etcd, card("a"), TTL).unwrap();
 }
 
 #[test]

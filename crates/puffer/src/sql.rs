@@ -354,7 +354,10 @@ fn print_cluster(cluster: &Value) {
             }
         );
     }
-    if let Some(gc) = cluster["log_gc"].as_object() {
+    if let Some(gc) = cluster["log_gc"]
+        .as_object()
+        .filter(|gc| gc["rounds"].as_u64().unwrap_or(0) > 0)
+    {
         println!(
             "log kept from SCU {} ({} groups collected)",
             text(&gc["first_kept"]),

@@ -145,39 +145,52 @@ pub struct Membership {
 
 impl Membership {
     /// Grants a lease of `ttl`, puts the card on it, and keeps the lease alive in the
-    /// background. `Invalid` if a live node has the same id.
+    /// background. `Invalid` if a live node has the same id (after waiting `ttl` and a
+    /// second for a crashed one's lease to expire).
     pub fn join(etcd: &Etcd, mut card: MemberCard, ttl: Duration) -> Result<Membership> {
         check_node_id(&card.node_id)?;
         check_lease_ttl(ttl)?;
         let ttl_s = ttl.as_secs() as i64;
-        let lease = etcd
-            .call(move |mut client| async move { client.lease_grant(ttl_s, None).await })?
-            .id();
-        card.lease = lease;
         let key = etcd.keys().member(&card.node_id);
-        let value = serde_json::to_vec(&card).expect("a card encodes");
-        // The card is put only where no live node holds the id.
-        let txn = Txn::new()
-            .when(vec![Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                0,
-            )])
-            .and_then(vec![TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        let joined = etcd
-            .call(move |mut client| async move { client.txn(txn).await })?
-            .succeeded();
-        if !joined {
+        // A node restarted soon after a crash finds its old card until the old lease
+        // expires: it tries again (each time on a new lease of its own, which would
+        // expire while it waited) for its own TTL and a second before it gives up.
+        let give_up = std::time::Instant::now() + ttl + Duration::from_secs(1);
+        let lease = loop {
+            let lease = etcd
+                .call(move |mut client| async move { client.lease_grant(ttl_s, None).await })?
+                .id();
+            card.lease = lease;
+            let value = serde_json::to_vec(&card).expect("a card encodes");
+            // The card is put only where no live node holds the id.
+            let txn = Txn::new()
+                .when(vec![Compare::create_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then(vec![TxnOp::put(
+                    key.clone(),
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            let joined = etcd
+                .call(move |mut client| async move { client.txn(txn).await })?
+                .succeeded();
+            if joined {
+                break lease;
+            }
             let _ = etcd.call(move |mut client| async move { client.lease_revoke(lease).await });
-            return Err(ClusterError::Invalid(format!(
-                "a live node already has id {:?}",
-                card.node_id
-            )));
-        }
+            if std::time::Instant::now() >= give_up {
+                return Err(ClusterError::Invalid(format!(
+                    "a live node already has id {:?} (waited {} s for an earlier one's lease \
+                     to expire)",
+                    card.node_id,
+                    ttl.as_secs() + 1
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
         let lease_cell = Arc::new(AtomicI64::new(lease));
         let lost = Arc::new(AtomicBool::new(false));
         let renewals = etcd.spawn(keep_alive(etcd.clone(), lease, ttl, Arc::clone(&lost)));
