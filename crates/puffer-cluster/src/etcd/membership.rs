@@ -143,19 +143,25 @@ pub struct Membership {
     renewals: tokio::task::JoinHandle<()>,
 }
 
+/// Longest a node waits for the lease of a crashed node with its id to expire.
+pub const MAX_JOIN_WAIT: Duration = Duration::from_secs(60);
+
 impl Membership {
     /// Grants a lease of `ttl`, puts the card on it, and keeps the lease alive in the
-    /// background. `Invalid` if a live node has the same id (after waiting `ttl` and a
-    /// second for a crashed one's lease to expire).
+    /// background. `Invalid` if a live node has the same id (one whose lease is renewed);
+    /// the lease of a crashed one is waited for, at most [`MAX_JOIN_WAIT`].
     pub fn join(etcd: &Etcd, mut card: MemberCard, ttl: Duration) -> Result<Membership> {
         check_node_id(&card.node_id)?;
         check_lease_ttl(ttl)?;
         let ttl_s = ttl.as_secs() as i64;
         let key = etcd.keys().member(&card.node_id);
         // A node restarted soon after a crash finds its old card until the old lease
-        // expires: it tries again (each time on a new lease of its own, which would
-        // expire while it waited) for its own TTL and a second before it gives up.
-        let give_up = std::time::Instant::now() + ttl + Duration::from_secs(1);
+        // expires (after an etcd restart, a lease runs its whole TTL again): it waits
+        // while that lease runs down, at most twice its TTL and 5 s (and MAX_JOIN_WAIT),
+        // and is refused once the lease is seen renewed (a live node holds the id).
+        let started = std::time::Instant::now();
+        let mut give_up = started + MAX_JOIN_WAIT;
+        let mut last_left: Option<i64> = None;
         let lease = loop {
             let lease = etcd
                 .call(move |mut client| async move { client.lease_grant(ttl_s, None).await })?
@@ -181,15 +187,41 @@ impl Membership {
                 break lease;
             }
             let _ = etcd.call(move |mut client| async move { client.lease_revoke(lease).await });
-            if std::time::Instant::now() >= give_up {
+            let held_key = key.clone();
+            let holder = etcd
+                .call(move |mut client| async move { client.get(held_key, None).await })?
+                .kvs()
+                .first()
+                .map(|kv| kv.lease());
+            let (left, granted) = match holder {
+                Some(holder) if holder != 0 => {
+                    let answer = etcd.call(move |mut client| async move {
+                        client.lease_time_to_live(holder, None).await
+                    })?;
+                    (answer.ttl(), answer.granted_ttl())
+                }
+                _ => (-1, 0), // gone meanwhile: try again at once
+            };
+            // An expiring lease is gone within its TTL (run again in full after an etcd
+            // restart): one still there after twice that and some is renewed.
+            let expiring_within = Duration::from_secs(2 * granted.max(0) as u64 + 5);
+            give_up = give_up.min(started + expiring_within);
+            let renewed = last_left.is_some_and(|before| left > before);
+            if renewed || std::time::Instant::now() >= give_up {
                 return Err(ClusterError::Invalid(format!(
-                    "a live node already has id {:?} (waited {} s for an earlier one's lease \
-                     to expire)",
+                    "a live node already has id {:?} (its lease is {})",
                     card.node_id,
-                    ttl.as_secs() + 1
+                    if renewed {
+                        "being renewed"
+                    } else {
+                        "not expiring"
+                    }
                 )));
             }
-            std::thread::sleep(Duration::from_millis(500));
+            last_left = Some(left);
+            if left >= 0 {
+                std::thread::sleep(Duration::from_millis(500));
+            }
         };
         let lease_cell = Arc::new(AtomicI64::new(lease));
         let lost = Arc::new(AtomicBool::new(false));
