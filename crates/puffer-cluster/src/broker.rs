@@ -285,7 +285,9 @@ impl Broker {
                             .collect(),
                         None => Vec::new(),
                     };
-                    // No live holder known: any data node (each follows the whole log).
+                    // No live holder known: any data node (those holding every shard,
+                    // ingest and indexer nodes, answer; the others say they do not hold
+                    // it and are passed over).
                     if among.is_empty() {
                         every.clone()
                     } else {
@@ -301,7 +303,11 @@ impl Broker {
             match self.read_on(&entry, request, &shards, &chosen) {
                 Ok(answer) => return Ok(answer),
                 Err((node, error)) if is_node_failure(&error) => {
-                    node.suspect();
+                    // A node that does not hold a shard (yet, or any more) is fine for
+                    // other reads: only this one passes it over.
+                    if !puffer_node::shards::is_not_held(&error) {
+                        node.suspect();
+                    }
                     failed.push(node.node_id.clone());
                     last_error = Some(error);
                 }

@@ -13,6 +13,7 @@ pub mod broker;
 pub mod deep_storage;
 pub mod error;
 pub mod etcd;
+pub mod holding;
 pub mod local_s3;
 pub mod node;
 pub mod placement;

@@ -36,6 +36,7 @@ use crate::etcd::{
     leader, leader_of, members, Candidate, Etcd, EtcdCatalog, EtcdConfig, Leadership, MemberCard,
     Membership, Role,
 };
+use crate::holding::{hold_round, HoldingStatus, HOLDING_INTERVAL};
 use crate::remote::ClusterRemote;
 use crate::rpc::server::RpcServer;
 use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
@@ -81,6 +82,9 @@ pub struct ClusterConfig {
     /// How often an indexer publishes new segments
     /// ([`crate::segments::PUBLISH_INTERVAL`] by default).
     pub publish_interval: Duration,
+    /// How long a data node keeps a shard no longer placed on it
+    /// ([`crate::holding::RELEASE_GRACE`] by default).
+    pub release_grace: Duration,
 }
 
 impl ClusterConfig {
@@ -112,6 +116,11 @@ impl ClusterConfig {
                 "the log collection interval is between 1 s and 86400 s".into(),
             ));
         }
+        if self.release_grace > Duration::from_secs(3600) {
+            return Err(ClusterError::Invalid(
+                "the release grace is between 0 s and 3600 s".into(),
+            ));
+        }
         if self.publish_interval < Duration::from_secs(1)
             || self.publish_interval > Duration::from_secs(3600)
         {
@@ -125,6 +134,13 @@ impl ClusterConfig {
     fn has(&self, role: Role) -> bool {
         self.roles.contains(&role)
     }
+}
+
+/// Whether a node with `roles` holds only the shards placed on it ([`crate::holding`]):
+/// a data node that neither numbers SCUs (ingest) nor publishes them (indexer), which
+/// hold every shard.
+pub fn holds_only_placed(roles: &[Role]) -> bool {
+    roles.contains(&Role::Data) && !roles.contains(&Role::Ingest) && !roles.contains(&Role::Indexer)
 }
 
 /// The shipper of a node that may become the ingest leader: ships only while it is.
@@ -180,6 +196,7 @@ pub struct ClusterNode {
     publishing: Arc<Mutex<PublishStatus>>,
     log_gc: Arc<Mutex<LogGcStatus>>,
     placing: Arc<Mutex<Option<String>>>,
+    holding: Arc<Mutex<HoldingStatus>>,
 }
 
 /// What the ingest leader's log collection did, for status.
@@ -213,6 +230,7 @@ struct Running {
     publisher: Option<std::thread::JoinHandle<()>>,
     collector: Option<std::thread::JoinHandle<()>>,
     placer: Option<std::thread::JoinHandle<()>>,
+    holder: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -227,6 +245,7 @@ impl ClusterNode {
         let remote = Arc::new(ClusterRemote::new(
             etcd.clone(),
             reads_elsewhere,
+            holds_only_placed(&config.roles),
             CALL_DEADLINE,
         ));
         Ok(ClusterNode {
@@ -246,6 +265,7 @@ impl ClusterNode {
             publishing: Arc::default(),
             log_gc: Arc::default(),
             placing: Arc::default(),
+            holding: Arc::default(),
         })
     }
 
@@ -427,6 +447,17 @@ impl ClusterNode {
         let collector = collector
             .transpose()
             .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
+        let holder = holds_only_placed(&self.config.roles).then(|| {
+            let parts = (self.etcd.clone(), self.deep.clone(), self.log.clone());
+            let (database, stop, status) = (database.clone(), stop.clone(), self.holding.clone());
+            let (node_id, grace) = (self.config.node_id.clone(), self.config.release_grace);
+            std::thread::Builder::new()
+                .name("puffer-holding".into())
+                .spawn(move || hold(parts, &database, (&node_id, grace), &stop, &status))
+        });
+        let holder = holder
+            .transpose()
+            .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
         *self.running.lock().unwrap_or_else(PoisonError::into_inner) = Some(Running {
             membership,
             follower,
@@ -436,6 +467,7 @@ impl ClusterNode {
             publisher,
             collector,
             placer,
+            holder,
             stop,
         });
         Ok(())
@@ -516,9 +548,17 @@ impl ClusterNode {
             "members": members.map_or_else(text, |m| json!(m)),
             "follower_error": follower_error,
             "reads": match self.remote.broker() {
+                Some(broker) if holds_only_placed(&self.config.roles) => json!({
+                    "from": "the shards placed here from this node's own copy, the others \
+                             through this node's broker",
+                    "data_nodes": broker.routing(),
+                }),
                 Some(broker) => json!({"from": "data nodes, through this broker", "data_nodes": broker.routing()}),
                 None => json!({"from": "this node's own copy"}),
             },
+            "holding": holds_only_placed(&self.config.roles).then(|| {
+                json!(self.holding.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            }),
             "lost": self.lost(),
             "seeded": self.seeded.lock().unwrap_or_else(PoisonError::into_inner).clone(),
             "placement": crate::placement::read_placement(&self.etcd).map_or_else(
@@ -550,6 +590,7 @@ impl Drop for ClusterNode {
                 running.publisher.take(),
                 running.collector.take(),
                 running.placer.take(),
+                running.holder.take(),
             ]
             .into_iter()
             .flatten()
@@ -747,6 +788,41 @@ fn collect_log(
             }
         }
         status.horizon = horizon;
+    }
+}
+
+/// A data node's holding loop: every [`HOLDING_INTERVAL`], takes on the shards
+/// placed on it and lets go of those no longer placed ([`crate::holding`]).
+fn hold(
+    (etcd, deep, log): (Etcd, DeepStorage, ClusterLog),
+    database: &Database,
+    (node_id, grace): (&str, Duration),
+    stop: &AtomicBool,
+    status: &Mutex<HoldingStatus>,
+) {
+    let mut unplaced_since = std::collections::HashMap::new();
+    let mut last: Option<Instant> = None;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(50));
+        if last.is_some_and(|at| at.elapsed() < HOLDING_INTERVAL) {
+            continue;
+        }
+        last = Some(Instant::now());
+        let mut current = status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let round = hold_round(
+            &etcd,
+            &deep,
+            &log,
+            database,
+            (node_id, grace),
+            &mut unplaced_since,
+            &mut current,
+        );
+        current.error = round.err().map(|e| e.to_string());
+        *status.lock().unwrap_or_else(PoisonError::into_inner) = current;
     }
 }
 

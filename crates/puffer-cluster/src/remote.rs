@@ -26,6 +26,8 @@ pub const LEADER_TTL: Duration = Duration::from_secs(5);
 pub struct ClusterRemote {
     etcd: Etcd,
     broker: Option<Broker>,
+    /// Whether every read goes through the broker (this node holds no data).
+    reads_elsewhere: bool,
     deadline: Duration,
     /// The ingest leader as last looked up: (node id, client, when).
     leader: Mutex<Option<(String, NodeClient, Instant)>>,
@@ -43,14 +45,21 @@ impl std::fmt::Debug for ClusterRemote {
 }
 
 impl ClusterRemote {
-    /// A remote over `etcd`; with `reads_elsewhere`, reads go through a broker. Every
-    /// call has `deadline`.
-    pub fn new(etcd: Etcd, reads_elsewhere: bool, deadline: Duration) -> ClusterRemote {
-        let broker = reads_elsewhere
+    /// A remote over `etcd`; with `reads_elsewhere`, every read goes through a broker,
+    /// with `reads_some_elsewhere` (a data node holding only the shards placed on it)
+    /// the reads of shards not held here do. Every call has `deadline`.
+    pub fn new(
+        etcd: Etcd,
+        reads_elsewhere: bool,
+        reads_some_elsewhere: bool,
+        deadline: Duration,
+    ) -> ClusterRemote {
+        let broker = (reads_elsewhere || reads_some_elsewhere)
             .then(|| Broker::new(Box::new(EtcdCatalog::new(etcd.clone())), deadline));
         ClusterRemote {
             etcd,
             broker,
+            reads_elsewhere,
             deadline,
             leader: Mutex::new(None),
             written: AtomicU64::new(0),
@@ -116,13 +125,13 @@ impl ClusterRemote {
 
 impl Remote for ClusterRemote {
     fn reads_elsewhere(&self) -> bool {
-        self.broker.is_some()
+        self.reads_elsewhere
     }
 
     fn read(&self, table: &str, request: &ReadRequest) -> Result<ReadAnswer> {
         let broker = self.broker.as_ref().ok_or_else(|| {
             QueryError::from(StoreError::Unavailable(
-                "this node reads its own data; it has no broker".into(),
+                "this node holds every shard and reads its own data; it has no broker".into(),
             ))
         })?;
         let written = self.written.load(Ordering::Acquire);

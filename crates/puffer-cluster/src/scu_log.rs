@@ -117,6 +117,21 @@ impl ClusterLog {
             .collect()
     }
 
+    /// The records (back to back, in the log's framing) of the groups holding the SCUs
+    /// after `after`, up to `upto` or fewer (at most [`MAX_ENTRIES_PER_READ`] groups);
+    /// they may hold SCUs outside that range too. Empty when the log holds none.
+    pub fn records_between(&self, after: u64, upto: u64) -> Result<Vec<u8>> {
+        let mut records = Vec::new();
+        for entry in self
+            .entries_after(after)?
+            .iter()
+            .filter(|e| e.first <= upto)
+        {
+            records.extend_from_slice(&self.records(entry)?);
+        }
+        Ok(records)
+    }
+
     /// The records of a group.
     pub fn records(&self, entry: &LogEntry) -> Result<Vec<u8>> {
         self.deep.get(&entry.object)

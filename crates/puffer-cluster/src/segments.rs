@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use puffer_node::catalog::TableEntry;
 use puffer_node::seed::{clear_interrupted, is_fresh, Seed};
-use puffer_node::{Database, ReplicaRequest};
+use puffer_node::{Database, ReplicaRequest, ShardReplicas};
 use puffer_query::{QueryError, Result};
 use puffer_store::manifest::{Manifest, MANIFEST_FILE};
 use serde::{Deserialize, Serialize};
@@ -106,6 +106,17 @@ pub fn published(etcd: &Etcd) -> Result<HashMap<(u64, u32), PublishedShard>> {
         all.insert((shard.table_uid, shard.shard), shard);
     }
     Ok(all)
+}
+
+/// The published snapshot of shard `shard` of table `uid`, if there is one.
+pub fn published_shard(etcd: &Etcd, uid: u64, shard: u32) -> Result<Option<PublishedShard>> {
+    let key = etcd.keys().published_shard(uid, shard);
+    let answer = etcd.call(move |mut client| async move { client.get(key, None).await })?;
+    answer
+        .kvs()
+        .first()
+        .map(|kv| decode(kv.key(), kv.value()))
+        .transpose()
 }
 
 /// What one publishing round did.
@@ -278,7 +289,10 @@ impl Publisher {
         let uid = table.uid();
         // Read before the watermarks: an SCU applied after them is numbered above it.
         let published = database.published();
-        let watermarks = table.table_shards().replicas[shard as usize]
+        let Some(group) = table.shard_group(shard) else {
+            return Ok(()); // not held here
+        };
+        let watermarks = group
             .send_to(0, ReplicaRequest::Watermarks)?
             .into_watermarks()?;
         let Some(dir) = table.replica_dir(shard, 0) else {

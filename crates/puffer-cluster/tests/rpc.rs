@@ -151,7 +151,7 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
                     .unwrap(),
             );
             let local = read_answer(
-                table.shards()[s]
+                table.held_groups()[s]
                     .read(ReplicaRequest::Read(request.clone()), Wait::Allowed)
                     .unwrap(),
             );
@@ -201,7 +201,7 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
     for (s, shard) in remote.iter().enumerate() {
         for replica in 0..2 {
             let wire = shard.send_to(replica, ReplicaRequest::Watermarks).unwrap();
-            let local = table.shards()[s]
+            let local = table.held_groups()[s]
                 .send_to(replica, ReplicaRequest::Watermarks)
                 .unwrap();
             assert_eq!(wire, local);
@@ -296,7 +296,7 @@ fn an_answer_larger_than_a_chunk_comes_whole_in_chunks() {
             .read(ReplicaRequest::Read(request.clone()), Wait::Allowed)
             .map(read_answer)
             .unwrap();
-        let local = table.shards()[s as usize]
+        let local = table.held_groups()[s as usize]
             .read(ReplicaRequest::Read(request.clone()), Wait::Allowed)
             .map(read_answer)
             .unwrap();

@@ -78,7 +78,13 @@ enum Job {
     /// Number from the published SCU again (after a group whose shipping had an
     /// unknown outcome; the shipped log then says whether it was committed).
     Resync(Reply),
+    /// Work between two SCUs (taking a shard on or letting it go), given the published
+    /// SCU: every SCU up to it is applied and none past it is.
+    Exclusive(Exclusive, Reply),
 }
+
+/// Work run on the committer's thread between two SCUs (see [`Committer::run_exclusive`]).
+type Exclusive = Box<dyn FnOnce(u64) -> Result<u64> + Send>;
 
 /// Why SCUs could not be shipped.
 #[derive(Debug)]
@@ -265,6 +271,17 @@ impl Committer {
             .map_err(|_| StoreError::Stopped("the database's committer has stopped".into()))?
     }
 
+    /// Runs `work` on the committer's thread between two SCUs, given the published SCU
+    /// (every SCU up to it is applied everywhere it goes, none past it is), and returns
+    /// its answer. Jobs queued behind it wait: keep it short.
+    pub fn run_exclusive(
+        &self,
+        work: impl FnOnce(u64) -> Result<u64> + Send + 'static,
+    ) -> Result<u64> {
+        self.inner.check_running()?;
+        self.run_job(|reply| Job::Exclusive(Box::new(work), reply))
+    }
+
     /// Whether the committer stopped because shipping a group had an unknown outcome.
     pub fn ship_stopped(&self) -> bool {
         self.inner.ship_stopped.load(Ordering::SeqCst)
@@ -391,7 +408,7 @@ impl Committer {
         let scu = prepare(parts)?;
         for part in &scu.parts {
             for (shard, _) in &part.shards {
-                let replicas = &part.table.replicas[*shard as usize];
+                let replicas = part.table.replica(*shard as usize);
                 for replica in 0..replicas.replica_count() {
                     replicas
                         .send_to(replica, ReplicaRequest::CheckWriteRoom)?
@@ -559,6 +576,63 @@ fn decode_body(body: &[u8]) -> std::result::Result<Vec<(u64, Vec<Op>)>, String> 
     Ok(parts)
 }
 
+/// Applies to `replicas`, shard `shard` of the `shards` shards of table `uid` (a shard
+/// being taken on, not reachable by the committer yet), the parts of the SCUs in
+/// `records` (in the log's framing) numbered after `after` and up to `upto`, which
+/// must follow on from `after` without a gap. Returns the last SCU applied (`after`
+/// if the records hold none past it); SCUs the shard holds already are skipped by it.
+pub fn apply_to_shard(
+    uid: u64,
+    shards: u32,
+    shard: u32,
+    replicas: &Arc<dyn ShardReplicas>,
+    records: &[u8],
+    after: u64,
+    upto: u64,
+) -> Result<u64> {
+    let records = wal::decode_records(records)
+        .map_err(|e| QueryError::Invalid(format!("SCUs that do not decode: {e}")))?;
+    let mut last = after;
+    for record in records.iter().filter(|r| r.seq > after && r.seq <= upto) {
+        if record.seq != last + 1 {
+            return Err(StoreError::InvalidBatch(format!(
+                "the SCUs to take shard {shard} on skip from {last} to {}",
+                record.seq
+            ))
+            .into());
+        }
+        last = record.seq;
+        let parts = decode_body(record.body).map_err(|e| {
+            StoreError::InvalidBatch(format!("SCU {} does not decode: {e}", record.seq))
+        })?;
+        for (part_uid, ops) in parts {
+            if part_uid != uid {
+                continue;
+            }
+            for (s, prepared) in route(ops, shards) {
+                if s != shard {
+                    continue;
+                }
+                for replica in 0..replicas.replica_count() {
+                    replicas
+                        .send_to(
+                            replica,
+                            ReplicaRequest::Apply {
+                                seq: record.seq,
+                                commit_micros: record.commit_micros,
+                                ops: prepared.clone(),
+                                replaying: true,
+                            },
+                        )?
+                        .into_done()?;
+                }
+                freeze_full(std::slice::from_ref(replicas));
+            }
+        }
+    }
+    Ok(last)
+}
+
 /// Freezes the full log tables of the shards an SCU touched.
 fn freeze_full(touched: &[Arc<dyn ShardReplicas>]) {
     for replicas in touched {
@@ -660,7 +734,7 @@ impl Inner {
                     .ops
                     .iter()
                     .any(|op| matches!(op, Op::AddAttribute(_)));
-                let replicas = part.table.replicas[shard as usize].clone();
+                let replicas = part.table.replica(shard as usize);
                 let last = replicas.replica_count() - 1;
                 let apply = |ops| ReplicaRequest::Apply {
                     seq,
@@ -730,6 +804,9 @@ impl Inner {
                     let answer =
                         self.follow_records(&records, &mut log, &mut next_seq, &mut log_bytes);
                     let _ = reply.send(answer);
+                }
+                Job::Exclusive(work, reply) => {
+                    let _ = reply.send(work(self.published.load(Ordering::SeqCst)));
                 }
             }
             self.rotate_if_full(&mut log, next_seq, &mut log_bytes);

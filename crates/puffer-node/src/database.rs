@@ -141,7 +141,24 @@ fn sync_registry(tables: &Tables, catalog: &dyn Catalog, registry: &Registry) ->
         .collect();
     let mut known = registry.known.lock().expect("registry lock");
     for table in tables {
-        for (shard, replicas) in table.table_shards().replicas.iter().enumerate() {
+        for (shard, replicas) in table.table_shards().all_replicas().iter().enumerate() {
+            if !replicas.is_held() {
+                // Let go of here: its segments are no longer listed for this node.
+                let gone: Vec<_> = known
+                    .keys()
+                    .filter(|(uid, s, _)| *uid == table.uid() && *s == shard as u32)
+                    .copied()
+                    .collect();
+                for key in gone {
+                    match catalog.set_segments(key.0, key.1, key.2, &[]) {
+                        Ok(()) | Err(QueryError::UnknownTable(_)) => {
+                            known.remove(&key);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                continue;
+            }
             for replica in 0..replicas.replica_count() {
                 let facts = replicas
                     .send_to(replica, ReplicaRequest::Segments)?
@@ -273,9 +290,15 @@ impl Database {
             Some(catalog) => {
                 for entry in catalog.tables()? {
                     let path = tables_dir.join(&entry.name);
-                    let opened =
-                        Table::open(&node, &committer, &path, &entry.name, &options.shard)?
-                            .filter(|table| table.uid() == entry.uid);
+                    let opened = Table::open(
+                        &node,
+                        &committer,
+                        &path,
+                        &entry.name,
+                        &options.shard,
+                        Some(&entry.schema),
+                    )?
+                    .filter(|table| table.uid() == entry.uid);
                     let opened = match opened {
                         // A follower makes what the shared catalog lists; its SCUs
                         // come from the cluster's log.
@@ -314,8 +337,14 @@ impl Database {
                         continue; // not a table
                     }
                     // `None`: a creation that never finished.
-                    let opened =
-                        Table::open(&node, &committer, &entry.path(), &name, &options.shard)?;
+                    let opened = Table::open(
+                        &node,
+                        &committer,
+                        &entry.path(),
+                        &name,
+                        &options.shard,
+                        None,
+                    )?;
                     if let Some(table) = opened {
                         tables.insert(name, Arc::new(table));
                     }
@@ -720,13 +749,44 @@ impl Database {
         request: &ReadRequest,
         wait: Wait,
     ) -> Result<Option<ReadAnswer>> {
+        let elsewhere = |remote: &Arc<dyn Remote>| match wait {
+            Wait::Never => Ok(None),
+            Wait::Allowed => remote.read(table, request).map(Some),
+        };
         match &self.options.remote {
-            Some(remote) if remote.reads_elsewhere() => match wait {
-                Wait::Never => Ok(None),
-                Wait::Allowed => remote.read(table, request).map(Some),
-            },
-            _ => self.table(table)?.read(request, wait),
+            Some(remote) if remote.reads_elsewhere() => elsewhere(remote),
+            Some(remote) => {
+                let here = self.table(table)?;
+                if here.holds_for(request) {
+                    here.read(request, wait)
+                } else {
+                    // A data node holding only the shards placed on it reads the
+                    // others where they are held.
+                    elsewhere(remote)
+                }
+            }
+            None => self.table(table)?.read(request, wait),
         }
+    }
+
+    /// Lets shard `shard` of table `table` go from this node (see
+    /// [`Table::release_shard`]); whether it was held.
+    pub fn release_shard(&self, table: &str, shard: u32) -> Result<bool> {
+        self.table(table)?.release_shard(&self.node, shard)
+    }
+
+    /// Takes shard `shard` of table `table` on (see [`Table::adopt_shard`]): its files,
+    /// holding every SCU touching it up to `covers`, are in the directories
+    /// [`Table::prepare_adoption`] gave. Returns the SCU it was taken on at.
+    pub fn adopt_shard(
+        &self,
+        table: &str,
+        shard: u32,
+        covers: u64,
+        fetch: crate::table::FetchScus,
+    ) -> Result<u64> {
+        self.table(table)?
+            .adopt_shard(&self.node, shard, covers, fetch)
     }
 
     /// Runs one statement.

@@ -362,6 +362,12 @@ pub trait ShardReplicas: Send + Sync {
     /// How many replicas the shard has.
     fn replica_count(&self) -> u32;
 
+    /// Whether the shard is held here (a cluster's data node holds only the shards
+    /// placed on it; see [`crate::shards::NotHeld`]).
+    fn is_held(&self) -> bool {
+        true
+    }
+
     /// Sends `request` to the replica the scheduler picks (reads, which any replica
     /// holding the snapshot can answer).
     fn read(&self, request: ReplicaRequest, wait: Wait) -> Result<Reply>;

@@ -19,7 +19,7 @@
 //! left in their own logs, and are then written as format 2.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::serving::{AdaptiveNode, NewReplica, ShardGroup};
@@ -34,13 +34,19 @@ use serde::{Deserialize, Serialize};
 use crate::commit::Committer;
 pub use crate::layout::{shard_of, TableLayout, MAX_REPLICAS, MAX_SHARDS};
 use crate::message::{ReadAnswer, ReadRequest, ReplicaRequest, Reply, ShardReplicas, Wait};
+use crate::shards::NotHeld;
 pub use crate::shards::TableShards;
 use puffer_query::{QueryError, Result};
+
+/// Where a shard being taken on gets the SCUs it lacks: `fetch(after, upto)` gives the
+/// records (in the log's framing) of the SCUs from `after+1` on, without a gap, up to
+/// `upto` or fewer (it is called again for the rest).
+pub type FetchScus = Arc<dyn Fn(u64, u64) -> Result<Vec<u8>> + Send + Sync>;
 
 /// A record as stored (undecoded), the schema it decodes with, and the snapshot read.
 pub type RawAnswer = (Option<puffer_store::RawRecord>, Arc<Schema>, SnapshotInfo);
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct TableFile {
     format: u32,
     shards: u32,
@@ -52,11 +58,24 @@ pub(crate) struct TableFile {
     /// sharding).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     single_directory: bool,
+    /// The shards held on this node, ascending (a cluster's data node holds those
+    /// placed on it); absent: every shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    held: Option<Vec<u32>>,
+}
+
+impl TableFile {
+    fn holds(&self, shard: u32) -> bool {
+        self.held.as_ref().is_none_or(|held| held.contains(&shard))
+    }
 }
 
 const TABLE_FILE: &str = "TABLE.json";
 /// The table file format this version writes.
 const TABLE_FORMAT: u32 = 2;
+/// How long a shard being taken on from a snapshot ahead of this node waits for the
+/// node to apply the SCUs up to it.
+const MAX_WAIT_TO_REACH_SNAPSHOT: Duration = Duration::from_secs(30);
 /// Tries of a read whose snapshot a replica sealed past meanwhile (each chooses anew).
 const MAX_SNAPSHOT_TRIES: usize = 16;
 
@@ -75,12 +94,20 @@ pub(crate) fn new_table_uid() -> u64 {
 /// A table's shards, registered with the node and with the database's committer.
 pub struct Table {
     layout: TableLayout,
-    /// The shards' replica groups on this node (the adaptive node serves them).
-    groups: Vec<Arc<ShardGroup<Shard>>>,
+    /// The shards' replica groups on this node (the adaptive node serves them); `None`
+    /// for a shard not held here.
+    groups: RwLock<Vec<Option<Arc<ShardGroup<Shard>>>>>,
     shards: Arc<TableShards>,
     committer: Arc<Committer>,
     /// Each shard's replica directories.
     dirs: Vec<Vec<PathBuf>>,
+    /// The table's directory.
+    dir: PathBuf,
+    /// Its table file as last written (shards are taken on and let go one at a time,
+    /// under this lock).
+    file: Mutex<TableFile>,
+    /// How its shards are opened.
+    options: ShardOptions,
 }
 
 impl Table {
@@ -107,13 +134,15 @@ impl Table {
     }
 
     /// Opens an existing table directory (converting older layouts); `None` if it holds
-    /// no finished table.
+    /// no finished table. `known_schema` (the catalog's) is its schema if it holds no
+    /// shard on this node.
     pub(crate) fn open(
         node: &AdaptiveNode<Shard>,
         committer: &Arc<Committer>,
         dir: &Path,
         name: &str,
         options: &ShardOptions,
+        known_schema: Option<&Schema>,
     ) -> Result<Option<Table>> {
         let path = dir.join(TABLE_FILE);
         let bytes = match std::fs::read(&path) {
@@ -131,6 +160,7 @@ impl Table {
                 replicas: 1,
                 uid: 0,
                 single_directory: true,
+                held: None,
             },
             None => return Ok(None),
         };
@@ -138,9 +168,13 @@ impl Table {
             shards: file.shards,
             replicas: file.replicas,
         };
+        let held_valid = file.held.as_ref().is_none_or(|held| {
+            held.windows(2).all(|w| w[0] < w[1]) && held.iter().all(|&s| s < file.shards)
+        });
         if file.format > TABLE_FORMAT
             || layout.validate().is_err()
             || (file.format == TABLE_FORMAT && file.uid == 0)
+            || !held_valid
         {
             return Err(StoreError::corrupt(
                 &path,
@@ -151,17 +185,25 @@ impl Table {
             )
             .into());
         }
-        if !(0..layout.shards).all(|s| {
+        if !(0..layout.shards).filter(|&s| file.holds(s)).all(|s| {
             (0..layout.replicas).all(|r| replica_dir(dir, &file, s, r).join("MANIFEST").exists())
         }) {
             return Ok(None); // a creation that never finished
+        }
+        // What a shard let go of, or taken on unfinished, left behind.
+        for s in (0..layout.shards).filter(|&s| !file.holds(s)) {
+            for r in 0..layout.replicas {
+                remove_dir_if_there(&replica_dir(dir, &file, s, r))?;
+            }
         }
         let file = if file.format < TABLE_FORMAT {
             convert_own_logs(dir, file, options)?
         } else {
             file
         };
-        Table::open_dirs(node, committer, dir, name, None, &file, options).map(Some)
+        // A shard keeps its own schema: the one given only makes new shards.
+        let schema = known_schema.cloned();
+        Table::open_dirs(node, committer, dir, name, schema, &file, options).map(Some)
     }
 
     fn open_dirs(
@@ -179,43 +221,45 @@ impl Table {
         };
         let mut groups = Vec::new();
         for s in 0..layout.shards {
-            let mut replicas = Vec::new();
-            for r in 0..layout.replicas {
-                let schema = match &schema {
-                    Some(schema) => schema.clone(),
-                    None => placeholder_schema()?,
-                };
-                let shard = Shard::open_logged(
-                    &replica_dir(dir, file, s, r),
-                    schema,
-                    options.clone(),
-                    Arc::new(RealFs),
-                    Arc::new(SystemClock),
-                    ShardLog::Fed {
-                        published: committer.published_counter(),
-                    },
-                )?;
-                replicas.push(NewReplica {
-                    replica: shard,
-                    memory_limit_bytes: None,
-                });
+            if !file.holds(s) {
+                groups.push(None);
+                continue;
             }
-            match node.add_shard(name, s, replicas) {
-                Ok(group) => groups.push(group),
+            let dirs: Vec<PathBuf> = (0..layout.replicas)
+                .map(|r| replica_dir(dir, file, s, r))
+                .collect();
+            let opened = open_replicas(&dirs, schema.as_ref(), options, committer)
+                .and_then(|replicas| Ok(node.add_shard(name, s, replicas)?));
+            match opened {
+                Ok(group) => groups.push(Some(group)),
                 Err(e) => {
                     node.remove_table(name);
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         }
-        let shards = Arc::new(TableShards::new(
-            file.uid,
-            name,
-            groups
-                .iter()
-                .map(|g| g.clone() as Arc<dyn ShardReplicas>)
-                .collect(),
-        )?);
+        // Shards not held take the schema of those held (as of the same SCU), or, with
+        // none held, the one given.
+        let not_held_schema = match groups.iter().flatten().next() {
+            Some(group) => Some(group.send_to(0, ReplicaRequest::Schema)?.into_schema()?),
+            None => schema.map(Arc::new),
+        };
+        let mut replicas: Vec<Arc<dyn ShardReplicas>> = Vec::with_capacity(groups.len());
+        for (s, group) in groups.iter().enumerate() {
+            replicas.push(match (group, &not_held_schema) {
+                (Some(group), _) => group.clone(),
+                (None, Some(schema)) => Arc::new(NotHeld::new(name, s as u32, schema.clone())),
+                (None, None) => {
+                    node.remove_table(name);
+                    return Err(StoreError::corrupt(
+                        dir.join(TABLE_FILE),
+                        format!("table {name} holds no shard here and its schema is not known"),
+                    )
+                    .into());
+                }
+            });
+        }
+        let shards = Arc::new(TableShards::new(file.uid, name, replicas)?);
         committer.register(shards.clone());
         let dirs = (0..layout.shards)
             .map(|s| {
@@ -226,10 +270,13 @@ impl Table {
             .collect();
         Ok(Table {
             layout,
-            groups,
+            groups: RwLock::new(groups),
             shards,
             committer: committer.clone(),
             dirs,
+            dir: dir.to_path_buf(),
+            file: Mutex::new(file.clone()),
+            options: options.clone(),
         })
     }
 
@@ -240,6 +287,208 @@ impl Table {
             .get(shard as usize)?
             .get(replica as usize)
             .map(PathBuf::as_path)
+    }
+
+    /// Lets shard `shard` go from this node (it is held elsewhere): from the next SCU
+    /// on its parts are dropped here (schema changes are kept), reads of it are refused
+    /// as unavailable, and its files are removed. Returns whether it was held.
+    pub(crate) fn release_shard(&self, node: &AdaptiveNode<Shard>, shard: u32) -> Result<bool> {
+        let mut file = self.file.lock().expect("table file lock");
+        self.check_shard(shard)?;
+        if !self.holds(shard) {
+            return Ok(false);
+        }
+        let held: Vec<u32> = self
+            .shards
+            .held()
+            .into_iter()
+            .filter(|&s| s != shard)
+            .collect();
+        // The table file first: from here on a restart opens the shard as not held
+        // (and removes what is left of it), whatever happens below.
+        let next = TableFile {
+            held: Some(held),
+            ..file.clone()
+        };
+        write_table_file(&self.dir, &next)?;
+        *file = next;
+        let (shards, name) = (self.shards.clone(), self.name().to_string());
+        self.committer.run_exclusive(move |published| {
+            // Between SCUs: the schema is the last SCU's.
+            let schema = shards.schema();
+            shards
+                .slot(shard as usize)
+                .set(Arc::new(NotHeld::new(&name, shard, schema)));
+            Ok(published)
+        })?;
+        let group = self.groups.write().expect("groups lock")[shard as usize].take();
+        node.remove_shard(self.name(), shard);
+        // Its replicas' threads stop once the last read holding them ends.
+        drop(group);
+        for dir in &self.dirs[shard as usize] {
+            remove_dir_if_there(dir)?;
+        }
+        Ok(true)
+    }
+
+    /// The directories of shard `shard`'s replicas, emptied, for the shard to be taken
+    /// on: put the files of a snapshot of the shard in each (or none, for a shard
+    /// taken on empty), then call [`Table::adopt_shard`].
+    pub fn prepare_adoption(&self, shard: u32) -> Result<Vec<PathBuf>> {
+        let _file = self.file.lock().expect("table file lock");
+        self.check_shard(shard)?;
+        if self.holds(shard) {
+            return Err(QueryError::Invalid(format!(
+                "shard {shard} of table {} is held on this node already",
+                self.name()
+            )));
+        }
+        let dirs = self.dirs[shard as usize].clone();
+        for dir in &dirs {
+            remove_dir_if_there(dir)?;
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        }
+        Ok(dirs)
+    }
+
+    /// Takes shard `shard` on from the files put in its directories (see
+    /// [`Table::prepare_adoption`]), which hold every SCU touching it up to `covers`.
+    /// It is caught up with the SCUs after that from `fetch` (see [`FetchScus`]):
+    /// first while SCUs go on
+    /// being applied to the other shards, then, for the last few, on the committer's
+    /// thread between two SCUs, where it takes its place. It is then compacted (its
+    /// checkpoint passes every SCU it was caught up with, which this node's log may
+    /// not hold) and written as held in the table file. Returns the SCU it was taken
+    /// on at.
+    pub(crate) fn adopt_shard(
+        &self,
+        node: &AdaptiveNode<Shard>,
+        shard: u32,
+        covers: u64,
+        fetch: FetchScus,
+    ) -> Result<u64> {
+        let mut file = self.file.lock().expect("table file lock");
+        self.check_shard(shard)?;
+        if self.holds(shard) {
+            return Err(QueryError::Invalid(format!(
+                "shard {shard} of table {} is held on this node already",
+                self.name()
+            )));
+        }
+        let dirs = &self.dirs[shard as usize];
+        let replicas = open_replicas(dirs, Some(&self.schema()), &self.options, &self.committer)?;
+        let group = node.add_shard(self.name(), shard, replicas)?;
+        let swapped = self.catch_up_and_swap(shard, covers, group.clone(), fetch);
+        let (taken_on, applied) = match swapped {
+            Ok(at) => at,
+            Err(e) => {
+                node.remove_shard(self.name(), shard);
+                drop(group);
+                for dir in dirs {
+                    let _ = remove_dir_if_there(dir);
+                }
+                return Err(e);
+            }
+        };
+        self.groups.write().expect("groups lock")[shard as usize] = Some(group.clone());
+        for replica in 0..group.replica_count() {
+            group
+                .send_to(replica, ReplicaRequest::CompactAll)?
+                .into_done()?;
+            let marks = group
+                .send_to(replica, ReplicaRequest::Watermarks)?
+                .into_watermarks()?;
+            // SCUs past `taken_on` are in this node's log; those up to it that touch
+            // the shard (the last is `applied`) must be in its segments.
+            if marks.compressed < applied {
+                return Err(QueryError::Store(StoreError::Unavailable(format!(
+                    "shard {shard} of table {} was taken on holding SCUs up to {applied} \
+                     but its segments hold SCUs up to {} only after compaction",
+                    self.name(),
+                    marks.compressed
+                ))));
+            }
+        }
+        let mut held = self.shards.held();
+        held.sort_unstable();
+        let next = TableFile {
+            held: (held.len() < self.layout.shards as usize).then_some(held),
+            ..file.clone()
+        };
+        write_table_file(&self.dir, &next)?;
+        *file = next;
+        Ok(taken_on)
+    }
+
+    /// Catches a shard being taken on up with the SCUs past `covers` and swaps it in
+    /// between two SCUs; returns the SCU it was swapped in at and the last SCU its
+    /// replicas had applied then (the last that touched it).
+    fn catch_up_and_swap(
+        &self,
+        shard: u32,
+        covers: u64,
+        group: Arc<ShardGroup<Shard>>,
+        fetch: FetchScus,
+    ) -> Result<(u64, u64)> {
+        let replicas: Arc<dyn ShardReplicas> = group;
+        let (uid, shards) = (self.uid(), self.layout.shards);
+        let catch_up = move |replicas: &Arc<dyn ShardReplicas>, mut after: u64, upto: u64| {
+            while after < upto {
+                let records = fetch(after, upto)?;
+                let last = crate::commit::apply_to_shard(
+                    uid, shards, shard, replicas, &records, after, upto,
+                )?;
+                if last == after {
+                    return Err(QueryError::Store(StoreError::Unavailable(format!(
+                        "no SCU after {after} was found to take shard {shard} on with"
+                    ))));
+                }
+                after = last;
+            }
+            Ok(after)
+        };
+        // A snapshot ahead of this node would show SCUs its reads are not at yet.
+        if !self
+            .committer
+            .wait_published(covers, MAX_WAIT_TO_REACH_SNAPSHOT)
+        {
+            return Err(QueryError::Store(StoreError::Unavailable(format!(
+                "shard {shard}'s snapshot holds SCUs up to {covers}; this node has applied \
+                 up to {} only",
+                self.committer.published()
+            ))));
+        }
+        // While SCUs go on being applied to the other shards...
+        let caught_up = catch_up(&replicas, covers, self.committer.published())?;
+        // ...then the few applied meanwhile, between two SCUs.
+        let table = self.shards.clone();
+        let applied = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let applied_there = applied.clone();
+        let taken_on = self.committer.run_exclusive(move |now| {
+            catch_up(&replicas, caught_up, now)?;
+            let mut last = 0;
+            for replica in 0..replicas.replica_count() {
+                let marks = replicas
+                    .send_to(replica, ReplicaRequest::Watermarks)?
+                    .into_watermarks()?;
+                last = last.max(marks.published);
+            }
+            applied_there.store(last, std::sync::atomic::Ordering::SeqCst);
+            table.slot(shard as usize).set(replicas);
+            Ok(now.max(caught_up))
+        })?;
+        Ok((taken_on, applied.load(std::sync::atomic::Ordering::SeqCst)))
+    }
+
+    fn check_shard(&self, shard: u32) -> Result<()> {
+        if shard >= self.layout.shards {
+            return Err(QueryError::Invalid(format!(
+                "table {} has {} shards; there is no shard {shard}",
+                self.name(),
+                self.layout.shards
+            )));
+        }
+        Ok(())
     }
 
     /// The table's catalog entry.
@@ -272,9 +521,48 @@ impl Table {
         self.layout
     }
 
-    /// The shards, with their replicas.
-    pub fn shards(&self) -> &[Arc<ShardGroup<Shard>>] {
-        &self.groups
+    /// Shard `shard` with its replicas, if it is held here.
+    pub fn shard_group(&self, shard: u32) -> Option<Arc<ShardGroup<Shard>>> {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .get(shard as usize)?
+            .clone()
+    }
+
+    /// The shards held here, with their replicas, ascending by shard.
+    pub fn held_groups(&self) -> Vec<Arc<ShardGroup<Shard>>> {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether shard `shard` is held here.
+    pub fn holds(&self, shard: u32) -> bool {
+        self.shard_group(shard).is_some()
+    }
+
+    /// Whether every shard is held here.
+    pub fn holds_all(&self) -> bool {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .iter()
+            .all(Option::is_some)
+    }
+
+    /// Whether this node holds every shard `request` needs.
+    pub fn holds_for(&self, request: &ReadRequest) -> bool {
+        match request {
+            ReadRequest::Get { key, .. } | ReadRequest::GetRaw { key, .. } => {
+                self.holds(shard_of(key, self.layout.shards))
+            }
+            ReadRequest::Search { .. } | ReadRequest::Count { .. } => self.holds_all(),
+        }
     }
 
     /// The schema (every shard has the same).
@@ -332,7 +620,11 @@ impl Table {
             let request = request.at(at);
             match shard {
                 Some(shard) => {
-                    match self.shards.replicas[shard].read(ReplicaRequest::Read(request), wait)? {
+                    match self
+                        .shards
+                        .replica(shard)
+                        .read(ReplicaRequest::Read(request), wait)?
+                    {
                         Reply::Answered(response) => Ok(Some(response.into_read()?)),
                         Reply::WouldWait(_) => Ok(None),
                     }
@@ -345,17 +637,14 @@ impl Table {
     /// Every shard works at once (the last on this thread); answers are merged when
     /// all are in.
     fn read_all_shards(&self, request: ReadRequest) -> Result<ReadAnswer> {
-        let (last, others) = self
-            .shards
-            .replicas
-            .split_last()
-            .expect("a table has a shard");
+        let all = self.shards.all_replicas();
+        let (last, others) = all.split_last().expect("a table has a shard");
         let pending = others
             .iter()
             .map(|shard| shard.submit(ReplicaRequest::Read(request.clone())))
             .collect::<puffer_store::Result<Vec<_>>>()?;
         let here = last.read(ReplicaRequest::Read(request.clone()), Wait::Allowed);
-        let mut answers = Vec::with_capacity(self.shards.replicas.len());
+        let mut answers = Vec::with_capacity(all.len());
         for answer in pending {
             answers.push(answer.wait()?.into_read()?);
         }
@@ -422,7 +711,7 @@ impl Table {
     /// Sizes: disk and memory of every replica, records of one replica per shard.
     pub fn stats(&self) -> Result<ShardStats> {
         let mut total = ShardStats::default();
-        for shard in &self.shards.replicas {
+        for shard in self.shards.all_replicas().iter().filter(|r| r.is_held()) {
             for replica in 0..shard.replica_count() {
                 let stats = shard
                     .send_to(replica, ReplicaRequest::Stats)?
@@ -575,6 +864,7 @@ pub(crate) fn replica_dirs(dir: &Path, layout: TableLayout) -> Vec<Vec<PathBuf>>
         replicas: layout.replicas,
         uid: 0,
         single_directory: false,
+        held: None,
     };
     (0..layout.shards)
         .map(|s| {
@@ -597,6 +887,7 @@ pub(crate) fn write_new_table_file(
         replicas: entry.layout.replicas,
         uid: entry.uid,
         single_directory: false,
+        held: None,
     };
     write_table_file(dir, &file)?;
     Ok(file)
@@ -636,6 +927,45 @@ fn convert_own_logs(dir: &Path, file: TableFile, options: &ShardOptions) -> Resu
     };
     write_table_file(dir, &converted)?;
     Ok(converted)
+}
+
+/// Opens the replicas of one shard, fed by `committer`'s log (`schema` for a new shard).
+fn open_replicas(
+    dirs: &[PathBuf],
+    schema: Option<&Schema>,
+    options: &ShardOptions,
+    committer: &Committer,
+) -> Result<Vec<NewReplica<Shard>>> {
+    let mut replicas = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        let schema = match schema {
+            Some(schema) => schema.clone(),
+            None => placeholder_schema()?,
+        };
+        let shard = Shard::open_logged(
+            dir,
+            schema,
+            options.clone(),
+            Arc::new(RealFs),
+            Arc::new(SystemClock),
+            ShardLog::Fed {
+                published: committer.published_counter(),
+            },
+        )?;
+        replicas.push(NewReplica {
+            replica: shard,
+            memory_limit_bytes: None,
+        });
+    }
+    Ok(replicas)
+}
+
+fn remove_dir_if_there(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::io(dir, e).into()),
+    }
 }
 
 fn placeholder_schema() -> Result<Schema> {

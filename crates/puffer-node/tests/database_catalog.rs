@@ -43,7 +43,7 @@ fn check_registry(db: &Database, table: &str) -> usize {
     db.sync_segment_registry().unwrap();
     let table = db.table(table).unwrap();
     let mut expected = Vec::new();
-    for group in table.shards() {
+    for group in table.held_groups() {
         for slot in group.replicas() {
             for segment in slot.pool().replica().segments() {
                 expected.push(SegmentEntry {

@@ -93,8 +93,8 @@ fn sharded_replicated_tables_match_a_model() {
         let db = Database::open_with(dir.path(), options()).unwrap();
         db.create_table_with("t", schema, layout).unwrap();
         let table = db.table("t").unwrap();
-        assert_eq!(table.shards().len(), 3);
-        assert!(table.shards().iter().all(|g| g.replicas().len() == 2));
+        assert_eq!(table.held_groups().len(), 3);
+        assert!(table.held_groups().iter().all(|g| g.replicas().len() == 2));
         for step in 0..60 {
             let mut ops = Vec::new();
             for _ in 0..rng.gen_range(1..20) {
@@ -131,7 +131,7 @@ fn sharded_replicated_tables_match_a_model() {
             assert!(limited.rows.iter().all(|r| expected.contains(&r.key)));
             assert_eq!(limited.truncated, expected.len() > 3);
             // Every replica of every shard holds exactly its shard's records.
-            for group in table.shards() {
+            for group in table.held_groups() {
                 let mut per_replica = Vec::new();
                 for slot in group.replicas() {
                     let all = Query {
@@ -175,7 +175,7 @@ fn sharded_replicated_tables_match_a_model() {
             ])
             .unwrap();
         model.insert(grown.key.clone(), grown);
-        for group in table.shards() {
+        for group in table.held_groups() {
             for slot in group.replicas() {
                 assert!(slot
                     .pool()
@@ -295,7 +295,7 @@ fn reads_that_must_not_wait_answer_like_reads_that_may() {
     let gate = std::sync::Arc::new(std::sync::Mutex::new(gate));
     let mut blockers = Vec::new();
     let (started_tx, started) = std::sync::mpsc::channel::<()>();
-    for slot in table.shards()[0].replicas() {
+    for slot in table.held_groups()[0].replicas() {
         let (gate, started_tx) = (gate.clone(), started_tx.clone());
         blockers.push(
             slot.pool()

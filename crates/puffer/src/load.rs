@@ -570,7 +570,7 @@ impl Destination {
         };
         // Every replica of every shard: a schema change that reached only some of them
         // would give the same name different ids.
-        for group in db.table(table)?.shards() {
+        for group in db.table(table)?.held_groups() {
             for slot in group.replicas() {
                 let actual = slot.pool().replica().schema();
                 for (id, attribute) in schema.attributes.iter().enumerate() {

@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// of a shard go to its holders.
     #[arg(long, default_value_t = 2, requires = "etcd")]
     segment_replicas: usize,
+    /// How long a data node keeps a shard no longer placed on it before it lets it go,
+    /// in seconds (0 to 3600; a placement that changes back meanwhile costs nothing).
+    #[arg(long, default_value_t = 10, requires = "etcd")]
+    release_grace_s: u64,
 }
 
 /// Runs the server until Ctrl-C.
@@ -184,6 +188,7 @@ fn join_cluster(
         publish_interval: std::time::Duration::from_secs(args.publish_interval_s),
         log_gc_interval: std::time::Duration::from_secs(args.log_gc_interval_s),
         segment_replicas: args.segment_replicas,
+        release_grace: std::time::Duration::from_secs(args.release_grace_s),
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

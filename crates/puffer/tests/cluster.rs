@@ -347,8 +347,10 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     let mut etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
     let a = start_node_as(dir.path(), &etcd, "a", "coordinator,ingest,data");
     wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
-    let b = start_node_as(dir.path(), &etcd, "b", "data");
-    let _c = start_node_as(dir.path(), &etcd, "c", "data");
+    // b and c hold only the shards placed on them, and let the others go after 1 s.
+    let grace = ["--release-grace-s", "1"];
+    let b = start_node_with(dir.path(), &etcd, "b", "data", &grace, &[]);
+    let c = start_node_with(dir.path(), &etcd, "c", "data", &grace, &[]);
     let broker = start_node_as(dir.path(), &etcd, "broker", "broker");
 
     // Everything through the broker, which holds no data: the table change and the
@@ -458,6 +460,24 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     .unwrap_or_else(|| panic!("placement: {:?}", placed(&broker)));
     assert!(before.values().all(|&n| (3..=4).contains(&n)), "{before:?}");
 
+    // b and c come to hold exactly as many shards as placed on them; a holds all.
+    let held = |node: &ServeProcess| -> Option<u64> {
+        let status = get(&format!("{}/v1/admin/cluster", node.base)).ok()?;
+        let held: BTreeMap<String, Vec<u32>> =
+            serde_json::from_value(status["holding"]["held"].clone()).ok()?;
+        Some(held.values().map(|shards| shards.len() as u64).sum())
+    };
+    for (name, node) in [("b", &b), ("c", &c)] {
+        let placed_here = before[name];
+        wait_for(Duration::from_secs(15), || {
+            (held(node) == Some(placed_here)).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{name} holds {:?} shards, {placed_here} placed", held(node)));
+    }
+    // A data node holding only some shards reads the others through its broker.
+    assert_eq!(count(&c.base), Some(model.len() as u64));
+    agrees(&c.base, &model);
+
     // b dies: every read through the broker is still answered, and right.
     b.kill();
     let killed_at = Instant::now();
@@ -490,6 +510,16 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     let replaced_after = killed_at.elapsed();
     assert_eq!(after, BTreeMap::from([("a".into(), 5), ("c".into(), 5)]));
     eprintln!("b's shards placed again {replaced_after:?} after its SIGKILL (lease TTL {TTL_S} s)");
+    // c takes b's shards on: every shard has its 2 replicas again.
+    wait_for(Duration::from_secs(20), || {
+        (held(&c) == Some(5)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("c holds {:?} shards, 5 placed on it", held(&c)));
+    eprintln!(
+        "every shard held twice again {:?} after b's SIGKILL",
+        killed_at.elapsed()
+    );
+    agrees(&c.base, &model);
     // Writes go on through it too.
     post(
         &format!("{}/v1/tables/rooms/records", broker.base),

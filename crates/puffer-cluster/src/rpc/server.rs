@@ -56,16 +56,17 @@ impl Service {
                 table.uid()
             )));
         }
-        let shards = table.shards();
-        let group = shards.get(call.shard as usize).ok_or_else(|| {
-            QueryError::Invalid(format!(
-                "table {} has {} shards; there is no shard {}",
-                call.table,
-                shards.len(),
-                call.shard
-            ))
+        let shards = table.layout().shards;
+        if call.shard >= shards {
+            return Err(QueryError::Invalid(format!(
+                "table {} has {shards} shards; there is no shard {}",
+                call.table, call.shard
+            )));
+        }
+        let group = table.shard_group(call.shard).ok_or_else(|| {
+            QueryError::from(puffer_node::shards::not_held(&call.table, call.shard))
         })?;
-        Ok((request, group.clone()))
+        Ok((request, group))
     }
 
     /// The call's answer, the call decoded once. A small call is opened on the event

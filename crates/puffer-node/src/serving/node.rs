@@ -518,6 +518,24 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
         }
     }
 
+    /// Unregisters shard `shard` of `table`; its workers finish what is queued.
+    pub fn remove_shard(&self, table: &str, shard: u32) {
+        let removed: Vec<_> = {
+            let mut groups = self.inner.groups.write().expect("groups poisoned");
+            let (gone, kept) = groups
+                .drain(..)
+                .partition(|g| g.table == table && g.shard == shard);
+            *groups = kept;
+            gone
+        };
+        let mut control = self.inner.control.lock().expect("control poisoned");
+        for group in &removed {
+            for slot in &group.replicas {
+                control.replicas.remove(&slot.id);
+            }
+        }
+    }
+
     /// The shard `shard` of `table`, if registered.
     pub fn group(&self, table: &str, shard: u32) -> Option<Arc<ShardGroup<R>>> {
         let groups = self.inner.groups.read().expect("groups poisoned");

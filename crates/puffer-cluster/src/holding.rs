@@ -1,0 +1,404 @@
+//! Which shards a data node holds: those the coordinator placed on it.
+//!
+//! A node with the `data` role alone (no `ingest`, no `indexer`, which hold every shard
+//! to number SCUs and to publish) follows the whole log but keeps only the shards placed
+//! on it. Every [`HOLDING_INTERVAL`] it compares the placement with what it holds:
+//!
+//! - a shard placed on it and not held is taken on ([`take_on`]): the files of its
+//!   published snapshot are downloaded from deep storage (or none, for a shard not
+//!   published yet, whose SCUs the log still holds from the first), the SCUs past the
+//!   snapshot are read from the cluster's log, and the shard takes its place between
+//!   two SCUs, so that reads never see it in part;
+//! - a shard held and not placed on it is let go once it has stayed unplaced for
+//!   [`RELEASE_GRACE`] (lazily, as Getafix deletes: a placement that changes back soon
+//!   costs no download). A table holding no shard keeps its schema (see
+//!   [`puffer_node::shards::NotHeld`]).
+//!
+//! At most one shard is taken on per round, so that a node that joins or restarts
+//! does not download everything at once; brokers route to the holders the placement
+//! names, and a holder still taking a shard on answers "not held" and is passed over.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use puffer_node::Database;
+use serde::Serialize;
+
+use crate::deep_storage::DeepStorage;
+use crate::error::ClusterError;
+use crate::etcd::Etcd;
+use crate::placement::ShardPlacement;
+use crate::scu_log::ClusterLog;
+use crate::segments::published_shard;
+use puffer_query::Result;
+
+/// How often a data node compares the placement with what it holds.
+pub const HOLDING_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a shard held and no longer placed on a node stays before it is let go.
+pub const RELEASE_GRACE: Duration = Duration::from_secs(10);
+
+/// A change a data node makes to what it holds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HoldingChange {
+    /// Take shard `1` of table `0` on.
+    TakeOn(String, u32),
+    /// Let shard `1` of table `0` go.
+    Release(String, u32),
+}
+
+/// One table as a data node holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldTable {
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: u64,
+    /// Whether each shard is held.
+    pub held: Vec<bool>,
+}
+
+/// The changes `node` makes, given `placement` and what it holds: take on every shard
+/// placed on it and not held, let go of those held and unplaced since at least `grace`
+/// ago (`unplaced_since` remembers since when, and forgets shards placed again) while
+/// the placement names a holder. Tables the placement does not know yet are left as
+/// they are. Pure: the caller does the changes.
+pub fn holding_changes(
+    placement: &ShardPlacement,
+    node: &str,
+    tables: &[HeldTable],
+    unplaced_since: &mut HashMap<(u64, u32), Instant>,
+    now: Instant,
+    grace: Duration,
+) -> Vec<HoldingChange> {
+    let mut changes = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for table in tables {
+        for (shard, &held) in table.held.iter().enumerate() {
+            let shard = shard as u32;
+            let Some(holders) = placement.holders(table.uid, shard) else {
+                continue;
+            };
+            seen.insert((table.uid, shard));
+            let placed_here = holders.iter().any(|n| n == node);
+            if placed_here {
+                unplaced_since.remove(&(table.uid, shard));
+                if !held {
+                    changes.push(HoldingChange::TakeOn(table.name.clone(), shard));
+                }
+                continue;
+            }
+            if !held || holders.is_empty() {
+                unplaced_since.remove(&(table.uid, shard));
+                continue;
+            }
+            let since = *unplaced_since.entry((table.uid, shard)).or_insert(now);
+            if now.duration_since(since) >= grace {
+                changes.push(HoldingChange::Release(table.name.clone(), shard));
+            }
+        }
+    }
+    unplaced_since.retain(|key, _| seen.contains(key));
+    changes
+}
+
+/// What taking one shard on did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TakenOn {
+    /// The table.
+    pub table: String,
+    /// The shard.
+    pub shard: u32,
+    /// Bytes downloaded from deep storage (0: taken on empty, from the log alone).
+    pub bytes: u64,
+    /// The SCU its snapshot covered.
+    pub covers: u64,
+    /// The SCU it took its place at.
+    pub taken_on_at: u64,
+    /// Time taken.
+    pub millis: u64,
+}
+
+/// Takes shard `shard` of `table` on in `database`: its published snapshot from deep
+/// storage, then the log past it (see the module docs).
+pub fn take_on(
+    etcd: &Etcd,
+    deep: &DeepStorage,
+    log: &ClusterLog,
+    database: &Database,
+    table: &str,
+    shard: u32,
+) -> Result<TakenOn> {
+    let started = Instant::now();
+    let handle = database.table(table)?;
+    let uid = handle.uid();
+    let dirs = handle.prepare_adoption(shard)?;
+    let mut bytes = 0;
+    let covers = match published_shard(etcd, uid, shard)? {
+        Some(snapshot) => {
+            for file in &snapshot.files {
+                let content = deep.get(&file.object)?;
+                if content.len() as u64 != file.bytes {
+                    return Err(ClusterError::Corrupt {
+                        key: file.object.clone(),
+                        detail: format!(
+                            "{} bytes in deep storage, {} recorded",
+                            content.len(),
+                            file.bytes
+                        ),
+                    }
+                    .into());
+                }
+                for dir in &dirs {
+                    let path = dir.join(&file.name);
+                    puffer_store::fs::write_file_atomic(&puffer_store::fs::RealFs, &path, &content)
+                        .map_err(|e| puffer_store::StoreError::io(&path, e))?;
+                }
+                bytes += content.len() as u64;
+            }
+            snapshot.covers
+        }
+        None => {
+            // Never published: the log keeps every SCU of it (collection waits for
+            // every shard to be published).
+            let first = log.first()?;
+            if first > 1 {
+                return Err(ClusterError::Unavailable(format!(
+                    "shard {shard} of table {table} is not published and the log keeps SCUs \
+                     from {first} only"
+                ))
+                .into());
+            }
+            0
+        }
+    };
+    let reader = log.clone();
+    let fetch: puffer_node::table::FetchScus =
+        std::sync::Arc::new(move |after, upto| Ok(reader.records_between(after, upto)?));
+    let taken_on_at = database.adopt_shard(table, shard, covers, fetch)?;
+    Ok(TakenOn {
+        table: table.to_string(),
+        shard,
+        bytes,
+        covers,
+        taken_on_at,
+        millis: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// What a data node's holding did, for status.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HoldingStatus {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Shards held now, per table.
+    pub held: BTreeMap<String, Vec<u32>>,
+    /// Shards taken on so far.
+    pub taken_on: u64,
+    /// Shards let go so far.
+    pub released: u64,
+    /// The last shard taken on.
+    pub last_taken_on: Option<TakenOn>,
+    /// The last failure.
+    pub error: Option<String>,
+}
+
+/// One round for `node`: reads the placement and makes the changes (at most one
+/// take-on; shards are let go after `grace`).
+pub fn hold_round(
+    etcd: &Etcd,
+    deep: &DeepStorage,
+    log: &ClusterLog,
+    database: &Database,
+    (node, grace): (&str, Duration),
+    unplaced_since: &mut HashMap<(u64, u32), Instant>,
+    status: &mut HoldingStatus,
+) -> Result<()> {
+    status.rounds += 1;
+    let tables = held_tables(database);
+    status.held = tables
+        .iter()
+        .map(|t| {
+            let held = (0..t.held.len() as u32)
+                .filter(|&s| t.held[s as usize])
+                .collect();
+            (t.name.clone(), held)
+        })
+        .collect();
+    let Some(placement) = crate::placement::read_placement(etcd)? else {
+        return Ok(());
+    };
+    let changes = holding_changes(
+        &placement,
+        node,
+        &tables,
+        unplaced_since,
+        Instant::now(),
+        grace,
+    );
+    let mut took_one = false;
+    for change in changes {
+        match change {
+            HoldingChange::TakeOn(table, shard) if !took_one => {
+                took_one = true;
+                let taken = take_on(etcd, deep, log, database, &table, shard)?;
+                status.taken_on += 1;
+                status.last_taken_on = Some(taken);
+            }
+            HoldingChange::TakeOn(..) => {}
+            HoldingChange::Release(table, shard) => {
+                if database.release_shard(&table, shard)? {
+                    status.released += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every table of `database` with the shards it holds.
+pub fn held_tables(database: &Database) -> Vec<HeldTable> {
+    database
+        .table_names()
+        .into_iter()
+        .filter_map(|name| database.table(&name).ok())
+        .map(|table| HeldTable {
+            name: table.name().to_string(),
+            uid: table.uid(),
+            held: (0..table.layout().shards).map(|s| table.holds(s)).collect(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placement(shards: &[&[&str]]) -> ShardPlacement {
+        ShardPlacement {
+            replicas: 2,
+            tables: [(
+                7u64,
+                shards
+                    .iter()
+                    .map(|holders| holders.iter().map(|h| h.to_string()).collect())
+                    .collect(),
+            )]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    fn table(held: &[bool]) -> HeldTable {
+        HeldTable {
+            name: "t".into(),
+            uid: 7,
+            held: held.to_vec(),
+        }
+    }
+
+    /// The rule, written out naively: what a node should do about each shard.
+    fn expected(
+        placement: &ShardPlacement,
+        held: &[bool],
+        unplaced_for: &[Option<Duration>],
+        grace: Duration,
+    ) -> Vec<HoldingChange> {
+        let mut changes = Vec::new();
+        for (s, &is_held) in held.iter().enumerate() {
+            let holders = placement.holders(7, s as u32).unwrap();
+            let here = holders.iter().any(|h| h == "a");
+            if here && !is_held {
+                changes.push(HoldingChange::TakeOn("t".into(), s as u32));
+            } else if !here
+                && is_held
+                && !holders.is_empty()
+                && unplaced_for[s].is_some_and(|d| d >= grace)
+            {
+                changes.push(HoldingChange::Release("t".into(), s as u32));
+            }
+        }
+        changes
+    }
+
+    #[test]
+    fn changes_follow_the_placement_lazily() {
+        let grace = Duration::from_secs(10);
+        let options: [&[&str]; 4] = [&["a"], &["b"], &["a", "b"], &[]];
+        let start = Instant::now();
+        // Every combination of 3 shards' holders, what is held, and how long ago it
+        // was first seen unplaced.
+        for p0 in options {
+            for p1 in options {
+                for p2 in options {
+                    let placement = placement(&[p0, p1, p2]);
+                    for held_bits in 0..8u32 {
+                        let held: Vec<bool> = (0..3).map(|s| held_bits >> s & 1 == 1).collect();
+                        for age in [Duration::ZERO, Duration::from_secs(11)] {
+                            let mut since = HashMap::new();
+                            for s in 0..3u32 {
+                                since.insert((7, s), start);
+                            }
+                            let now = start + age;
+                            let changes = holding_changes(
+                                &placement,
+                                "a",
+                                &[table(&held)],
+                                &mut since,
+                                now,
+                                grace,
+                            );
+                            let unplaced_for: Vec<Option<Duration>> = (0..3)
+                                .map(|s| {
+                                    let holders = placement.holders(7, s).unwrap();
+                                    (held[s as usize]
+                                        && !holders.is_empty()
+                                        && !holders.iter().any(|h| h == "a"))
+                                    .then_some(age)
+                                })
+                                .collect();
+                            assert_eq!(
+                                changes,
+                                expected(&placement, &held, &unplaced_for, grace),
+                                "{p0:?} {p1:?} {p2:?} held {held:?} age {age:?}"
+                            );
+                            // What is remembered is exactly the held, unplaced shards.
+                            for s in 0..3u32 {
+                                assert_eq!(
+                                    since.contains_key(&(7, s)),
+                                    unplaced_for[s as usize].is_some(),
+                                    "shard {s}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_shard_first_seen_unplaced_waits_and_one_placed_again_is_forgotten() {
+        let grace = Duration::from_secs(10);
+        let mut since = HashMap::new();
+        let start = Instant::now();
+        let unplaced = placement(&[&["a"], &["b"]]);
+        let held = [table(&[true, true])];
+        assert!(holding_changes(&unplaced, "a", &held, &mut since, start, grace).is_empty());
+        assert_eq!(
+            holding_changes(&unplaced, "a", &held, &mut since, start + grace, grace),
+            vec![HoldingChange::Release("t".into(), 1)]
+        );
+        let placed_again = placement(&[&["a"], &["a", "b"]]);
+        assert!(
+            holding_changes(&placed_again, "a", &held, &mut since, start + grace, grace).is_empty()
+        );
+        assert!(since.is_empty());
+        // A table the placement does not know is left alone.
+        let other = HeldTable {
+            name: "u".into(),
+            uid: 8,
+            held: vec![false, true],
+        };
+        assert!(holding_changes(&unplaced, "a", &[other], &mut since, start, grace).is_empty());
+    }
+}

@@ -1,0 +1,309 @@
+//! A data node holding only some shards, against a model: it lets shards go (reads of
+//! them are refused, the others answer as the model does), takes one on from its
+//! published snapshot and the log past it while writes go on (and one never published,
+//! from the log alone), keeps what it holds across a restart, and never lets the last
+//! shard of a table go.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use puffer_cluster::etcd::Etcd;
+use puffer_cluster::holding::take_on;
+use puffer_cluster::scu_log::ClusterLog;
+use puffer_cluster::segments::Publisher;
+use puffer_cluster::DeepStorage;
+use puffer_node::layout::shard_of;
+use puffer_node::{Database, DatabaseOptions, TableLayout};
+use puffer_store::{AttrType, Attribute, Predicate, ReadOptions, Record, Schema, Value, WriteOp};
+use rand::{Rng, SeedableRng};
+
+const TTL: Duration = Duration::from_secs(2);
+const SHARDS: u32 = 4;
+
+fn follower(etcd: &Etcd, dir: &Path) -> Database {
+    Database::open_with(
+        dir,
+        DatabaseOptions {
+            following: true,
+            ..common::node_options(etcd)
+        },
+    )
+    .unwrap()
+}
+
+fn schema() -> Schema {
+    Schema::new(
+        "id",
+        vec![Attribute {
+            name: "city".into(),
+            attr_type: AttrType::String,
+        }],
+    )
+    .unwrap()
+}
+
+type Model = BTreeMap<Vec<u8>, Record>;
+
+/// A batch of 1..8 puts and deletes on table `t`, applied to the model too.
+fn batch(rng: &mut rand::rngs::StdRng, model: &mut Model) -> Vec<WriteOp> {
+    let mut ops = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..rng.gen_range(1..8) {
+        let key = format!("k{}", rng.gen_range(0..200)).into_bytes();
+        if !seen.insert(key.clone()) {
+            continue;
+        }
+        if rng.gen_bool(0.2) {
+            model.remove(&key);
+            ops.push(WriteOp::Delete(key));
+        } else {
+            let mut record = Record::new(key.clone());
+            let city = ["Lisbon", "Porto", "Faro"][rng.gen_range(0..3)];
+            record
+                .values
+                .insert("city".into(), Value::String(city.into()));
+            model.insert(key, record.clone());
+            ops.push(WriteOp::Put(record));
+        }
+    }
+    ops
+}
+
+/// `database` answers every key of the shards it holds as the model does (and those
+/// of `expect_held` are held), and refuses the others as not held.
+fn agrees(database: &Database, model: &Model, expect_held: &[u32], who: &str) {
+    let table = database.table("t").unwrap();
+    let held: Vec<u32> = (0..SHARDS).filter(|&s| table.holds(s)).collect();
+    assert_eq!(held, expect_held, "{who}: shards held");
+    let read = ReadOptions::default();
+    for i in 0..200 {
+        let key = format!("k{i}").into_bytes();
+        let shard = shard_of(&key, SHARDS);
+        let answer = table.get(&key, read);
+        if held.contains(&shard) {
+            assert_eq!(answer.unwrap().0.as_ref(), model.get(&key), "{who}: k{i}");
+        } else {
+            let error = answer.unwrap_err();
+            assert!(
+                puffer_node::shards::is_not_held(&error),
+                "{who}: k{i} of shard {shard}: {error}"
+            );
+        }
+    }
+    // A read over every shard is refused whole, never answered in part.
+    let all = table.count(&Predicate::All, read);
+    if held.len() == SHARDS as usize {
+        assert_eq!(all.unwrap().0, model.len() as u64, "{who}");
+    } else {
+        assert!(all.is_err(), "{who}: a count over shards not held");
+    }
+}
+
+#[test]
+fn a_data_node_lets_shards_go_and_takes_them_on_from_segments_and_the_log() {
+    let Some((server, dir)) = common::etcd_or_skip(
+        "a_data_node_lets_shards_go_and_takes_them_on_from_segments_and_the_log",
+    ) else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("holding").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep.clone());
+    let (leader, _member, _leadership) =
+        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
+    leader
+        .create_table_with(
+            "t",
+            schema(),
+            TableLayout {
+                shards: SHARDS,
+                replicas: 1,
+            },
+        )
+        .unwrap();
+    let follower_dir = dir.path().join("data-1");
+    let data = Arc::new(follower(&etcd, &follower_dir));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let mut model = Model::new();
+    for _ in 0..40 {
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+    log.catch_up(&data).unwrap();
+    agrees(&data, &model, &[0, 1, 2, 3], "everything held");
+
+    // Let every shard go: the table holds none here, and keeps its schema through a
+    // schema change and a restart.
+    for shard in [1, 2, 0, 3] {
+        assert!(data.release_shard("t", shard).unwrap());
+    }
+    assert!(!data.release_shard("t", 2).unwrap(), "released twice");
+    assert!(data.release_shard("t", SHARDS).is_err(), "no such shard");
+    for step in 0..40 {
+        if step == 20 {
+            let attribute = Attribute {
+                name: "stars".into(),
+                attr_type: AttrType::Int,
+            };
+            leader
+                .write_batch(vec![("t".into(), vec![WriteOp::AddAttribute(attribute)])])
+                .unwrap();
+        }
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+    log.catch_up(&data).unwrap();
+    agrees(&data, &model, &[], "every shard let go");
+    let has_stars = |data: &Database| {
+        let schema = data.table("t").unwrap().schema();
+        schema.attributes.iter().any(|a| a.name == "stars")
+    };
+    assert!(
+        has_stars(&data),
+        "the schema change reached a table holding nothing"
+    );
+    assert!(
+        !follower_dir.join("tables/t/shard-1-replica-0").exists(),
+        "a shard let go leaves no files"
+    );
+    drop(Arc::try_unwrap(data).ok().expect("no other holder"));
+    let data = Arc::new(follower(&etcd, &follower_dir));
+    log.catch_up(&data).unwrap();
+    agrees(&data, &model, &[], "every shard let go, after a restart");
+    assert!(has_stars(&data));
+
+    // Every shard is published (compacted on the leader first).
+    leader.table("t").unwrap().compact_all().unwrap();
+    let mut publisher =
+        Publisher::new(etcd.clone(), deep.clone(), "ingest-1", "run1").with_grace(Duration::ZERO);
+    let round = publisher.round(&leader, true).unwrap();
+    assert_eq!(round.shards, SHARDS as usize, "{round:?}");
+    for _ in 0..20 {
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+
+    // Take shards 1 and 0 on while writes go on and the data node follows them.
+    let model = Arc::new(Mutex::new(model));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (leader_model, stop) = (model.clone(), stop.clone());
+        let leader = Arc::new(leader);
+        let handle_leader = leader.clone();
+        let handle = std::thread::spawn(move || {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+            let mut writes = 0;
+            while !stop.load(Ordering::Acquire) || writes < 30 {
+                let mut model = leader_model.lock().unwrap();
+                let ops = batch(&mut rng, &mut model);
+                handle_leader.write_batch(vec![("t".into(), ops)]).unwrap();
+                drop(model);
+                writes += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        (leader, handle)
+    };
+    let follow = {
+        let (data, log, stop) = (data.clone(), log.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                log.catch_up(&data).unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let taken = take_on(&etcd, &deep, &log, &data, "t", 1).unwrap();
+    assert!(taken.bytes > 0, "shard 1 came from its snapshot: {taken:?}");
+    let taken = take_on(&etcd, &deep, &log, &data, "t", 0).unwrap();
+    assert!(taken.bytes > 0, "{taken:?}");
+    stop.store(true, Ordering::Release);
+    let (leader, writer) = writer;
+    writer.join().unwrap();
+    follow.join().unwrap();
+    log.catch_up(&data).unwrap();
+    let model = model.lock().unwrap().clone();
+    agrees(&data, &model, &[0, 1], "shards 0 and 1 taken on");
+    assert!(has_stars(&data));
+
+    // What is held survives a restart, at the same answers.
+    let data = Arc::try_unwrap(data).ok().expect("no other holder");
+    drop(data);
+    let data = follower(&etcd, &follower_dir);
+    log.catch_up(&data).unwrap();
+    agrees(&data, &model, &[0, 1], "after a restart");
+    drop(leader);
+}
+
+#[test]
+fn a_shard_never_published_is_taken_on_from_the_log_alone() {
+    let Some((server, dir)) =
+        common::etcd_or_skip("a_shard_never_published_is_taken_on_from_the_log_alone")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("holding-log").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep.clone());
+    let (leader, _member, _leadership) =
+        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
+    leader
+        .create_table_with(
+            "t",
+            schema(),
+            TableLayout {
+                shards: SHARDS,
+                replicas: 2,
+            },
+        )
+        .unwrap();
+    let data = follower(&etcd, &dir.path().join("data-1"));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(19);
+    let mut model = Model::new();
+    for _ in 0..30 {
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+    log.catch_up(&data).unwrap();
+    assert!(data.release_shard("t", 2).unwrap());
+    for step in 0..30 {
+        if step == 10 {
+            // A schema change while the shard is not held reaches it when taken on.
+            let attribute = Attribute {
+                name: "stars".into(),
+                attr_type: AttrType::Int,
+            };
+            leader
+                .write_batch(vec![("t".into(), vec![WriteOp::AddAttribute(attribute)])])
+                .unwrap();
+        }
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+    log.catch_up(&data).unwrap();
+    agrees(&data, &model, &[0, 1, 3], "shard 2 let go");
+    let taken = take_on(&etcd, &deep, &log, &data, "t", 2).unwrap();
+    assert_eq!(taken.bytes, 0, "nothing was published: {taken:?}");
+    assert_eq!(taken.covers, 0);
+    agrees(
+        &data,
+        &model,
+        &[0, 1, 2, 3],
+        "shard 2 taken on from the log",
+    );
+    let schema = data.table("t").unwrap().schema();
+    assert!(schema.attributes.iter().any(|a| a.name == "stars"));
+    let again = take_on(&etcd, &deep, &log, &data, "t", 2).unwrap_err();
+    assert!(again.to_string().contains("already"), "{again}");
+}
