@@ -6,8 +6,9 @@
 //! nodes (followers, each serving gRPC) catch up from deep storage (recovery MB/s);
 //! a broker fans gets and searches out over them, alternated round by round with the
 //! same reads on the embedded node (p50/p99: the cost of fan-out and gRPC). Then a
-//! data node is killed under reads (failed reads, time to the next answer), and a
-//! coordinator leader's lease is let go (failover time). Every node runs in this one
+//! data node is killed under reads (failed reads, time to the next answer), a
+//! survivor takes half the shards on again from deep storage (the work of restoring
+//! the replica count), and a coordinator leader's lease is let go (failover time). Every node runs in this one
 //! process, talking over loopback TCP; the machine has 2 cores.
 
 use std::path::{Path, PathBuf};
@@ -433,6 +434,7 @@ fn run_dataset(
             Err(_) => failed += 1,
         }
     }
+    let (survivor, _survivor_rpc) = nodes.remove(0);
     drop(nodes);
     let from_segments = recover_from_segments(
         &ingest_db,
@@ -442,6 +444,14 @@ fn run_dataset(
         &log,
         &base.join("seeded"),
         &records,
+    )?;
+    let replicas_back = restore_replicas(
+        &survivor,
+        &ingest_db,
+        table,
+        (&etcd, &deep, &log),
+        &records,
+        Duration::from_secs(args.ttl_s),
     )?;
     Ok(json!({
         "dataset": dataset.label,
@@ -462,6 +472,7 @@ fn run_dataset(
             "mb_per_s": round(log_bytes as f64 / 1e6 / recovery.as_secs_f64().max(1e-9), 1),
         },
         "recovery_from_segments": from_segments,
+        "replicas_restored": replicas_back,
         "reads": reads,
         "grpc_round_trip": summary(&mut round_trips),
         "data_node_killed": {
@@ -527,6 +538,58 @@ fn recover_from_segments(
         "log_started_after": report.start_after,
         "seconds": round(took.as_secs_f64(), 3),
         "mb_per_s": round(report.bytes as f64 / 1e6 / took.as_secs_f64().max(1e-9), 1),
+    }))
+}
+
+/// The work of bringing a killed data node's shards back to their replica count: a
+/// surviving data node lets half the shards go (as it holds only those placed on it),
+/// and takes them on again from their published snapshots and the log past them, as it
+/// does once the coordinator places the dead node's shards on it. Answers are checked
+/// against the leader. The time from a SIGKILL to full replica count adds to this the
+/// lease TTL and at most one placement and one holding interval.
+fn restore_replicas(
+    survivor: &Database,
+    leader: &Database,
+    table: &str,
+    (etcd, deep, log): (&Etcd, &DeepStorage, &ClusterLog),
+    records: &[Record],
+    ttl: Duration,
+) -> anyhow::Result<Json> {
+    log.catch_up(survivor)?;
+    let shards: Vec<u32> = (0..LAYOUT.shards).step_by(2).collect();
+    for &shard in &shards {
+        survivor.release_shard(table, shard)?;
+    }
+    let started = Instant::now();
+    let mut bytes = 0;
+    let mut per_shard_ms = Vec::new();
+    for &shard in &shards {
+        let taken = puffer_cluster::holding::take_on(etcd, deep, log, survivor, table, shard)?;
+        bytes += taken.bytes;
+        per_shard_ms.push(taken.millis);
+    }
+    let took = started.elapsed();
+    let read = ReadOptions::default();
+    log.catch_up(survivor)?;
+    for record in records.iter().step_by((records.len() / 500).max(1)) {
+        let (mine, _) = survivor.table(table)?.get(&record.key, read)?;
+        let (theirs, _) = leader.table(table)?.get(&record.key, read)?;
+        if mine != theirs {
+            bail!("a shard taken on answers {:?} otherwise", record.key);
+        }
+    }
+    let upper_bound = ttl
+        + puffer_cluster::placement::PLACEMENT_INTERVAL
+        + puffer_cluster::holding::HOLDING_INTERVAL
+        + took;
+    Ok(json!({
+        "shards": shards.len(),
+        "bytes": bytes,
+        "take_on_seconds": round(took.as_secs_f64(), 3),
+        "per_shard_ms": per_shard_ms,
+        "mb_per_s": round(bytes as f64 / 1e6 / took.as_secs_f64().max(1e-9), 1),
+        "lease_ttl_s": ttl.as_secs(),
+        "kill_to_full_replicas_at_most_s": round(upper_bound.as_secs_f64(), 3),
     }))
 }
 
@@ -618,6 +681,17 @@ fn print_table(results: &[Json], failover: &Json) {
         println!(
             "  data node killed: {} of {} reads failed; first answer {} ms after the kill",
             killed["failed_reads"], killed["reads_after"], killed["first_answer_ms"]
+        );
+        let back = &r["replicas_restored"];
+        println!(
+            "  replicas restored: {} shards ({} bytes) taken on in {} s ({} MB/s); kill to \
+             full replica count at most {} s with a {} s lease TTL",
+            back["shards"],
+            back["bytes"],
+            back["take_on_seconds"],
+            back["mb_per_s"],
+            back["kill_to_full_replicas_at_most_s"],
+            back["lease_ttl_s"]
         );
     }
     println!(

@@ -68,7 +68,14 @@ pub struct Broker {
     deadline: Duration,
     /// The coordinator's placement: which data nodes hold each shard.
     placement: RwLock<Option<Arc<ShardPlacement>>>,
+    /// Shards this broker had a node take on (held by no live node then), by (table
+    /// uid, shard): reads go there while no live holder is placed (at most
+    /// [`MAX_LOADED`] remembered).
+    loaded: Mutex<HashMap<(u64, u32), String>>,
 }
+
+/// Most shards a broker remembers having had taken on.
+pub const MAX_LOADED: usize = 65_536;
 
 impl std::fmt::Debug for Broker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -138,6 +145,7 @@ impl Broker {
             next: AtomicUsize::new(0),
             deadline,
             placement: RwLock::new(None),
+            loaded: Mutex::new(HashMap::new()),
         }
     }
 
@@ -241,7 +249,10 @@ impl Broker {
         Ok(entry)
     }
 
-    /// Answers `request` on table `table` from the data nodes.
+    /// Answers `request` on table `table` from the data nodes. When the shards it needs
+    /// are held by no live node (every node asked said it does not hold one), a live
+    /// data node is asked to take them on from deep storage, and the read is tried
+    /// again: answers are complete or refused, never partial.
     pub fn read(&self, table: &str, request: &ReadRequest) -> Result<ReadAnswer> {
         let entry = self.entry(table)?;
         let shards: Vec<u32> = match request {
@@ -250,6 +261,82 @@ impl Broker {
             }
             _ => (0..entry.layout.shards).collect(),
         };
+        match self.read_tries(&entry, request, &shards) {
+            Err(error) if puffer_node::shards::is_not_held(&error) => {
+                self.take_on_somewhere(&entry, &shards)?;
+                self.read_tries(&entry, request, &shards)
+            }
+            answer => answer,
+        }
+    }
+
+    /// Has a live data node take on each of `shards` that no live node the placement
+    /// names holds (the first usable node by id; the broker then sends that shard's
+    /// reads there until the placement names a live holder).
+    fn take_on_somewhere(&self, entry: &TableEntry, shards: &[u32]) -> Result<()> {
+        let now = Instant::now();
+        let nodes: Vec<std::sync::Arc<DataNode>> = self
+            .nodes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|n| n.usable(now))
+            .cloned()
+            .collect();
+        let placement = self
+            .placement
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for &shard in shards {
+            let placed_live = placement
+                .as_ref()
+                .and_then(|p| p.holders(entry.uid, shard))
+                .is_some_and(|holders| nodes.iter().any(|n| holders.contains(&n.node_id)));
+            let loaded_live = self
+                .loaded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&(entry.uid, shard))
+                .is_some_and(|id| nodes.iter().any(|n| &n.node_id == id));
+            if placed_live || loaded_live {
+                continue;
+            }
+            let mut last_error = None;
+            for node in &nodes {
+                match node.client.take_on(&entry.name, entry.uid, shard) {
+                    Ok(()) => {
+                        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+                        if loaded.len() >= MAX_LOADED {
+                            loaded.clear();
+                        }
+                        loaded.insert((entry.uid, shard), node.node_id.clone());
+                        last_error = None;
+                        break;
+                    }
+                    Err(error) => last_error = Some(error),
+                }
+            }
+            if let Some(error) = last_error {
+                return Err(StoreError::Unavailable(format!(
+                    "shard {shard} of table {} is held by no live node, and none could \
+                     take it on: {error}",
+                    entry.name
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Up to [`MAX_TRIES`] tries of a read over `shards`, each on other nodes.
+    fn read_tries(
+        &self,
+        entry: &Arc<TableEntry>,
+        request: &ReadRequest,
+        shards: &[u32],
+    ) -> Result<ReadAnswer> {
+        let table = entry.name.as_str();
         let mut failed: Vec<String> = Vec::new();
         let mut last_error = None;
         for _ in 0..MAX_TRIES {
@@ -277,7 +364,7 @@ impl Broker {
                 .iter()
                 .map(|&shard| {
                     let holders = placement.as_ref().and_then(|p| p.holders(entry.uid, shard));
-                    let among: Vec<usize> = match holders {
+                    let mut among: Vec<usize> = match holders {
                         Some(holders) => every
                             .iter()
                             .copied()
@@ -285,6 +372,17 @@ impl Broker {
                             .collect(),
                         None => Vec::new(),
                     };
+                    if among.is_empty() {
+                        // A node asked to take the shard on holds it.
+                        let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+                        if let Some(id) = loaded.get(&(entry.uid, shard)) {
+                            among = every
+                                .iter()
+                                .copied()
+                                .filter(|&i| &candidates[i].node_id == id)
+                                .collect();
+                        }
+                    }
                     // No live holder known: any data node (those holding every shard,
                     // ingest and indexer nodes, answer; the others say they do not hold
                     // it and are passed over).
@@ -300,7 +398,7 @@ impl Broker {
                     .into_iter()
                     .map(|i| candidates[i].clone())
                     .collect();
-            match self.read_on(&entry, request, &shards, &chosen) {
+            match self.read_on(entry, request, shards, &chosen) {
                 Ok(answer) => return Ok(answer),
                 Err((node, error)) if is_node_failure(&error) => {
                     // A node that does not hold a shard (yet, or any more) is fine for

@@ -128,6 +128,11 @@ pub fn take_on(
     table: &str,
     shard: u32,
 ) -> Result<TakenOn> {
+    // One at a time on this node: the holding loop and a broker's call may ask at once.
+    static TAKING_ON: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = TAKING_ON
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let started = Instant::now();
     let handle = database.table(table)?;
     let uid = handle.uid();
@@ -183,6 +188,33 @@ pub fn take_on(
         taken_on_at,
         millis: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Makes sure this node holds shard `shard` of `table` (uid `uid`), taking it on if
+/// it does not ([`take_on`]): what a broker asks when no live node holds a shard.
+pub fn ensure_held(
+    (etcd, deep, log): (&Etcd, &DeepStorage, &ClusterLog),
+    database: &Database,
+    table: &str,
+    uid: u64,
+    shard: u32,
+) -> Result<()> {
+    let here = database.table(table)?;
+    if here.uid() != uid {
+        return Err(puffer_query::QueryError::UnknownTable(format!(
+            "{table} with uid {uid} (this node has uid {})",
+            here.uid()
+        )));
+    }
+    if here.holds(shard) {
+        return Ok(());
+    }
+    match take_on(etcd, deep, log, database, table, shard) {
+        Ok(_) => Ok(()),
+        // Taken on meanwhile by the holding loop.
+        Err(_) if here.holds(shard) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// What a data node's holding did, for status.

@@ -36,7 +36,7 @@ use crate::etcd::{
     leader, leader_of, members, Candidate, Etcd, EtcdCatalog, EtcdConfig, Leadership, MemberCard,
     Membership, Role,
 };
-use crate::holding::{hold_round, HoldingStatus, HOLDING_INTERVAL};
+use crate::holding::{ensure_held, hold_round, HoldingStatus, HOLDING_INTERVAL};
 use crate::remote::ClusterRemote;
 use crate::rpc::server::RpcServer;
 use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
@@ -342,7 +342,20 @@ impl ClusterNode {
             }
         }
         let rpc = if serves_shards {
-            Some(RpcServer::start(database.clone(), self.config.rpc_listen)?)
+            // A node holding only the shards placed on it takes one on when a broker
+            // finds it held by no live node.
+            let taker = holds_only_placed(&self.config.roles).then(|| {
+                let (etcd, deep, log) = (self.etcd.clone(), self.deep.clone(), self.log.clone());
+                let database = database.clone();
+                Arc::new(move |table: &str, uid: u64, shard: u32| {
+                    ensure_held((&etcd, &deep, &log), &database, table, uid, shard)
+                }) as crate::rpc::server::ShardTaker
+            });
+            Some(RpcServer::start_with(
+                database.clone(),
+                self.config.rpc_listen,
+                taker,
+            )?)
         } else {
             None
         };

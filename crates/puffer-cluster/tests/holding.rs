@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use puffer_cluster::etcd::Etcd;
-use puffer_cluster::holding::take_on;
+use puffer_cluster::holding::{ensure_held, take_on};
 use puffer_cluster::scu_log::ClusterLog;
 use puffer_cluster::segments::Publisher;
 use puffer_cluster::DeepStorage;
@@ -306,4 +306,92 @@ fn a_shard_never_published_is_taken_on_from_the_log_alone() {
     assert!(schema.attributes.iter().any(|a| a.name == "stars"));
     let again = take_on(&etcd, &deep, &log, &data, "t", 2).unwrap_err();
     assert!(again.to_string().contains("already"), "{again}");
+}
+
+#[test]
+fn a_shard_held_by_no_live_node_is_taken_on_when_a_read_needs_it() {
+    let Some((server, dir)) =
+        common::etcd_or_skip("a_shard_held_by_no_live_node_is_taken_on_when_a_read_needs_it")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("holding-demand").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep.clone());
+    let (leader, _member, _leadership) =
+        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
+    leader
+        .create_table_with(
+            "t",
+            schema(),
+            TableLayout {
+                shards: SHARDS,
+                replicas: 1,
+            },
+        )
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let mut model = Model::new();
+    for _ in 0..40 {
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+    // Two data nodes that take shards on when asked; neither holds shard 2.
+    let mut nodes = Vec::new();
+    let mut addresses = Vec::new();
+    for id in ["d1", "d2"] {
+        let data = Arc::new(follower(&etcd, &dir.path().join(id)));
+        log.catch_up(&data).unwrap();
+        assert!(data.release_shard("t", 2).unwrap());
+        let taker: puffer_cluster::rpc::server::ShardTaker = {
+            let (etcd, deep, log, data) = (etcd.clone(), deep.clone(), log.clone(), data.clone());
+            Arc::new(move |table: &str, uid: u64, shard: u32| {
+                ensure_held((&etcd, &deep, &log), &data, table, uid, shard)
+            })
+        };
+        let rpc = puffer_cluster::rpc::server::RpcServer::start_with(
+            data.clone(),
+            "127.0.0.1:0".parse().unwrap(),
+            Some(taker),
+        )
+        .unwrap();
+        addresses.push((id.to_string(), rpc.address().to_string()));
+        nodes.push((data, rpc));
+    }
+    let broker = puffer_cluster::broker::Broker::new(
+        Box::new(puffer_cluster::etcd::EtcdCatalog::new(etcd.clone())),
+        Duration::from_secs(5),
+    );
+    broker.set_data_nodes(&addresses).unwrap();
+    // A count needs every shard: shard 2 is taken on by one node, then it answers.
+    let request = puffer_node::ReadRequest::Count {
+        predicate: Predicate::All,
+        read: ReadOptions::default(),
+    };
+    match broker.read("t", &request).unwrap() {
+        puffer_node::ReadAnswer::Count { count, .. } => assert_eq!(count, model.len() as u64),
+        other => panic!("{other:?}"),
+    }
+    let holders: Vec<&str> = nodes
+        .iter()
+        .zip(["d1", "d2"])
+        .filter(|((data, _), _)| data.table("t").unwrap().holds(2))
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(holders.len(), 1, "one node took shard 2 on: {holders:?}");
+    // Every key through the broker, as the model says.
+    for i in 0..200 {
+        let key = format!("k{i}").into_bytes();
+        let request = puffer_node::ReadRequest::Get {
+            key: key.clone(),
+            read: ReadOptions::default(),
+        };
+        match broker.read("t", &request).unwrap() {
+            puffer_node::ReadAnswer::Record { record, .. } => {
+                assert_eq!(record.as_ref(), model.get(&key), "k{i}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -124,6 +124,9 @@ pub enum ReplicaRequest {
     Seal,
     /// Compact everything into segments.
     CompactAll,
+    /// Seal, then compact the sealed batches into segments, merging only the small
+    /// recent segments (size-tiered) rather than every one.
+    Compact,
     /// Whether the replica's background work runs.
     IsRunning,
     /// The replica's segments now.
@@ -277,6 +280,11 @@ pub fn serve(shard: &Shard, request: ReplicaRequest) -> Result<ReplicaResponse> 
         }
         ReplicaRequest::CompactAll => {
             shard.compact_all()?;
+            ReplicaResponse::Done
+        }
+        ReplicaRequest::Compact => {
+            shard.seal()?;
+            shard.compact(false)?;
             ReplicaResponse::Done
         }
         ReplicaRequest::IsRunning => ReplicaResponse::Running(shard.is_running()),

@@ -356,9 +356,9 @@ impl Table {
     /// It is caught up with the SCUs after that from `fetch` (see [`FetchScus`]):
     /// first while SCUs go on
     /// being applied to the other shards, then, for the last few, on the committer's
-    /// thread between two SCUs, where it takes its place. It is then compacted (its
-    /// checkpoint passes every SCU it was caught up with, which this node's log may
-    /// not hold) and written as held in the table file. Returns the SCU it was taken
+    /// thread between two SCUs, where it takes its place. It is then compacted if it
+    /// took SCUs past its snapshot (its checkpoint must pass every SCU it was caught up
+    /// with, which this node's log may not hold) and written as held in the table file. Returns the SCU it was taken
     /// on at.
     pub(crate) fn adopt_shard(
         &self,
@@ -392,9 +392,14 @@ impl Table {
         };
         self.groups.write().expect("groups lock")[shard as usize] = Some(group.clone());
         for replica in 0..group.replica_count() {
-            group
-                .send_to(replica, ReplicaRequest::CompactAll)?
-                .into_done()?;
+            let marks = group
+                .send_to(replica, ReplicaRequest::Watermarks)?
+                .into_watermarks()?;
+            if marks.compressed < applied {
+                group
+                    .send_to(replica, ReplicaRequest::Compact)?
+                    .into_done()?;
+            }
             let marks = group
                 .send_to(replica, ReplicaRequest::Watermarks)?
                 .into_watermarks()?;

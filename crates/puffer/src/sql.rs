@@ -354,6 +354,32 @@ fn print_cluster(cluster: &Value) {
             }
         );
     }
+    if let Some(holding) = cluster["holding"].as_object() {
+        let held: Vec<String> = holding["held"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(table, shards)| {
+                let shards: Vec<String> =
+                    shards.as_array().into_iter().flatten().map(&text).collect();
+                format!("{table} [{}]", shards.join(" "))
+            })
+            .collect();
+        println!(
+            "holds the shards placed here: {} ({} taken on, {} let go){}",
+            if held.is_empty() {
+                "no table yet".to_string()
+            } else {
+                held.join(", ")
+            },
+            text(&holding["taken_on"]),
+            text(&holding["released"]),
+            holding["error"]
+                .as_str()
+                .map(|e| format!("; last error: {e}"))
+                .unwrap_or_default()
+        );
+    }
     if let Some(gc) = cluster["log_gc"]
         .as_object()
         .filter(|gc| gc["rounds"].as_u64().unwrap_or(0) > 0)

@@ -474,6 +474,11 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
         })
         .unwrap_or_else(|| panic!("{name} holds {:?} shards, {placed_here} placed", held(node)));
     }
+    let shown = puffer(&["status", "--url", &c.base]);
+    assert!(
+        shown.contains("holds the shards placed here: ") && shown.contains("rooms ["),
+        "{shown}"
+    );
     // A data node holding only some shards reads the others through its broker.
     assert_eq!(count(&c.base), Some(model.len() as u64));
     agrees(&c.base, &model);

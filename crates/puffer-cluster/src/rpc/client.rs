@@ -14,13 +14,15 @@ use puffer_store::{Result, StoreError};
 use tonic::transport::{Channel, Endpoint};
 
 use super::proto::replica_client::ReplicaClient;
-use super::proto::{LeadCall, PublishedRequest, ReplicaCall};
+use super::proto::{LeadCall, PublishedRequest, ReplicaCall, TakeOnCall};
 use super::{error_of, query_error_of, MAX_MESSAGE_BYTES, MAX_STREAMED_ANSWER_BYTES};
 use crate::error::ClusterError;
 use crate::runtime::Bridge;
 
 /// Default deadline of one call.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(10);
+/// Deadline of a call asking a node to take a shard on (a download and a catch-up).
+pub const TAKE_ON_DEADLINE: Duration = Duration::from_secs(60);
 
 /// A connection to one node's replica service; cheap to clone.
 #[derive(Clone, Debug)]
@@ -170,6 +172,36 @@ impl NodeClient {
                 self.address
             ))
             .into()),
+        }
+    }
+
+    /// Has the node take shard `shard` of table `table` (uid `uid`) on now; `Ok` once
+    /// it holds it. Its deadline is [`TAKE_ON_DEADLINE`].
+    pub fn take_on(&self, table: &str, uid: u64, shard: u32) -> puffer_query::Result<()> {
+        let mut client = self.client.clone();
+        let who = format!("node {}", self.address);
+        let call = TakeOnCall {
+            table: table.to_string(),
+            table_uid: uid,
+            shard,
+        };
+        let answer = self
+            .bridge
+            .call(TAKE_ON_DEADLINE + Duration::from_secs(1), async move {
+                match tokio::time::timeout(TAKE_ON_DEADLINE, client.take_on(call)).await {
+                    Ok(Ok(_)) => Ok::<_, ClusterError>(Ok(())),
+                    Ok(Err(status)) => Ok(Err(query_error_of(&status, &who))),
+                    Err(_) => Ok(Err(QueryError::from(StoreError::Unavailable(format!(
+                        "{who} took no shard on within {} s",
+                        TAKE_ON_DEADLINE.as_secs()
+                    ))))),
+                }
+            });
+        match answer {
+            Ok(answer) => answer,
+            Err(late) => {
+                Err(StoreError::Unavailable(format!("node {}: {late}", self.address)).into())
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status};
 use super::proto::replica_server::{Replica, ReplicaServer};
 use super::proto::{
     LeadAnswer, LeadCall, PublishedAnswer, PublishedRequest, ReplicaAnswer, ReplicaCall,
-    ReplicaChunk,
+    ReplicaChunk, TakeOnAnswer, TakeOnCall,
 };
 use super::{
     status_of, CHUNK_BYTES, MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES, MAX_STREAMED_ANSWER_BYTES,
@@ -33,9 +33,15 @@ const SMALL_CALL_BYTES: usize = 4096;
 /// Longest a call may run on the server, whatever deadline its caller set.
 pub const MAX_CALL_TIME: Duration = Duration::from_secs(60);
 
+/// Takes shard `shard` of table `table` (uid `uid`) on here, now (see
+/// [`crate::holding::take_on`]); `Ok` once it is held.
+pub type ShardTaker = Arc<dyn Fn(&str, u64, u32) -> puffer_query::Result<()> + Send + Sync>;
+
 struct Service {
     database: Arc<Database>,
     in_flight: Arc<Semaphore>,
+    /// Set on a node that holds only the shards placed on it.
+    taker: Option<ShardTaker>,
 }
 
 impl Service {
@@ -225,6 +231,23 @@ impl Replica for Service {
             .await?;
         Ok(Response::new(LeadAnswer { response }))
     }
+
+    async fn take_on(
+        &self,
+        request: Request<TakeOnCall>,
+    ) -> std::result::Result<Response<TakeOnAnswer>, Status> {
+        let call = request.into_inner();
+        let Some(taker) = self.taker.clone() else {
+            return Err(status_of(&QueryError::Invalid(
+                "this node holds every shard; it takes none on".into(),
+            )));
+        };
+        self.blocking(move |_| {
+            taker(&call.table, call.table_uid, call.shard).map(|()| (Vec::new(), 0))
+        })
+        .await?;
+        Ok(Response::new(TakeOnAnswer {}))
+    }
 }
 
 /// An encoded response and the queue length of the shard that gave it.
@@ -254,6 +277,15 @@ impl std::fmt::Debug for RpcServer {
 impl RpcServer {
     /// Serves `database`'s shards on `address` (port 0: any free port).
     pub fn start(database: Arc<Database>, address: SocketAddr) -> Result<RpcServer> {
+        RpcServer::start_with(database, address, None)
+    }
+
+    /// [`RpcServer::start`] on a node that takes shards on when asked (`taker`).
+    pub fn start_with(
+        database: Arc<Database>,
+        address: SocketAddr,
+        taker: Option<ShardTaker>,
+    ) -> Result<RpcServer> {
         let bridge = Bridge::start("puffer-rpc")?;
         let listener = std::net::TcpListener::bind(address)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -265,6 +297,7 @@ impl RpcServer {
         let service = ReplicaServer::new(Service {
             database,
             in_flight: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT)),
+            taker,
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
