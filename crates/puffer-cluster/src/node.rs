@@ -40,7 +40,7 @@ use crate::holding::{ensure_held, hold_round, HoldingStatus, HOLDING_INTERVAL};
 use crate::remote::ClusterRemote;
 use crate::rpc::server::RpcServer;
 use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
-use crate::segments::{seed_data_dir, PublishRound, Publisher, SeedReport};
+use crate::segments::{seed_data_dir_for, PublishRound, Publisher, SeedReport};
 
 /// How often a follower looks for new SCUs.
 pub const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
@@ -278,14 +278,16 @@ impl ClusterNode {
     }
 
     /// Before the database is opened: a node that follows the log and has a fresh data
-    /// directory `dir` loads the shards published in deep storage into it, so that it
-    /// follows the log only from where they stand. `None` when nothing was loaded (the
+    /// directory `dir` loads the shards published in deep storage into it (a data-only
+    /// node, those placed on it), so that it follows the log only from where they stand. `None` when nothing was loaded (the
     /// directory holds a database, nothing is published, or the node holds no data).
     pub fn seed(&self, dir: &std::path::Path) -> Result<Option<SeedReport>> {
         if !self.follows_log() {
             return Ok(None);
         }
-        let report = seed_data_dir(&self.etcd, &self.deep, dir)
+        let placed_on =
+            holds_only_placed(&self.config.roles).then_some(self.config.node_id.as_str());
+        let report = seed_data_dir_for(&self.etcd, &self.deep, dir, placed_on)
             .map_err(|e| ClusterError::Unavailable(format!("loading published segments: {e}")))?;
         self.seeded
             .lock()

@@ -536,6 +536,10 @@ pub fn log_horizon(etcd: &Etcd) -> Result<u64> {
     Ok(if horizon == u64::MAX { 0 } else { horizon })
 }
 
+/// A table to seed: its entry, the shards held (`None`: every one), and their
+/// published snapshots.
+type ToSeed<'a> = (TableEntry, Option<Vec<u32>>, Vec<&'a PublishedShard>);
+
 /// What seeding a data directory did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SeedReport {
@@ -557,6 +561,18 @@ pub struct SeedReport {
 /// Seeds the fresh data directory `dir` from the shards published in deep storage;
 /// `None` if `dir` holds a database already or nothing is published.
 pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Option<SeedReport>> {
+    seed_data_dir_for(etcd, deep, dir, None)
+}
+
+/// [`seed_data_dir`] for data-only node `placed_on` (when given): of each table the
+/// placement knows, only the shards placed on it are loaded and held (see
+/// [`crate::holding`]); tables it does not know yet are loaded whole.
+pub fn seed_data_dir_for(
+    etcd: &Etcd,
+    deep: &DeepStorage,
+    dir: &Path,
+    placed_on: Option<&str>,
+) -> Result<Option<SeedReport>> {
     // An interrupted seeding left tables whose shards stand at different SCUs and no
     // log to say so: never opened as they are.
     clear_interrupted(dir)?;
@@ -595,15 +611,36 @@ pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Opti
         let shard: PublishedShard = decode(kv.key(), kv.value())?;
         published.insert((shard.table_uid, shard.shard), shard);
     }
-    let mut seeded: Vec<(TableEntry, Vec<&PublishedShard>)> = Vec::new();
+    let placement = match placed_on {
+        Some(_) => crate::placement::read_placement(etcd)?,
+        None => None,
+    };
+    // Per table, the shards held: those placed on this node where the placement knows
+    // the table, else every shard.
+    let held_of = |entry: &TableEntry| -> Option<Vec<u32>> {
+        let (node, placement) = (placed_on?, placement.as_ref()?);
+        placement.tables.get(&entry.uid)?;
+        Some(
+            (0..entry.layout.shards)
+                .filter(|&s| {
+                    placement
+                        .holders(entry.uid, s)
+                        .is_some_and(|holders| holders.iter().any(|h| h == node))
+                })
+                .collect(),
+        )
+    };
+    let mut seeded: Vec<ToSeed<'_>> = Vec::new();
     let mut all_published = true;
     for kv in &tables {
         let entry: TableEntry = decode(kv.key(), kv.value())?;
+        let held = held_of(&entry);
         let shards: Option<Vec<&PublishedShard>> = (0..entry.layout.shards)
+            .filter(|s| held.as_ref().is_none_or(|held| held.contains(s)))
             .map(|s| published.get(&(entry.uid, s)))
             .collect();
         match shards {
-            Some(shards) => seeded.push((entry, shards)),
+            Some(shards) => seeded.push((entry, held, shards)),
             None => all_published = false,
         }
     }
@@ -612,7 +649,7 @@ pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Opti
     }
     let covers = seeded
         .iter()
-        .flat_map(|(_, shards)| shards.iter().map(|s| s.covers));
+        .flat_map(|(_, _, shards)| shards.iter().map(|s| s.covers));
     let lowest = covers.clone().min().unwrap_or(first_kept - 1);
     let start_after = if all_published {
         lowest
@@ -632,8 +669,8 @@ pub fn seed_data_dir(etcd: &Etcd, deep: &DeepStorage, dir: &Path) -> Result<Opti
         serve_from,
         millis: 0,
     };
-    for (entry, shards) in &seeded {
-        seed.table(entry)?;
+    for (entry, held, shards) in &seeded {
+        seed.table_holding(entry, held.as_deref())?;
         for shard in shards {
             for file in &shard.files {
                 let bytes = deep.get(&file.object)?;

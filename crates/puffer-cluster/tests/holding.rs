@@ -395,3 +395,84 @@ fn a_shard_held_by_no_live_node_is_taken_on_when_a_read_needs_it() {
         }
     }
 }
+
+#[test]
+fn a_fresh_data_only_node_loads_only_the_shards_placed_on_it() {
+    let Some((server, dir)) =
+        common::etcd_or_skip("a_fresh_data_only_node_loads_only_the_shards_placed_on_it")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("holding-seed").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep.clone());
+    let (leader, _member, _leadership) =
+        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
+    leader
+        .create_table_with(
+            "t",
+            schema(),
+            TableLayout {
+                shards: SHARDS,
+                replicas: 1,
+            },
+        )
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    let mut model = Model::new();
+    for _ in 0..40 {
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+    leader.table("t").unwrap().compact_all().unwrap();
+    let mut publisher =
+        Publisher::new(etcd.clone(), deep.clone(), "ingest-1", "run1").with_grace(Duration::ZERO);
+    publisher.round(&leader, true).unwrap();
+    for _ in 0..20 {
+        leader
+            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
+            .unwrap();
+    }
+    // The coordinator placed shards 1 and 3 on d9 (written here as it would).
+    let uid = leader.table("t").unwrap().uid();
+    let placement = puffer_cluster::placement::ShardPlacement {
+        replicas: 1,
+        tables: [(
+            uid,
+            vec![
+                vec!["d8".to_string()],
+                vec!["d9".to_string()],
+                vec!["d8".to_string()],
+                vec!["d9".to_string()],
+            ],
+        )]
+        .into_iter()
+        .collect(),
+    };
+    let key = format!(
+        "{}{}",
+        etcd.keys().coordinated(),
+        puffer_cluster::placement::PLACEMENT_NAME
+    );
+    let value = serde_json::to_vec(&placement).unwrap();
+    etcd.call(move |mut client| async move { client.put(key, value, None).await })
+        .unwrap();
+
+    let fresh = dir.path().join("d9");
+    let report = puffer_cluster::segments::seed_data_dir_for(&etcd, &deep, &fresh, Some("d9"))
+        .unwrap()
+        .expect("published shards to load");
+    assert_eq!(report.shards, 2, "{report:?}");
+    let data = follower(&etcd, &fresh);
+    log.catch_up(&data).unwrap();
+    agrees(
+        &data,
+        &model,
+        &[1, 3],
+        "seeded with the shards placed on it",
+    );
+    // The others can be taken on later, from the same snapshots and the log.
+    take_on(&etcd, &deep, &log, &data, "t", 0).unwrap();
+    agrees(&data, &model, &[0, 1, 3], "shard 0 taken on after seeding");
+}

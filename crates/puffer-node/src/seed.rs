@@ -86,12 +86,33 @@ impl Seed {
 
     /// Adds table `entry`: its directories, empty until [`Seed::shard_file`] fills them.
     pub fn table(&mut self, entry: &TableEntry) -> Result<()> {
+        self.table_holding(entry, None)
+    }
+
+    /// Adds table `entry` holding only the shards `held` (ascending; `None`: every
+    /// shard), as a cluster's data-only node holds those placed on it.
+    pub fn table_holding(&mut self, entry: &TableEntry, held: Option<&[u32]>) -> Result<()> {
         entry.layout.validate()?;
+        if let Some(held) = held {
+            if !held.windows(2).all(|w| w[0] < w[1])
+                || held.iter().any(|&s| s >= entry.layout.shards)
+            {
+                return Err(QueryError::Invalid(format!(
+                    "shards {held:?} are not ascending shards of table {:?}",
+                    entry.name
+                )));
+            }
+        }
         let path = self.dir.join("tables").join(&entry.name);
-        write_new_table_file(&path, entry)?;
-        let dirs = replica_dirs(&path, entry.layout);
-        for dir in dirs.iter().flatten() {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        write_new_table_file(&path, entry, held.map(<[u32]>::to_vec))?;
+        let mut dirs = replica_dirs(&path, entry.layout);
+        for (shard, shard_dirs) in dirs.iter_mut().enumerate() {
+            if held.is_some_and(|held| !held.contains(&(shard as u32))) {
+                shard_dirs.clear(); // not held: no directory, nothing to fill
+            }
+            for dir in shard_dirs.iter() {
+                std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+            }
         }
         self.tables.push((entry.name.clone(), dirs));
         Ok(())
@@ -110,6 +131,7 @@ impl Seed {
             .iter()
             .find(|(t, _)| t == table)
             .and_then(|(_, dirs)| dirs.get(shard as usize))
+            .filter(|dirs| !dirs.is_empty())
             .ok_or_else(|| {
                 QueryError::Invalid(format!(
                     "table {table:?} has no shard {shard} in this seeding"
@@ -124,7 +146,7 @@ impl Seed {
         Ok(())
     }
 
-    /// Finishes: every shard of every table added must have its `MANIFEST`; the log
+    /// Finishes: every shard held of every table added must have its `MANIFEST`; the log
     /// starts after SCU `start_after`. Then the marker goes.
     pub fn finish(self, start_after: u64) -> Result<()> {
         for (table, dirs) in &self.tables {
@@ -223,5 +245,26 @@ mod tests {
             Seed::begin(&data).is_err(),
             "a seeded directory is seeded once"
         );
+    }
+
+    #[test]
+    fn a_seeding_holding_some_shards_makes_and_needs_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut seed = Seed::begin(&data).unwrap();
+        assert!(seed.table_holding(&entry(), Some(&[1, 0])).is_err());
+        assert!(seed.table_holding(&entry(), Some(&[2])).is_err());
+        seed.table_holding(&entry(), Some(&[1])).unwrap();
+        assert!(
+            seed.shard_file("rooms", 0, "MANIFEST", b"m0").is_err(),
+            "shard 0 is not held"
+        );
+        seed.shard_file("rooms", 1, "MANIFEST", b"m1").unwrap();
+        seed.finish(7).unwrap();
+        assert!(!data.join("tables/rooms/shard-0-replica-0").exists());
+        let file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(data.join("tables/rooms/TABLE.json")).unwrap())
+                .unwrap();
+        assert_eq!(file["held"], serde_json::json!([1]), "{file}");
     }
 }

@@ -121,7 +121,7 @@ impl Table {
         options: &ShardOptions,
     ) -> Result<Table> {
         entry.layout.validate()?;
-        let file = write_new_table_file(dir, entry)?;
+        let file = write_new_table_file(dir, entry, None)?;
         Table::open_dirs(
             node,
             committer,
@@ -880,10 +880,12 @@ pub(crate) fn replica_dirs(dir: &Path, layout: TableLayout) -> Vec<Vec<PathBuf>>
         .collect()
 }
 
-/// Makes `dir` and writes the table file of a new table `entry` (current format).
+/// Makes `dir` and writes the table file of a new table `entry` (current format),
+/// holding the shards `held` (`None`: every shard).
 pub(crate) fn write_new_table_file(
     dir: &Path,
     entry: &crate::catalog::TableEntry,
+    held: Option<Vec<u32>>,
 ) -> Result<TableFile> {
     std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
     let file = TableFile {
@@ -892,7 +894,7 @@ pub(crate) fn write_new_table_file(
         replicas: entry.layout.replicas,
         uid: entry.uid,
         single_directory: false,
-        held: None,
+        held,
     };
     write_table_file(dir, &file)?;
     Ok(file)
