@@ -29,7 +29,7 @@ use crate::error::ClusterError;
 use crate::etcd::Etcd;
 use crate::placement::ShardPlacement;
 use crate::scu_log::ClusterLog;
-use crate::segments::published_shard;
+use crate::segments::{download, published_shard};
 use puffer_query::Result;
 
 /// How often a data node compares the placement with what it holds.
@@ -141,18 +141,7 @@ pub fn take_on(
     let covers = match published_shard(etcd, uid, shard)? {
         Some(snapshot) => {
             for file in &snapshot.files {
-                let content = deep.get(&file.object)?;
-                if content.len() as u64 != file.bytes {
-                    return Err(ClusterError::Corrupt {
-                        key: file.object.clone(),
-                        detail: format!(
-                            "{} bytes in deep storage, {} recorded",
-                            content.len(),
-                            file.bytes
-                        ),
-                    }
-                    .into());
-                }
+                let content = download(deep, file)?;
                 for dir in &dirs {
                     let path = dir.join(&file.name);
                     puffer_store::fs::write_file_atomic(&puffer_store::fs::RealFs, &path, &content)

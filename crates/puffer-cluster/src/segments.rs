@@ -536,6 +536,24 @@ pub fn log_horizon(etcd: &Etcd) -> Result<u64> {
     Ok(if horizon == u64::MAX { 0 } else { horizon })
 }
 
+/// The bytes of a published file, checked against the size recorded for it (deep
+/// storage checks each object's checksum).
+pub fn download(deep: &DeepStorage, file: &PublishedFile) -> Result<Vec<u8>> {
+    let bytes = deep.get(&file.object)?;
+    if bytes.len() as u64 != file.bytes {
+        return Err(ClusterError::Corrupt {
+            key: file.object.clone(),
+            detail: format!(
+                "{} bytes in deep storage, {} recorded",
+                bytes.len(),
+                file.bytes
+            ),
+        }
+        .into());
+    }
+    Ok(bytes)
+}
+
 /// A table to seed: its entry, the shards held (`None`: every one), and their
 /// published snapshots.
 type ToSeed<'a> = (TableEntry, Option<Vec<u32>>, Vec<&'a PublishedShard>);
@@ -673,18 +691,7 @@ pub fn seed_data_dir_for(
         seed.table_holding(entry, held.as_deref())?;
         for shard in shards {
             for file in &shard.files {
-                let bytes = deep.get(&file.object)?;
-                if bytes.len() as u64 != file.bytes {
-                    return Err(ClusterError::Corrupt {
-                        key: file.object.clone(),
-                        detail: format!(
-                            "{} bytes in deep storage, {} recorded",
-                            bytes.len(),
-                            file.bytes
-                        ),
-                    }
-                    .into());
-                }
+                let bytes = download(deep, file)?;
                 seed.shard_file(&entry.name, shard.shard, &file.name, &bytes)?;
                 report.bytes += bytes.len() as u64;
             }

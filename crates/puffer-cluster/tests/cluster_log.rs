@@ -6,40 +6,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use puffer_cluster::etcd::Etcd;
 use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
 use puffer_cluster::DeepStorage;
 use puffer_node::commit::{LogShipper, ShipFailure};
-use puffer_node::{Database, DatabaseOptions, TableLayout};
-use puffer_store::{AttrType, Attribute, Predicate, ReadOptions, Record, Schema, Value, WriteOp};
+use puffer_node::{Database, TableLayout};
+use puffer_store::{AttrType, Attribute, Predicate, ReadOptions, Record, Value, WriteOp};
 use rand::{Rng, SeedableRng};
 
 const TTL: Duration = Duration::from_secs(2);
-
-fn follower(etcd: &Etcd, dir: &Path) -> Database {
-    Database::open_with(
-        dir,
-        DatabaseOptions {
-            following: true,
-            ..common::node_options(etcd)
-        },
-    )
-    .unwrap()
-}
-
-fn schema() -> Schema {
-    Schema::new(
-        "id",
-        vec![Attribute {
-            name: "city".into(),
-            attr_type: AttrType::String,
-        }],
-    )
-    .unwrap()
-}
 
 type Model = BTreeMap<String, BTreeMap<Vec<u8>, Record>>;
 
@@ -83,8 +60,8 @@ fn followers_agree_with_the_leader_and_a_model() {
     let (leader, member, leadership) =
         common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
     let mut followers = vec![
-        follower(&etcd, &dir.path().join("f1")),
-        follower(&etcd, &dir.path().join("f2")),
+        common::follower(&etcd, &dir.path().join("f1")),
+        common::follower(&etcd, &dir.path().join("f2")),
     ];
 
     let mut model: Model = BTreeMap::new();
@@ -96,7 +73,9 @@ fn followers_agree_with_the_leader_and_a_model() {
                 shards: 2,
                 replicas: 1 + (step / 60) as u32,
             };
-            leader.create_table_with(&name, schema(), layout).unwrap();
+            leader
+                .create_table_with(&name, common::city_schema(), layout)
+                .unwrap();
             model.insert(name, BTreeMap::new());
         }
         if step == 30 {
@@ -149,7 +128,7 @@ fn followers_agree_with_the_leader_and_a_model() {
         if step == 70 {
             // A follower restarts: it replays its own log, then catches up from there.
             followers.pop();
-            followers.push(follower(&etcd, &dir.path().join("f2")));
+            followers.push(common::follower(&etcd, &dir.path().join("f2")));
         }
     }
     agrees(&leader, &model, "leader");
@@ -160,10 +139,10 @@ fn followers_agree_with_the_leader_and_a_model() {
         // Followers take no writes and no table changes of their own.
         let refused = f.write_batch(vec![("t0".into(), vec![WriteOp::Delete(b"k1".to_vec())])]);
         assert!(refused.unwrap_err().to_string().contains("ingest leader"));
-        assert!(f.create_table("x", schema()).is_err());
+        assert!(f.create_table("x", common::city_schema()).is_err());
     }
     // A new follower starts from nothing and catches up whole.
-    let late = follower(&etcd, &dir.path().join("f3"));
+    let late = common::follower(&etcd, &dir.path().join("f3"));
     log.catch_up(&late).unwrap();
     agrees(&late, &model, "a late follower");
 

@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,34 +17,12 @@ use puffer_cluster::scu_log::ClusterLog;
 use puffer_cluster::segments::Publisher;
 use puffer_cluster::DeepStorage;
 use puffer_node::layout::shard_of;
-use puffer_node::{Database, DatabaseOptions, TableLayout};
-use puffer_store::{AttrType, Attribute, Predicate, ReadOptions, Record, Schema, Value, WriteOp};
+use puffer_node::{Database, TableLayout};
+use puffer_store::{AttrType, Attribute, Predicate, ReadOptions, Record, Value, WriteOp};
 use rand::{Rng, SeedableRng};
 
 const TTL: Duration = Duration::from_secs(2);
 const SHARDS: u32 = 4;
-
-fn follower(etcd: &Etcd, dir: &Path) -> Database {
-    Database::open_with(
-        dir,
-        DatabaseOptions {
-            following: true,
-            ..common::node_options(etcd)
-        },
-    )
-    .unwrap()
-}
-
-fn schema() -> Schema {
-    Schema::new(
-        "id",
-        vec![Attribute {
-            name: "city".into(),
-            attr_type: AttrType::String,
-        }],
-    )
-    .unwrap()
-}
 
 type Model = BTreeMap<Vec<u8>, Record>;
 
@@ -104,37 +81,83 @@ fn agrees(database: &Database, model: &Model, expect_held: &[u32], who: &str) {
     }
 }
 
+/// An etcd, deep storage in a directory and an elected ingest leader holding table `t`
+/// (`SHARDS` shards, `replicas` replicas) with 40 batches written, as the model says.
+struct Setup {
+    _server: puffer_cluster::etcd::LocalEtcd,
+    dir: tempfile::TempDir,
+    etcd: Etcd,
+    deep: DeepStorage,
+    log: ClusterLog,
+    leader: Database,
+    _member: puffer_cluster::etcd::Membership,
+    _leadership: puffer_cluster::etcd::Leadership,
+    rng: rand::rngs::StdRng,
+    model: Model,
+}
+
+impl Setup {
+    /// `None` (after a loud skip) without an etcd binary.
+    fn start(test: &str, replicas: u32, seed: u64) -> Option<Setup> {
+        let (server, dir) = common::etcd_or_skip(test)?;
+        let etcd = Etcd::connect(&server.config(&format!("holding-{seed}")).unwrap()).unwrap();
+        let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+        let log = ClusterLog::new(etcd.clone(), deep.clone());
+        let (leader, member, leadership) =
+            common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
+        let layout = TableLayout {
+            shards: SHARDS,
+            replicas,
+        };
+        leader
+            .create_table_with("t", common::city_schema(), layout)
+            .unwrap();
+        let mut setup = Setup {
+            _server: server,
+            dir,
+            etcd,
+            deep,
+            log,
+            leader,
+            _member: member,
+            _leadership: leadership,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            model: Model::new(),
+        };
+        setup.write(40);
+        Some(setup)
+    }
+
+    /// Writes `batches` random batches through the leader.
+    fn write(&mut self, batches: usize) {
+        for _ in 0..batches {
+            let ops = batch(&mut self.rng, &mut self.model);
+            self.leader.write_batch(vec![("t".into(), ops)]).unwrap();
+        }
+    }
+}
+
 #[test]
 fn a_data_node_lets_shards_go_and_takes_them_on_from_segments_and_the_log() {
-    let Some((server, dir)) = common::etcd_or_skip(
+    let Some(setup) = Setup::start(
         "a_data_node_lets_shards_go_and_takes_them_on_from_segments_and_the_log",
+        1,
+        17,
     ) else {
         return;
     };
-    let etcd = Etcd::connect(&server.config("holding").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep.clone());
-    let (leader, _member, _leadership) =
-        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
-    leader
-        .create_table_with(
-            "t",
-            schema(),
-            TableLayout {
-                shards: SHARDS,
-                replicas: 1,
-            },
-        )
-        .unwrap();
+    let Setup {
+        dir,
+        etcd,
+        deep,
+        log,
+        leader,
+        mut rng,
+        mut model,
+        ..
+    } = setup;
     let follower_dir = dir.path().join("data-1");
-    let data = Arc::new(follower(&etcd, &follower_dir));
-    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
-    let mut model = Model::new();
-    for _ in 0..40 {
-        leader
-            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
-            .unwrap();
-    }
+    let data = Arc::new(common::follower(&etcd, &follower_dir));
     log.catch_up(&data).unwrap();
     agrees(&data, &model, &[0, 1, 2, 3], "everything held");
 
@@ -174,7 +197,7 @@ fn a_data_node_lets_shards_go_and_takes_them_on_from_segments_and_the_log() {
         "a shard let go leaves no files"
     );
     drop(Arc::try_unwrap(data).ok().expect("no other holder"));
-    let data = Arc::new(follower(&etcd, &follower_dir));
+    let data = Arc::new(common::follower(&etcd, &follower_dir));
     log.catch_up(&data).unwrap();
     agrees(&data, &model, &[], "every shard let go, after a restart");
     assert!(has_stars(&data));
@@ -238,7 +261,7 @@ fn a_data_node_lets_shards_go_and_takes_them_on_from_segments_and_the_log() {
     // What is held survives a restart, at the same answers.
     let data = Arc::try_unwrap(data).ok().expect("no other holder");
     drop(data);
-    let data = follower(&etcd, &follower_dir);
+    let data = common::follower(&etcd, &follower_dir);
     log.catch_up(&data).unwrap();
     agrees(&data, &model, &[0, 1], "after a restart");
     drop(leader);
@@ -246,34 +269,24 @@ fn a_data_node_lets_shards_go_and_takes_them_on_from_segments_and_the_log() {
 
 #[test]
 fn a_shard_never_published_is_taken_on_from_the_log_alone() {
-    let Some((server, dir)) =
-        common::etcd_or_skip("a_shard_never_published_is_taken_on_from_the_log_alone")
-    else {
+    let Some(setup) = Setup::start(
+        "a_shard_never_published_is_taken_on_from_the_log_alone",
+        2,
+        19,
+    ) else {
         return;
     };
-    let etcd = Etcd::connect(&server.config("holding-log").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep.clone());
-    let (leader, _member, _leadership) =
-        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
-    leader
-        .create_table_with(
-            "t",
-            schema(),
-            TableLayout {
-                shards: SHARDS,
-                replicas: 2,
-            },
-        )
-        .unwrap();
-    let data = follower(&etcd, &dir.path().join("data-1"));
-    let mut rng = rand::rngs::StdRng::seed_from_u64(19);
-    let mut model = Model::new();
-    for _ in 0..30 {
-        leader
-            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
-            .unwrap();
-    }
+    let Setup {
+        dir,
+        etcd,
+        deep,
+        log,
+        leader,
+        mut rng,
+        mut model,
+        ..
+    } = setup;
+    let data = common::follower(&etcd, &dir.path().join("data-1"));
     log.catch_up(&data).unwrap();
     assert!(data.release_shard("t", 2).unwrap());
     for step in 0..30 {
@@ -310,38 +323,26 @@ fn a_shard_never_published_is_taken_on_from_the_log_alone() {
 
 #[test]
 fn a_shard_held_by_no_live_node_is_taken_on_when_a_read_needs_it() {
-    let Some((server, dir)) =
-        common::etcd_or_skip("a_shard_held_by_no_live_node_is_taken_on_when_a_read_needs_it")
-    else {
+    let Some(setup) = Setup::start(
+        "a_shard_held_by_no_live_node_is_taken_on_when_a_read_needs_it",
+        1,
+        23,
+    ) else {
         return;
     };
-    let etcd = Etcd::connect(&server.config("holding-demand").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep.clone());
-    let (leader, _member, _leadership) =
-        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
-    leader
-        .create_table_with(
-            "t",
-            schema(),
-            TableLayout {
-                shards: SHARDS,
-                replicas: 1,
-            },
-        )
-        .unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
-    let mut model = Model::new();
-    for _ in 0..40 {
-        leader
-            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
-            .unwrap();
-    }
+    let Setup {
+        dir,
+        etcd,
+        deep,
+        log,
+        model,
+        ..
+    } = setup;
     // Two data nodes that take shards on when asked; neither holds shard 2.
     let mut nodes = Vec::new();
     let mut addresses = Vec::new();
     for id in ["d1", "d2"] {
-        let data = Arc::new(follower(&etcd, &dir.path().join(id)));
+        let data = Arc::new(common::follower(&etcd, &dir.path().join(id)));
         log.catch_up(&data).unwrap();
         assert!(data.release_shard("t", 2).unwrap());
         let taker: puffer_cluster::rpc::server::ShardTaker = {
@@ -398,33 +399,23 @@ fn a_shard_held_by_no_live_node_is_taken_on_when_a_read_needs_it() {
 
 #[test]
 fn a_fresh_data_only_node_loads_only_the_shards_placed_on_it() {
-    let Some((server, dir)) =
-        common::etcd_or_skip("a_fresh_data_only_node_loads_only_the_shards_placed_on_it")
-    else {
+    let Some(setup) = Setup::start(
+        "a_fresh_data_only_node_loads_only_the_shards_placed_on_it",
+        1,
+        29,
+    ) else {
         return;
     };
-    let etcd = Etcd::connect(&server.config("holding-seed").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep.clone());
-    let (leader, _member, _leadership) =
-        common::ingest_leader(&etcd, &log, "ingest-1", TTL, &dir.path().join("leader"));
-    leader
-        .create_table_with(
-            "t",
-            schema(),
-            TableLayout {
-                shards: SHARDS,
-                replicas: 1,
-            },
-        )
-        .unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
-    let mut model = Model::new();
-    for _ in 0..40 {
-        leader
-            .write_batch(vec![("t".into(), batch(&mut rng, &mut model))])
-            .unwrap();
-    }
+    let Setup {
+        dir,
+        etcd,
+        deep,
+        log,
+        leader,
+        mut rng,
+        mut model,
+        ..
+    } = setup;
     leader.table("t").unwrap().compact_all().unwrap();
     let mut publisher =
         Publisher::new(etcd.clone(), deep.clone(), "ingest-1", "run1").with_grace(Duration::ZERO);
@@ -464,7 +455,7 @@ fn a_fresh_data_only_node_loads_only_the_shards_placed_on_it() {
         .unwrap()
         .expect("published shards to load");
     assert_eq!(report.shards, 2, "{report:?}");
-    let data = follower(&etcd, &fresh);
+    let data = common::follower(&etcd, &fresh);
     log.catch_up(&data).unwrap();
     agrees(
         &data,

@@ -91,3 +91,27 @@ pub fn ingest_leader(
     .unwrap();
     (database, member, leadership)
 }
+
+/// A follower (a data node's database) in `dir` on `etcd`'s catalog.
+pub fn follower(etcd: &puffer_cluster::etcd::Etcd, dir: &std::path::Path) -> puffer_node::Database {
+    puffer_node::Database::open_with(
+        dir,
+        puffer_node::DatabaseOptions {
+            following: true,
+            ..node_options(etcd)
+        },
+    )
+    .unwrap()
+}
+
+/// A table keyed by `id` with one string attribute, `city`.
+pub fn city_schema() -> puffer_store::Schema {
+    puffer_store::Schema::new(
+        "id",
+        vec![puffer_store::Attribute {
+            name: "city".into(),
+            attr_type: puffer_store::AttrType::String,
+        }],
+    )
+    .unwrap()
+}
