@@ -281,6 +281,10 @@ fn a_cluster_survives_its_ingest_leader_killed() {
     assert_eq!(gauge(&a.base, "puffer_following"), 0);
     assert_eq!(gauge(&b.base, "puffer_following"), 1);
 
+    // a leads the coordinators too (it stood first).
+    let before = get(&format!("{}/v1/admin/cluster", b.base)).unwrap();
+    assert_eq!(before["coordinator_leader"], json!("a"), "{before}");
+
     // The leader dies mid-stream: writes keep coming at it until it is gone.
     let kill_at = Instant::now();
     a.kill();
@@ -293,6 +297,16 @@ fn a_cluster_survives_its_ingest_leader_killed() {
     eprintln!(
         "ingest failover: b leads {:?} after a's SIGKILL (lease TTL {TTL_S} s)",
         kill_at.elapsed().max(took)
+    );
+    wait_for(Duration::from_secs(20), || {
+        get(&format!("{}/v1/admin/cluster", b.base))
+            .ok()
+            .filter(|s| s["coordinator_leader"] == json!("b"))
+    })
+    .expect("b took over as coordinator leader");
+    eprintln!(
+        "coordinator failover: b leads {:?} after a's SIGKILL (lease TTL {TTL_S} s)",
+        kill_at.elapsed()
     );
     // Every acknowledged write is on b, none partly.
     assert_eq!(count(&b.base), Some(expected));
