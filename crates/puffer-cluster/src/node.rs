@@ -14,10 +14,12 @@
 //!   ([`crate::segments`]; each shard by one of the live indexers), so that a node
 //!   with a fresh data directory loads them ([`ClusterNode::seed`]) instead of
 //!   replaying the whole log;
+//! - `data` without `ingest` or `indexer` holds only the shards the coordinator placed
+//!   on it ([`crate::holding`]): it follows the whole log but keeps only those, takes
+//!   newly placed ones on from deep storage, and reads the others through its broker;
 //! - `broker` without `data`: the node holds no data (it keeps the catalog's tables
 //!   empty, for their schemas); its reads are fanned out to the data nodes through a
-//!   [`crate::broker::Broker`]. A node with `data` answers from its own copy, which
-//!   holds every shard while every data node follows the whole log.
+//!   [`crate::broker::Broker`].
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
