@@ -791,8 +791,9 @@ fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
         log.entries_after(0)
     );
 
-    // A node with an empty data directory starts from them.
-    let b = start_node_with(dir.path(), &etcd_server, "b", "data", &[], &[]);
+    // A node with an empty data directory starts from them (an indexer holds every
+    // shard; a data-only node would load only those placed on it).
+    let b = start_node_with(dir.path(), &etcd_server, "b", "data,indexer", &[], &[]);
     let status = get(&format!("{}/v1/admin/cluster", b.base)).unwrap();
     let seeded = &status["seeded"];
     assert_eq!(seeded["tables"], json!(1), "{status}");
