@@ -353,13 +353,12 @@ impl Table {
 
     /// Takes shard `shard` on from the files put in its directories (see
     /// [`Table::prepare_adoption`]), which hold every SCU touching it up to `covers`.
-    /// It is caught up with the SCUs after that from `fetch` (see [`FetchScus`]):
-    /// first while SCUs go on
-    /// being applied to the other shards, then, for the last few, on the committer's
-    /// thread between two SCUs, where it takes its place. It is then compacted if it
-    /// took SCUs past its snapshot (its checkpoint must pass every SCU it was caught up
-    /// with, which this node's log may not hold) and written as held in the table file. Returns the SCU it was taken
-    /// on at.
+    /// It is caught up with the SCUs after that from `fetch` (see [`FetchScus`]): first
+    /// while SCUs go on being applied to the other shards, then, for the last few, on
+    /// the committer's thread between two SCUs, where it takes its place. It is then
+    /// compacted if it took SCUs past its snapshot (its checkpoint must pass every SCU
+    /// it was caught up with, which this node's log may not hold) and written as held
+    /// in the table file. Returns the SCU it was taken on at.
     pub(crate) fn adopt_shard(
         &self,
         node: &AdaptiveNode<Shard>,
