@@ -223,15 +223,36 @@ pub struct HoldingStatus {
     pub error: Option<String>,
 }
 
+/// How long a data node waits before it tries again to take on a shard whose taking
+/// on failed `failures` times in a row: 1 s, doubling, at most
+/// [`MAX_TAKE_ON_BACKOFF`].
+pub fn take_on_backoff(failures: u32) -> Duration {
+    let doubled = Duration::from_secs(1).saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled.min(MAX_TAKE_ON_BACKOFF)
+}
+
+/// The longest wait before taking a shard on is tried again.
+pub const MAX_TAKE_ON_BACKOFF: Duration = Duration::from_secs(60);
+
+/// What a data node's holding loop remembers between rounds.
+#[derive(Debug, Default)]
+pub struct HoldingMemory {
+    /// Since when each held shard has been seen not placed here.
+    unplaced_since: HashMap<(u64, u32), Instant>,
+    /// Shards whose taking on failed: failures in a row, and when to try again.
+    failed: HashMap<(String, u32), (u32, Instant)>,
+}
+
 /// One round for `node`: reads the placement and makes the changes (at most one
-/// take-on; shards are let go after `grace`).
+/// take-on; shards are let go after `grace`). A shard whose taking on fails is tried
+/// again after [`take_on_backoff`], and the others go on meanwhile.
 pub fn hold_round(
     etcd: &Etcd,
     deep: &DeepStorage,
     log: &ClusterLog,
     database: &Database,
     (node, grace): (&str, Duration),
-    unplaced_since: &mut HashMap<(u64, u32), Instant>,
+    memory: &mut HoldingMemory,
     status: &mut HoldingStatus,
 ) -> Result<()> {
     status.rounds += 1;
@@ -248,32 +269,53 @@ pub fn hold_round(
     let Some(placement) = crate::placement::read_placement(etcd)? else {
         return Ok(());
     };
+    let now = Instant::now();
     let changes = holding_changes(
         &placement,
         node,
         &tables,
-        unplaced_since,
-        Instant::now(),
+        &mut memory.unplaced_since,
+        now,
         grace,
     );
+    // Only shards still to take on are remembered as failed.
+    memory.failed.retain(|(table, shard), _| {
+        changes.contains(&HoldingChange::TakeOn(table.clone(), *shard))
+    });
     let mut took_one = false;
+    let mut first_error = None;
     for change in changes {
         match change {
             HoldingChange::TakeOn(table, shard) if !took_one => {
+                let key = (table.clone(), shard);
+                if memory.failed.get(&key).is_some_and(|(_, next)| *next > now) {
+                    continue;
+                }
                 took_one = true;
-                let taken = take_on(etcd, deep, log, database, &table, shard)?;
-                status.taken_on += 1;
-                status.last_taken_on = Some(taken);
-            }
-            HoldingChange::TakeOn(..) => {}
-            HoldingChange::Release(table, shard) => {
-                if database.release_shard(&table, shard)? {
-                    status.released += 1;
+                match take_on(etcd, deep, log, database, &table, shard) {
+                    Ok(taken) => {
+                        memory.failed.remove(&key);
+                        status.taken_on += 1;
+                        status.last_taken_on = Some(taken);
+                    }
+                    Err(e) => {
+                        let failures = memory.failed.get(&key).map_or(0, |(n, _)| *n) + 1;
+                        let next = Instant::now() + take_on_backoff(failures);
+                        memory.failed.insert(key, (failures, next));
+                        first_error.get_or_insert(e);
+                    }
                 }
             }
+            HoldingChange::TakeOn(..) => {}
+            HoldingChange::Release(table, shard) => match database.release_shard(&table, shard) {
+                Ok(released) => status.released += u64::from(released),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            },
         }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Every table of `database` with the shards it holds.
@@ -395,6 +437,13 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_failed_take_on_waits_twice_as_long_each_time_up_to_a_minute() {
+        let waits: Vec<u64> = (1..=9).map(|n| take_on_backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(take_on_backoff(u32::MAX), MAX_TAKE_ON_BACKOFF);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::etcd::{
     leader, leader_of, members, Candidate, Etcd, EtcdCatalog, EtcdConfig, Leadership, MemberCard,
     Membership, Role,
 };
-use crate::holding::{ensure_held, hold_round, HoldingStatus, HOLDING_INTERVAL};
+use crate::holding::{ensure_held, hold_round, HoldingMemory, HoldingStatus, HOLDING_INTERVAL};
 use crate::remote::ClusterRemote;
 use crate::rpc::server::RpcServer;
 use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
@@ -817,7 +817,7 @@ fn hold(
     stop: &AtomicBool,
     status: &Mutex<HoldingStatus>,
 ) {
-    let mut unplaced_since = std::collections::HashMap::new();
+    let mut memory = HoldingMemory::default();
     let mut last: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(50));
@@ -835,7 +835,7 @@ fn hold(
             &log,
             database,
             (node_id, grace),
-            &mut unplaced_since,
+            &mut memory,
             &mut current,
         );
         current.error = round.err().map(|e| e.to_string());
