@@ -178,19 +178,39 @@ async fn limit_in_flight(
 }
 
 /// Request metrics, then the node's place in the database's order: the newest SCU it
-/// has applied, and whether it follows a cluster's log (on a cluster, the difference
-/// between nodes' published SCUs is how far behind a follower is).
+/// has applied, whether it follows a cluster's log (on a cluster, the difference
+/// between nodes' published SCUs is how far behind a follower is), and the shards it
+/// holds and does not hold.
 async fn render_metrics(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
 ) -> String {
     let mut out = state.metrics.render();
+    // A cluster's data-only node holds only the shards placed on it.
+    let (mut held, mut not_held) = (0u64, 0u64);
+    for name in state.db.table_names() {
+        if let Ok(table) = state.db.table(&name) {
+            for shard in 0..table.layout().shards {
+                if table.holds(shard) {
+                    held += 1;
+                } else {
+                    not_held += 1;
+                }
+            }
+        }
+    }
     out.push_str(&format!(
         "# HELP puffer_published_scu The newest SCU applied on this node (what reads see).\n\
          # TYPE puffer_published_scu gauge\n\
          puffer_published_scu {}\n\
          # HELP puffer_following 1 while this node follows a cluster's log (SCUs numbered elsewhere).\n\
          # TYPE puffer_following gauge\n\
-         puffer_following {}\n",
+         puffer_following {}\n\
+         # HELP puffer_shards_held Shards of every table held on this node.\n\
+         # TYPE puffer_shards_held gauge\n\
+         puffer_shards_held {held}\n\
+         # HELP puffer_shards_not_held Shards of every table held elsewhere, not on this node.\n\
+         # TYPE puffer_shards_not_held gauge\n\
+         puffer_shards_not_held {not_held}\n",
         state.db.published(),
         u8::from(state.db.is_following())
     ));

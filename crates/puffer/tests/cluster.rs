@@ -76,6 +76,20 @@ fn agrees(base: &str, model: &BTreeMap<String, String>) {
 }
 
 /// Whether etcd is there; says loudly why the test skips if not.
+/// Gauge `name` from a node's `/metrics`.
+fn gauge(base: &str, name: &str) -> u64 {
+    let text = ureq::get(&format!("{base}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
 fn have_etcd(test: &str) -> bool {
     if LocalEtcd::binary().is_some() {
         return true;
@@ -261,18 +275,6 @@ fn a_cluster_survives_its_ingest_leader_killed() {
     .expect("b caught up");
     agrees(&b.base, &model);
     // /metrics says where each node is in the order.
-    let gauge = |base: &str, name: &str| -> u64 {
-        let text = ureq::get(&format!("{base}/metrics"))
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap();
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
-            .parse()
-            .unwrap()
-    };
     let published = get(&format!("{}/v1/admin/cluster", a.base)).unwrap()["published"]
         .as_u64()
         .unwrap();
@@ -488,6 +490,8 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
         })
         .unwrap_or_else(|| panic!("{name} holds {:?} shards, {placed_here} placed", held(node)));
     }
+    assert_eq!(gauge(&c.base, "puffer_shards_held"), before["c"]);
+    assert_eq!(gauge(&c.base, "puffer_shards_not_held"), 5 - before["c"]);
     let shown = puffer(&["status", "--url", &c.base]);
     assert!(
         shown.contains("holds the shards placed here: ") && shown.contains("rooms ["),
