@@ -91,6 +91,7 @@ fn is_node_failure(error: &QueryError) -> bool {
         error,
         QueryError::Store(
             StoreError::Unavailable(_)
+                | StoreError::NotHeld(_)
                 | StoreError::Stopped(_)
                 | StoreError::Overloaded(_)
                 | StoreError::SnapshotGone { .. }
@@ -338,6 +339,7 @@ impl Broker {
     ) -> Result<ReadAnswer> {
         let table = entry.name.as_str();
         let mut failed: Vec<String> = Vec::new();
+        let mut only_not_held = true;
         let mut last_error = None;
         for _ in 0..MAX_TRIES {
             let now = Instant::now();
@@ -403,20 +405,30 @@ impl Broker {
                 Err((node, error)) if is_node_failure(&error) => {
                     // A node that does not hold a shard (yet, or any more) is fine for
                     // other reads: only this one passes it over.
-                    if !puffer_node::shards::is_not_held(&error) {
+                    let not_held = puffer_node::shards::is_not_held(&error);
+                    if !not_held {
                         node.suspect();
                     }
+                    only_not_held &= not_held;
                     failed.push(node.node_id.clone());
                     last_error = Some(error);
                 }
                 Err((_, error)) => return Err(error),
             }
         }
-        Err(StoreError::Unavailable(format!(
+        let why = format!(
             "no data node could answer a read of table {table:?} (tried {failed:?}); last \
              error: {}",
-            last_error.map_or_else(|| "no data node is known".into(), |e| e.to_string())
-        ))
+            last_error
+                .as_ref()
+                .map_or_else(|| "no data node is known".into(), |e| e.to_string())
+        );
+        // Every node asked lacks a shard: it is held by none of them (see `read`).
+        Err(if only_not_held && last_error.is_some() {
+            StoreError::NotHeld(why)
+        } else {
+            StoreError::Unavailable(why)
+        }
         .into())
     }
 

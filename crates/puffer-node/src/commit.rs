@@ -613,24 +613,37 @@ pub fn apply_to_shard(
                 if s != shard {
                     continue;
                 }
-                for replica in 0..replicas.replica_count() {
-                    replicas
-                        .send_to(
-                            replica,
-                            ReplicaRequest::Apply {
-                                seq: record.seq,
-                                commit_micros: record.commit_micros,
-                                ops: prepared.clone(),
-                                replaying: true,
-                            },
-                        )?
-                        .into_done()?;
-                }
+                send_apply(replicas, record.seq, record.commit_micros, prepared, true)?;
                 freeze_full(std::slice::from_ref(replicas));
             }
         }
     }
     Ok(last)
+}
+
+/// Applies SCU `seq`'s operations on one shard to each of its replicas (the last takes
+/// them, the others a copy).
+fn send_apply(
+    replicas: &Arc<dyn ShardReplicas>,
+    seq: u64,
+    commit_micros: u64,
+    prepared: PreparedOps,
+    replaying: bool,
+) -> Result<()> {
+    let apply = |ops| ReplicaRequest::Apply {
+        seq,
+        commit_micros,
+        ops,
+        replaying,
+    };
+    let last = replicas.replica_count() - 1;
+    for replica in 0..last {
+        replicas
+            .send_to(replica, apply(prepared.clone()))?
+            .into_done()?;
+    }
+    replicas.send_to(last, apply(prepared))?.into_done()?;
+    Ok(())
 }
 
 /// Freezes the full log tables of the shards an SCU touched.
@@ -735,19 +748,7 @@ impl Inner {
                     .iter()
                     .any(|op| matches!(op, Op::AddAttribute(_)));
                 let replicas = part.table.replica(shard as usize);
-                let last = replicas.replica_count() - 1;
-                let apply = |ops| ReplicaRequest::Apply {
-                    seq,
-                    commit_micros,
-                    ops,
-                    replaying,
-                };
-                for replica in 0..last {
-                    replicas
-                        .send_to(replica, apply(prepared.clone()))?
-                        .into_done()?;
-                }
-                replicas.send_to(last, apply(prepared))?.into_done()?;
+                send_apply(&replicas, seq, commit_micros, prepared, replaying)?;
                 touched.push(replicas);
             }
             if changes_schema {

@@ -131,20 +131,18 @@ impl ShardReplicas for NotHeld {
     }
 }
 
-/// What a node says of a shard it does not hold (see [`is_not_held`]).
-const NOT_HELD: &str = "is not held on this node";
-
 /// The error a read of shard `shard` of `table` gets on a node not holding it.
 pub fn not_held(table: &str, shard: u32) -> StoreError {
-    StoreError::Unavailable(format!("shard {shard} of table {table} {NOT_HELD}"))
+    StoreError::NotHeld(format!("shard {shard} of table {table}"))
 }
 
 /// Whether `error` says a node does not hold a shard (a broker then asks another
-/// holder, without taking the node for failed).
+/// holder, without taking the node for failed), here or, carried in a broker's
+/// refusal, on every node asked.
 pub fn is_not_held(error: &puffer_query::QueryError) -> bool {
     matches!(
         error,
-        puffer_query::QueryError::Store(StoreError::Unavailable(message)) if message.contains(NOT_HELD)
+        puffer_query::QueryError::Store(StoreError::NotHeld(_))
     )
 }
 

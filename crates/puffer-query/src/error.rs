@@ -80,6 +80,8 @@ error_codes! {
     Overloaded => "overloaded",
     /// A shard or replica cannot answer now; retry later.
     Unavailable => "unavailable",
+    /// The node asked does not hold the shard; another node may answer.
+    NotHeld => "not_held",
     /// A file operation failed.
     IoError => "io_error",
     /// A file's content is damaged.
@@ -185,6 +187,7 @@ impl QueryError {
                 StoreError::Stopped(_)
                 | StoreError::Unavailable(_)
                 | StoreError::SnapshotGone { .. } => ErrorCode::Unavailable,
+                StoreError::NotHeld(_) => ErrorCode::NotHeld,
                 StoreError::InvalidSetting(_) => ErrorCode::InvalidSetting,
                 StoreError::InUse { .. } => ErrorCode::InUse,
                 StoreError::Io { .. } => ErrorCode::IoError,
@@ -201,9 +204,10 @@ impl QueryError {
             QueryError::Store(StoreError::Overloaded(_))
                 | QueryError::Store(StoreError::Stopped(_))
                 | QueryError::Store(StoreError::Unavailable(_))
+                | QueryError::Store(StoreError::NotHeld(_))
                 | QueryError::Store(StoreError::SnapshotGone { .. })
                 | QueryError::Remote {
-                    code: ErrorCode::Overloaded | ErrorCode::Unavailable,
+                    code: ErrorCode::Overloaded | ErrorCode::Unavailable | ErrorCode::NotHeld,
                     ..
                 }
         )

@@ -58,6 +58,10 @@ pub enum StoreError {
     /// A replica cannot answer: it is shut down, or the request failed inside it.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// This node does not hold the shard (a cluster's data node holds only those
+    /// placed on it): another node may answer.
+    #[error("not held here: {0}")]
+    NotHeld(String),
     /// A read asked for a snapshot older than the replica keeps apart: it has sealed or
     /// compacted SCUs past it since the snapshot was chosen. Choose a newer one.
     #[error("snapshot {asked} is no longer readable on this replica (it holds SCUs up to {sealed} in sealed stages); read a newer one")]

@@ -70,7 +70,7 @@ pub fn status_of(error: &QueryError) -> Status {
         ErrorCode::UnknownTable | ErrorCode::UnknownReplica | ErrorCode::NotFound => Code::NotFound,
         ErrorCode::TableExists => Code::AlreadyExists,
         ErrorCode::LimitExceeded | ErrorCode::Overloaded => Code::ResourceExhausted,
-        ErrorCode::Unavailable | ErrorCode::IoError => Code::Unavailable,
+        ErrorCode::Unavailable | ErrorCode::NotHeld | ErrorCode::IoError => Code::Unavailable,
         ErrorCode::Corrupt | ErrorCode::IndexError => Code::DataLoss,
         ErrorCode::Internal => Code::Internal,
         _ => Code::InvalidArgument,
@@ -83,8 +83,9 @@ pub fn status_of(error: &QueryError) -> Status {
 }
 
 /// The error a status stands for, as near to the remote one as the shard's error
-/// type allows; `who` says which node answered. A table or shard the node does not
-/// hold is `Unavailable`: the caller's routing is stale, and another node may answer.
+/// type allows; `who` says which node answered. A shard the node does not hold is
+/// `NotHeld`, a table it does not know `Unavailable`: the caller's routing is stale,
+/// and another node may answer.
 pub fn error_of(status: &Status, who: &str) -> StoreError {
     let code = status
         .metadata()
@@ -94,6 +95,7 @@ pub fn error_of(status: &Status, who: &str) -> StoreError {
     let message = format!("{who}: {}", status.message());
     match code {
         "overloaded" => StoreError::Overloaded(message),
+        "not_held" => StoreError::NotHeld(message),
         "corrupt" | "index_error" => StoreError::Corrupt {
             path: who.into(),
             detail: status.message().to_string(),
@@ -126,7 +128,10 @@ pub fn query_error_of(status: &Status, who: &str) -> QueryError {
         Some(code)
             if !matches!(
                 code,
-                ErrorCode::Unavailable | ErrorCode::Overloaded | ErrorCode::IoError
+                ErrorCode::Unavailable
+                    | ErrorCode::NotHeld
+                    | ErrorCode::Overloaded
+                    | ErrorCode::IoError
             ) =>
         {
             QueryError::Remote {
