@@ -12,6 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod blowfish;
 mod cluster_bench;
 mod consistency_bench;
+mod getafix;
 mod http_bench;
 mod index_bench;
 mod oracle;
@@ -51,6 +52,10 @@ enum Experiment {
     /// The cluster on loopback: durable ingest (directory and S3), data node recovery,
     /// broker reads against the embedded node, a data node killed, leader failover.
     Cluster(cluster_bench::ClusterArgs),
+    /// Getafix's evaluation on a simulated cluster of 15 and 25 nodes with service times
+    /// measured on the real store: Getafix against Scarlett, uniform replication and
+    /// random routing, shifting popularity, and the joint replicas-and-layers planner.
+    Getafix(getafix::GetafixArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,5 +67,6 @@ fn main() -> anyhow::Result<()> {
         Experiment::Blowfish(args) => blowfish::run(&args),
         Experiment::Consistency(args) => consistency_bench::run(&args),
         Experiment::Cluster(args) => cluster_bench::run(&args),
+        Experiment::Getafix(args) => getafix::run(&args),
     }
 }

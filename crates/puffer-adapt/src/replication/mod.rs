@@ -4,7 +4,8 @@
 //! One run of the coordinator, all of it pure (measurements and random draws in,
 //! decisions out):
 //! 1. [`Popularity`] ages the per-window access counts: `sum_i C_ij / 2^(i-1)`, the newest
-//!    window first (paper §4.1).
+//!    window first (paper §4.1); [`inherit_from_predecessors`] gives a new time chunk
+//!    the popularity of the chunk before it until its own counts catch up.
 //! 2. [`modified_best_fit`] (Algorithm 1 with Best Fit, §3.2) packs the segments' loads
 //!    into one balanced bin per node with as few (segment, bin) pairs as it can: a
 //!    [`Plan`], whose pairs are the replicas and whose shares are the routing fractions.
@@ -18,6 +19,11 @@
 //!    first, never a segment's last replica (§4.4).
 //! 6. [`place_new_segment`] puts a fresh segment on one node drawn at random (§4.2).
 //!
+//! [`joint_plan`] adds BlowFish's sample layers to step 2: a layer count per segment
+//! (more layers, a bigger replica that serves faster) chosen with the replicas
+//! MODIFIEDBESTFIT gives, for the least memory serving the load within a work budget per
+//! node, never more than [`replicas_alone`] (one layer count everywhere).
+//!
 //! The baselines of the paper's evaluation are policies too: [`scarlett_placement`]
 //! (replicas by concurrent accesses, §5.1) and [`uniform_placement`] (factor `k`);
 //! [`uniform_placement_keeping`] is uniform replication that moves only what it must when
@@ -30,6 +36,7 @@
 pub mod baselines;
 pub mod fit;
 pub mod gc;
+pub mod joint;
 pub mod matching;
 pub mod placement;
 pub mod popularity;
@@ -40,9 +47,12 @@ pub use baselines::{
 };
 pub use fit::{modified_best_fit, modified_fit, FitHeuristic, Plan};
 pub use gc::{collect_garbage, GcConfig, GcOutcome, NodeStorage};
+pub use joint::{
+    joint_plan, replicas_alone, JointChoice, JointConfig, JointPlan, LayerCost, SegmentDecision,
+};
 pub use matching::{match_bins_to_nodes, Matching};
 pub use placement::{place_new_segment, Placement};
-pub use popularity::Popularity;
+pub use popularity::{inherit_from_predecessors, Popularity};
 pub use transition::{lazy_transition, Transition};
 
 use std::collections::BTreeMap;

@@ -92,6 +92,31 @@ fn unscale(sum: u128) -> f64 {
     sum as f64 / (1u64 << (Popularity::MAX_WINDOWS - 1)) as f64
 }
 
+/// Gives each young segment at least its predecessor's popularity: `heirs` lists
+/// (segment, predecessor) pairs, a time chunk and the chunk before it of the same table.
+///
+/// Beyond the paper: a new chunk of a time-series table takes over the interest the one
+/// before it had as the newest (queries ask for "the latest"), but its aged sum starts
+/// from nothing and counts one window where an old chunk's counts many, so for its first
+/// windows it is planned as if it were cold while it is the hottest. Planning it with the
+/// predecessor's popularity gives it its replicas at once; the predecessor keeps its own,
+/// which then ages down. A predecessor without popularity gives nothing.
+pub fn inherit_from_predecessors(
+    popularity_by_segment: &mut BTreeMap<SegmentId, f64>,
+    heirs: &[(SegmentId, SegmentId)],
+) {
+    for &(segment, predecessor) in heirs {
+        let inherited = popularity_by_segment
+            .get(&predecessor)
+            .copied()
+            .unwrap_or(0.0);
+        if inherited > 0.0 {
+            let own = popularity_by_segment.entry(segment).or_insert(0.0);
+            *own = own.max(inherited);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +166,17 @@ mod tests {
         }
         let expected = u64::MAX as f64 * (2.0 - 2f64.powi(-31));
         assert!((popularity.popularity(0) / expected - 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn young_segments_inherit_at_least_their_predecessors_popularity() {
+        let mut popularity: BTreeMap<SegmentId, f64> = [(1, 8.0), (2, 3.0), (5, 10.0)].into();
+        // 2 inherits 8 from 1; 5 keeps its own 10 over 2's 3; 7 gets nothing from 6,
+        // which has none.
+        inherit_from_predecessors(&mut popularity, &[(2, 1), (5, 2), (7, 6)]);
+        assert_eq!(popularity, [(1, 8.0), (2, 8.0), (5, 10.0)].into());
+        // A segment unknown so far appears with the inherited popularity.
+        inherit_from_predecessors(&mut popularity, &[(9, 5)]);
+        assert_eq!(popularity.get(&9), Some(&10.0));
     }
 }

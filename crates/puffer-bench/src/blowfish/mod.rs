@@ -21,7 +21,7 @@
 
 mod chart;
 mod driver;
-mod workload;
+pub mod workload;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -108,12 +108,17 @@ pub struct BlowfishArgs {
 }
 
 /// A point of the curve measured closed-loop on complete layers.
-#[derive(Clone, Copy, Debug)]
-struct Measured {
-    layers: u32,
-    footprint_bytes: u64,
-    ops_per_second: f64,
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub layers: u32,
+    pub footprint_bytes: u64,
+    pub ops_per_second: f64,
+    /// Seconds of single queries, the first [`MAX_SAMPLES`] measured.
+    pub samples_seconds: Vec<f64>,
 }
+
+/// Most single-query times one point keeps.
+const MAX_SAMPLES: usize = 50_000;
 
 pub fn run(args: &BlowfishArgs) -> anyhow::Result<()> {
     ensure!(
@@ -151,7 +156,7 @@ pub fn run(args: &BlowfishArgs) -> anyhow::Result<()> {
         .iter()
         .map(|m| json!({"layers": m.layers, "footprint_bytes": m.footprint_bytes, "ops_per_second": round(m.ops_per_second, 1)}))
         .collect();
-    let base = curve[0];
+    let base = &curve[0];
     let mut summary = json!({
         "experiment": "blowfish",
         "scenario": format!("{:?}", args.scenario).to_lowercase(),
@@ -235,7 +240,32 @@ fn calibrate(
     workload: &Workload,
     work_dir: &Path,
 ) -> anyhow::Result<Vec<Measured>> {
-    let node = AdaptiveNode::start(node_config(args, Construction::Dedicated, false)?)?;
+    measure_curve(
+        node_config(args, Construction::Dedicated, false)?,
+        workload,
+        work_dir,
+        args.calibrate_seconds,
+        args.skew,
+        args.seed,
+    )
+}
+
+/// Closed-loop throughput of one thread at every layer count of a copy of `workload`'s
+/// shard (on an adaptive node configured by `config`, not adapting), and the time of
+/// each query; shallowest first.
+pub fn measure_curve(
+    config: NodeConfig,
+    workload: &Workload,
+    work_dir: &Path,
+    seconds_per_point: f64,
+    skew: f64,
+    seed: u64,
+) -> anyhow::Result<Vec<Measured>> {
+    let node = AdaptiveNode::start(NodeConfig {
+        automatic: false,
+        background: false,
+        ..config
+    })?;
     let shard = workload.open_copy(&work_dir.join("calibrate"))?;
     let group = node.add_shard(
         "calibrate",
@@ -248,20 +278,25 @@ fn calibrate(
     let slot = group.replicas()[0].clone();
     let max_layers = node.status().replicas[0].max_layers;
     let terms = Arc::new(workload.terms.clone());
-    let mut sampler = TermSampler::new(workload, args.skew, args.seed ^ 0xca1);
+    let mut sampler = TermSampler::new(workload, skew, seed ^ 0xca1);
     let mut curve = Vec::new();
     for layers in (1..=max_layers).rev() {
         node.set_layers(slot.id, layers)?;
         node.tick();
-        let deadline = Instant::now() + Duration::from_secs_f64(args.calibrate_seconds);
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds_per_point);
         let mut done = 0u64;
+        let mut samples_seconds = Vec::new();
         let started = Instant::now();
         while Instant::now() < deadline {
             let term = sampler.next();
             let terms = terms.clone();
+            let one = Instant::now();
             let answer = slot
                 .pool()
                 .execute(move |shard: &Shard| run_query(shard, &terms[term]))?;
+            if samples_seconds.len() < MAX_SAMPLES {
+                samples_seconds.push(one.elapsed().as_secs_f64());
+            }
             answer
                 .value
                 .map_err(|m| anyhow::anyhow!("mismatch while calibrating: {m}"))?;
@@ -272,6 +307,7 @@ fn calibrate(
             layers,
             footprint_bytes: status.replicas[0].footprint_bytes,
             ops_per_second: done as f64 / started.elapsed().as_secs_f64(),
+            samples_seconds,
         });
     }
     curve.reverse();
