@@ -114,17 +114,39 @@ pub fn pick_nodes(queues: &[usize], shards: usize, uniform: impl FnMut() -> f64)
 pub fn pick_nodes_among(
     queues: &[usize],
     allowed: &[Vec<usize>],
+    uniform: impl FnMut() -> f64,
+) -> Vec<usize> {
+    let weighted: Vec<Vec<(usize, f64)>> = allowed
+        .iter()
+        .map(|among| among.iter().map(|&i| (i, 1.0)).collect())
+        .collect();
+    pick_nodes_weighted(queues, &weighted, uniform)
+}
+
+/// [`pick_nodes_among`] where each candidate of a shard comes with the share of the
+/// shard's reads the placement gives it (Getafix's routing fractions): chances are
+/// proportional to that share over 1 + its queue. A shard whose candidates all have
+/// share 0 (no plan for it, or only holders the plan did not count on) is spread by
+/// queues alone.
+pub fn pick_nodes_weighted(
+    queues: &[usize],
+    allowed: &[Vec<(usize, f64)>],
     mut uniform: impl FnMut() -> f64,
 ) -> Vec<usize> {
     let mut load: Vec<f64> = queues.iter().map(|&q| 1.0 + q as f64).collect();
     allowed
         .iter()
         .map(|among| {
-            let total: f64 = among.iter().map(|&i| 1.0 / load[i]).sum();
+            let planned = among.iter().any(|&(_, share)| share > 0.0);
+            let weight = |share: f64| if planned { share.max(0.0) } else { 1.0 };
+            let total: f64 = among
+                .iter()
+                .map(|&(i, share)| weight(share) / load[i])
+                .sum();
             let mut left = uniform() * total;
-            let mut chosen = *among.last().expect("a shard has a candidate");
-            for &i in among {
-                left -= 1.0 / load[i];
+            let mut chosen = among.last().expect("a shard has a candidate").0;
+            for &(i, share) in among {
+                left -= weight(share) / load[i];
                 if left < 0.0 {
                     chosen = i;
                     break;
@@ -362,15 +384,21 @@ impl Broker {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
             let every: Vec<usize> = (0..candidates.len()).collect();
-            let allowed: Vec<Vec<usize>> = shards
+            let allowed: Vec<Vec<(usize, f64)>> = shards
                 .iter()
                 .map(|&shard| {
                     let holders = placement.as_ref().and_then(|p| p.holders(entry.uid, shard));
-                    let mut among: Vec<usize> = match holders {
+                    let fractions = placement
+                        .as_ref()
+                        .and_then(|p| p.fractions(entry.uid, shard));
+                    let mut among: Vec<(usize, f64)> = match holders {
                         Some(holders) => every
                             .iter()
-                            .copied()
-                            .filter(|&i| holders.contains(&candidates[i].node_id))
+                            .filter_map(|&i| {
+                                let at =
+                                    holders.iter().position(|h| *h == candidates[i].node_id)?;
+                                Some((i, fractions.and_then(|f| f.get(at)).copied().unwrap_or(0.0)))
+                            })
                             .collect(),
                         None => Vec::new(),
                     };
@@ -380,8 +408,8 @@ impl Broker {
                         if let Some(id) = loaded.get(&(entry.uid, shard)) {
                             among = every
                                 .iter()
-                                .copied()
-                                .filter(|&i| &candidates[i].node_id == id)
+                                .filter(|&&i| &candidates[i].node_id == id)
+                                .map(|&i| (i, 1.0))
                                 .collect();
                         }
                     }
@@ -389,14 +417,14 @@ impl Broker {
                     // ingest and indexer nodes, answer; the others say they do not hold
                     // it and are passed over).
                     if among.is_empty() {
-                        every.clone()
+                        every.iter().map(|&i| (i, 1.0)).collect()
                     } else {
                         among
                     }
                 })
                 .collect();
             let chosen: Vec<std::sync::Arc<DataNode>> =
-                pick_nodes_among(&queues, &allowed, || self.next_uniform())
+                pick_nodes_weighted(&queues, &allowed, || self.next_uniform())
                     .into_iter()
                     .map(|i| candidates[i].clone())
                     .collect();
@@ -545,7 +573,7 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use super::{pick_nodes, pick_nodes_among};
+    use super::{pick_nodes, pick_nodes_among, pick_nodes_weighted};
 
     /// Draws from a fixed sequence (splitmix64), so the test is exact each run.
     fn draws(seed: u64) -> impl FnMut() -> f64 {
@@ -625,5 +653,30 @@ mod tests {
         // 1 / (1 + 0) against 1 / (1 + 3): node 0 takes four fifths.
         let share = on_zero as f64 / reads as f64;
         assert!((share - 0.8).abs() < 0.01, "node 0 took {share:.3}");
+    }
+
+    #[test]
+    fn planned_shares_weigh_against_queues_and_unplanned_shards_follow_queues() {
+        // Shard 0: node 0 planned for 3/4, node 2 for 1/4; shard 1: no plan (all 0).
+        let queues = [1, 0, 1];
+        let allowed = vec![vec![(0, 0.75), (2, 0.25)], vec![(1, 0.0), (2, 0.0)]];
+        let mut uniform = draws(11);
+        let (mut zero, mut one, reads) = (0usize, 0usize, 60_000);
+        for _ in 0..reads {
+            let picked = pick_nodes_weighted(&queues, &allowed, &mut uniform);
+            zero += usize::from(picked[0] == 0);
+            one += usize::from(picked[1] == 1);
+        }
+        // Equal queues on 0 and 2: the planned shares, 3/4.
+        let share = zero as f64 / reads as f64;
+        assert!((share - 0.75).abs() < 0.01, "node 0 took {share:.3}");
+        // Shard 1 by queues and the read's own load: node 1 has 1 / (1 + 0); node 2
+        // has 1 / (1 + 1 + 1) when shard 0 went there too (1/4), else 1 / (1 + 1).
+        let expected = 0.75 * (1.0 / (1.0 + 0.5)) + 0.25 * (1.0 / (1.0 + 1.0 / 3.0));
+        let share = one as f64 / reads as f64;
+        assert!(
+            (share - expected).abs() < 0.01,
+            "node 1 took {share:.3}, expected {expected:.3}"
+        );
     }
 }

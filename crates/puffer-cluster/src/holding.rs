@@ -348,6 +348,7 @@ mod tests {
             )]
             .into_iter()
             .collect(),
+            fractions: Default::default(),
         }
     }
 

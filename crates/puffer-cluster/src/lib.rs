@@ -17,6 +17,7 @@ pub mod holding;
 pub mod local_s3;
 pub mod node;
 pub mod placement;
+pub mod popularity;
 pub mod remote;
 pub mod rpc;
 pub mod runtime;

@@ -87,6 +87,9 @@ pub struct ClusterConfig {
     /// How long a data node keeps a shard no longer placed on it
     /// ([`crate::holding::RELEASE_GRACE`] by default).
     pub release_grace: Duration,
+    /// How often the coordinator leader collects read counts and plans replicas by
+    /// popularity ([`crate::popularity::DEFAULT_WINDOW`] by default; zero: never).
+    pub popularity_window: Duration,
 }
 
 impl ClusterConfig {
@@ -116,6 +119,11 @@ impl ClusterConfig {
         {
             return Err(ClusterError::Invalid(
                 "the log collection interval is between 1 s and 86400 s".into(),
+            ));
+        }
+        if self.popularity_window > Duration::from_secs(3600) {
+            return Err(ClusterError::Invalid(
+                "the popularity window is between 1 s and 3600 s, or 0 for none".into(),
             ));
         }
         if self.release_grace > Duration::from_secs(3600) {
@@ -443,9 +451,10 @@ impl ClusterNode {
         let placer = coordinator.clone().map(|candidate| {
             let (etcd, stop) = (self.etcd.clone(), stop.clone());
             let (replicas, status) = (self.config.segment_replicas, self.placing.clone());
+            let window = self.config.popularity_window;
             std::thread::Builder::new()
                 .name("puffer-placement".into())
-                .spawn(move || place(&etcd, &candidate, replicas, &stop, &status))
+                .spawn(move || place(&etcd, &candidate, replicas, window, &stop, &status))
         });
         let placer = placer
             .transpose()
@@ -528,6 +537,62 @@ impl ClusterNode {
     /// Whether it is the ingest leader now.
     pub fn leads_ingest(&self) -> bool {
         self.leads_ingest.load(Ordering::Acquire)
+    }
+
+    /// Shard popularity and placement, for `GET /v1/admin/placement`: from the
+    /// coordinator's last checkpoint and placement in etcd (any node can answer).
+    pub fn placement_status(&self) -> serde_json::Value {
+        let text = |e: ClusterError| json!({"error": e.to_string()});
+        let placement = match crate::placement::read_placement(&self.etcd) {
+            Ok(placement) => placement,
+            Err(e) => return text(e),
+        };
+        let book = match crate::popularity::read_checkpoint(&self.etcd) {
+            Ok(book) => book.unwrap_or_default(),
+            Err(e) => return text(e),
+        };
+        let tables =
+            match puffer_node::catalog::Catalog::tables(&EtcdCatalog::new(self.etcd.clone())) {
+                Ok(tables) => tables,
+                Err(e) => return json!({"error": e.to_string()}),
+            };
+        let popularity = book.popularity();
+        let newest = book.newest_window();
+        let mut shards = Vec::new();
+        for table in &tables {
+            for shard in 0..table.layout.shards {
+                let key = (table.uid, shard);
+                let holders = placement
+                    .as_ref()
+                    .and_then(|p| p.holders(table.uid, shard))
+                    .unwrap_or_default();
+                shards.push(json!({
+                    "table": table.name,
+                    "uid": table.uid,
+                    "shard": shard,
+                    "popularity": popularity.get(&key).copied().unwrap_or(0.0),
+                    "reads_last_window": newest.get(&key).copied().unwrap_or(0),
+                    "replicas": holders.len(),
+                    "holders": holders,
+                    "fractions": placement.as_ref().and_then(|p| p.fractions(table.uid, shard)),
+                }));
+            }
+        }
+        json!({
+            "mode": "cluster",
+            "policy": if self.config.popularity_window.is_zero() {
+                "uniform: every shard on --segment-replicas data nodes"
+            } else {
+                "getafix: replicas and routing fractions by popularity, at least --segment-replicas each"
+            },
+            "window_seconds": self.config.popularity_window.as_secs_f64(),
+            "windows_recorded": book.windows_recorded,
+            "windows_remembered": book.window_count(),
+            "floor_replicas": placement.as_ref().map(|p| p.replicas),
+            "shards": shards,
+            "shards_per_node": placement.as_ref().map(crate::placement::ShardPlacement::shards_per_node),
+            "placement_error": self.placing.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+        })
     }
 
     /// The cluster as this node sees it, for `GET /v1/admin/cluster`.
@@ -844,17 +909,23 @@ fn hold(
 }
 
 /// The coordinator's placement loop: every [`crate::placement::PLACEMENT_INTERVAL`], while
-/// it leads, places every shard on the live data nodes; the last failure is kept for
-/// status.
+/// it leads, places every shard on the live data nodes; every `window` (if not zero) it
+/// first collects the data nodes' read counts and plans by popularity. The book of
+/// counts is read from etcd's checkpoint when it starts leading and written back every
+/// window. The last failure is kept for status.
 fn place(
     etcd: &Etcd,
     candidate: &Candidate,
     replicas: usize,
+    window: Duration,
     stop: &AtomicBool,
     status: &Mutex<Option<String>>,
 ) {
     let catalog = EtcdCatalog::new(etcd.clone());
     let mut last: Option<Instant> = None;
+    // While leading: the book and when its last window closed.
+    let mut book: Option<(crate::popularity::AccessBook, Instant)> = None;
+    let mut clients = crate::popularity::CountClients::default();
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
         if last.is_some_and(|at| at.elapsed() < crate::placement::PLACEMENT_INTERVAL) {
@@ -862,9 +933,36 @@ fn place(
         }
         last = Some(Instant::now());
         let Some(leadership) = candidate.leadership() else {
+            book = None;
             continue;
         };
-        let outcome = crate::placement::coordinate(etcd, &leadership, &catalog, replicas);
+        let outcome = (|| -> Result<()> {
+            if book.is_none() && !window.is_zero() {
+                let checkpoint = crate::popularity::read_checkpoint(etcd)?;
+                book = Some((checkpoint.unwrap_or_default(), Instant::now()));
+            }
+            let popularity = match book.as_mut() {
+                Some((book, closed)) if closed.elapsed() >= window => {
+                    *closed = Instant::now();
+                    let members = crate::etcd::members(etcd)?;
+                    let reports = clients.collect(&members);
+                    let live: Vec<String> = members.into_iter().map(|m| m.node_id).collect();
+                    book.forget_nodes_except(&live);
+                    book.record_window(&reports)?;
+                    crate::popularity::checkpoint(&leadership, book)?;
+                    Some(book.popularity())
+                }
+                _ => None,
+            };
+            crate::placement::coordinate(
+                etcd,
+                &leadership,
+                &catalog,
+                replicas,
+                popularity.as_ref(),
+            )?;
+            Ok(())
+        })();
         *status.lock().unwrap_or_else(PoisonError::into_inner) =
             outcome.err().map(|e| e.to_string());
     }

@@ -1,18 +1,25 @@
 //! Which data nodes hold each shard: the coordinator leader's placement, which brokers
 //! route by.
 //!
-//! Every shard of every table (a segment, in Getafix's words) gets `replicas` holders
-//! among the live data nodes ([`uniform_placement_keeping`]: current holders stay, a lost
-//! node's replicas go to the least loaded nodes). The leader writes the placement to
+//! Every shard of every table (a segment, in Getafix's words) gets at least `replicas`
+//! holders among the live data nodes, so that a lost node costs no answer: current
+//! holders stay, a lost node's replicas go to the nodes holding the fewest. Once reads
+//! have been counted ([`crate::popularity`]), every window the leader plans by
+//! popularity as Getafix does (ModifiedBestFit, the bins matched onto the nodes with the
+//! fewest transfers, at most one replica of a shard dropped per run, never below the
+//! floor): a hot shard gets more holders, and each holder a share of the shard's reads
+//! (`fractions`), which brokers route by. Between windows the placement is only
+//! repaired (lost nodes, new shards). The leader writes the placement to
 //! `coordinated/placement` (fenced on its election) when it changes; brokers read it with
 //! the members and send each shard's reads to one of its holders, or to any data node
-//! when none of them is live. Popularity-driven replica counts (Getafix) will replace the
-//! uniform policy here.
+//! when none of them is live.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use puffer_adapt::replication::uniform_placement_keeping;
+use puffer_adapt::replication::{
+    lazy_transition, match_bins_to_nodes, modified_best_fit, uniform_placement_keeping,
+};
 use puffer_node::catalog::TableEntry;
 use serde::{Deserialize, Serialize};
 
@@ -29,12 +36,17 @@ pub const MAX_SEGMENT_REPLICAS: usize = 16;
 pub const PLACEMENT_NAME: &str = "placement";
 
 /// The holders of every shard: per table uid, per shard, the node ids.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ShardPlacement {
     /// Replicas each shard should have (fewer while there are fewer data nodes).
     pub replicas: usize,
     /// Per table uid, per shard, its holders (ascending).
     pub tables: BTreeMap<u64, Vec<Vec<String>>>,
+    /// Per table uid, per shard, the share of its reads each holder (in the order of
+    /// `tables`) should serve, summing to 1; a shard absent or all zeros: its holders
+    /// share its reads by their queue lengths alone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fractions: BTreeMap<u64, Vec<Vec<f64>>>,
 }
 
 impl ShardPlacement {
@@ -44,6 +56,15 @@ impl ShardPlacement {
             .get(&uid)?
             .get(shard as usize)
             .map(Vec::as_slice)
+    }
+
+    /// The shares of shard `shard` of table `uid`'s reads, one per holder, if planned.
+    pub fn fractions(&self, uid: u64, shard: u32) -> Option<&[f64]> {
+        self.fractions
+            .get(&uid)?
+            .get(shard as usize)
+            .map(Vec::as_slice)
+            .filter(|f| f.iter().any(|&x| x > 0.0))
     }
 
     /// Shards held per node.
@@ -72,6 +93,7 @@ pub fn plan(
     let mut placement = ShardPlacement {
         replicas,
         tables: BTreeMap::new(),
+        fractions: BTreeMap::new(),
     };
     if data_nodes.is_empty() {
         return Ok(placement);
@@ -125,30 +147,184 @@ pub fn plan(
     Ok(placement)
 }
 
-/// The placement the coordinator leader last wrote, if any.
-pub fn read_placement(etcd: &Etcd) -> Result<Option<ShardPlacement>> {
-    let key = format!("{}{PLACEMENT_NAME}", etcd.keys().coordinated());
-    let answer = etcd.call(move |mut client| async move { client.get(key, None).await })?;
-    match answer.kvs().first() {
-        None => Ok(None),
-        Some(kv) => {
-            serde_json::from_slice(kv.value())
-                .map(Some)
-                .map_err(|e| ClusterError::Corrupt {
-                    key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    detail: e.to_string(),
-                })
+/// Most replicas one popularity run loads (the hottest shards' first): a node that
+/// comes back empty does not start a storm of transfers, and the next window goes on.
+pub const MAX_LOADS_PER_RUN: usize = 32;
+
+/// The placement by popularity (a window's run, `popularity` given) or the repair of
+/// `current` between runs (`None`): every shard of `tables` on at least
+/// `min(replicas, nodes)` of the live `data_nodes`.
+///
+/// A run packs the shards' popularity with ModifiedBestFit into one bin per node,
+/// matches bins to nodes keeping the most of what they hold, loads at most
+/// [`MAX_LOADS_PER_RUN`] replicas (hottest shards first) and drops at most one replica
+/// of a shard (lazily, and never below the floor); each holder's fraction is its share
+/// of the shard in the plan. With no popularity at all the placement is uniform
+/// ([`plan`]). A repair keeps the holders that are live and their fractions (renormalized),
+/// and gives every shard short of the floor replicas on the nodes holding the fewest.
+pub fn plan_by_popularity(
+    tables: &[TableEntry],
+    data_nodes: &[String],
+    current: Option<&ShardPlacement>,
+    replicas: usize,
+    popularity: Option<&BTreeMap<(u64, u32), f64>>,
+) -> Result<ShardPlacement> {
+    if let Some(popularity) = popularity {
+        if popularity.values().all(|&p| p <= 0.0) {
+            return plan(tables, data_nodes, current, replicas);
         }
     }
+    if !(1..=MAX_SEGMENT_REPLICAS).contains(&replicas) {
+        return Err(ClusterError::Invalid(format!(
+            "segment replicas is between 1 and {MAX_SEGMENT_REPLICAS}, got {replicas}"
+        )));
+    }
+    let mut nodes: Vec<&String> = data_nodes.iter().collect();
+    nodes.sort();
+    nodes.dedup();
+    let mut placement = ShardPlacement {
+        replicas,
+        tables: BTreeMap::new(),
+        fractions: BTreeMap::new(),
+    };
+    if nodes.is_empty() {
+        return Ok(placement);
+    }
+    let shards: Vec<(u64, u32)> = {
+        let mut all: Vec<(u64, u32)> = tables
+            .iter()
+            .flat_map(|t| (0..t.layout.shards).map(move |s| (t.uid, s)))
+            .collect();
+        all.sort();
+        all
+    };
+    // held[n]: the segments (positions in `shards`) live node n holds now.
+    let mut held: Vec<BTreeSet<u64>> = nodes
+        .iter()
+        .map(|node| {
+            (0..shards.len() as u64)
+                .filter(|&segment| {
+                    let (uid, shard) = shards[segment as usize];
+                    current
+                        .and_then(|c| c.holders(uid, shard))
+                        .is_some_and(|holders| holders.contains(node))
+                })
+                .collect()
+        })
+        .collect();
+    // share[segment][node]: the fraction of its reads node serves.
+    let mut share: Vec<BTreeMap<usize, f64>> = vec![BTreeMap::new(); shards.len()];
+    match popularity {
+        Some(popularity) => {
+            let loads: BTreeMap<u64, f64> = shards
+                .iter()
+                .enumerate()
+                .map(|(segment, key)| (segment as u64, popularity.get(key).copied().unwrap_or(0.0)))
+                .collect();
+            let invalid = |e: puffer_adapt::ConfigError| ClusterError::Invalid(e.to_string());
+            let bins = modified_best_fit(&loads, nodes.len()).map_err(invalid)?;
+            let matching = match_bins_to_nodes(&bins, &held, None).map_err(invalid)?;
+            let target = bins.place(&matching).map_err(invalid)?;
+            let transition = lazy_transition(&held, &target).map_err(invalid)?;
+            let mut wanted = transition.loads.clone();
+            wanted.sort_by(|a, b| {
+                loads[&b.1]
+                    .total_cmp(&loads[&a.1])
+                    .then(a.1.cmp(&b.1))
+                    .then(a.0.cmp(&b.0))
+            });
+            for &(node, segment) in wanted.iter().take(MAX_LOADS_PER_RUN) {
+                held[node].insert(segment);
+            }
+            let floor = replicas.min(nodes.len());
+            for &(node, segment) in &transition.drops {
+                let holders = held.iter().filter(|h| h.contains(&segment)).count();
+                if holders > floor {
+                    held[node].remove(&segment);
+                }
+            }
+            for (segment, shares) in target.routing_table() {
+                for (node, fraction) in shares {
+                    share[segment as usize].insert(node, fraction);
+                }
+            }
+        }
+        None => {
+            for (segment, &(uid, shard)) in shards.iter().enumerate() {
+                let Some(c) = current else { continue };
+                let (Some(holders), Some(fractions)) =
+                    (c.holders(uid, shard), c.fractions(uid, shard))
+                else {
+                    continue;
+                };
+                for (holder, &fraction) in holders.iter().zip(fractions) {
+                    if let Some(node) = nodes.iter().position(|n| *n == holder) {
+                        share[segment].insert(node, fraction);
+                    }
+                }
+            }
+        }
+    }
+    // The floor: a shard short of holders gets them on the nodes holding the fewest.
+    let floor = replicas.min(nodes.len());
+    for segment in 0..shards.len() as u64 {
+        while held.iter().filter(|h| h.contains(&segment)).count() < floor {
+            let node = (0..nodes.len())
+                .filter(|&n| !held[n].contains(&segment))
+                .min_by_key(|&n| (held[n].len(), n))
+                .expect("fewer holders than nodes");
+            held[node].insert(segment);
+        }
+    }
+    for table in tables {
+        let shard_count = table.layout.shards as usize;
+        placement
+            .tables
+            .insert(table.uid, vec![Vec::new(); shard_count]);
+        placement
+            .fractions
+            .insert(table.uid, vec![Vec::new(); shard_count]);
+    }
+    for (segment, &(uid, shard)) in shards.iter().enumerate() {
+        let holders: Vec<usize> = (0..nodes.len())
+            .filter(|&n| held[n].contains(&(segment as u64)))
+            .collect();
+        // Only holders that hold it serve; their shares are scaled back to 1.
+        let raw: Vec<f64> = holders
+            .iter()
+            .map(|n| share[segment].get(n).copied().unwrap_or(0.0))
+            .collect();
+        let total: f64 = raw.iter().sum();
+        let fractions = if total > 0.0 {
+            raw.iter().map(|f| f / total).collect()
+        } else {
+            vec![0.0; raw.len()]
+        };
+        if let Some(table) = placement.tables.get_mut(&uid) {
+            table[shard as usize] = holders.iter().map(|&n| nodes[n].clone()).collect();
+        }
+        if let Some(table) = placement.fractions.get_mut(&uid) {
+            table[shard as usize] = fractions;
+        }
+    }
+    // Node ids ascend in `nodes`, so the holders are already in ascending order.
+    Ok(placement)
+}
+
+/// The placement the coordinator leader last wrote, if any.
+pub fn read_placement(etcd: &Etcd) -> Result<Option<ShardPlacement>> {
+    crate::etcd::read_coordinated(etcd, PLACEMENT_NAME)
 }
 
 /// One round of the coordinator leader: plans from the catalog's tables and the live
-/// data nodes, and writes the placement if it changed. Returns it.
+/// data nodes (by `popularity` in a window's run, see [`plan_by_popularity`]), and
+/// writes the placement if it changed. Returns it.
 pub fn coordinate(
     etcd: &Etcd,
     leadership: &Leadership,
     catalog: &dyn puffer_node::catalog::Catalog,
     replicas: usize,
+    popularity: Option<&BTreeMap<(u64, u32), f64>>,
 ) -> Result<ShardPlacement> {
     let tables = catalog
         .tables()
@@ -159,7 +335,7 @@ pub fn coordinate(
         .map(|card| card.node_id)
         .collect();
     let current = read_placement(etcd)?;
-    let next = plan(&tables, &data_nodes, current.as_ref(), replicas)?;
+    let next = plan_by_popularity(&tables, &data_nodes, current.as_ref(), replicas, popularity)?;
     if current.as_ref() != Some(&next) {
         let value = serde_json::to_vec(&next).expect("a placement encodes");
         leadership.put(PLACEMENT_NAME, value)?;
@@ -227,5 +403,103 @@ mod tests {
         assert!(alone.tables.values().flatten().all(|h| h == &nodes(&["c"])));
         assert!(plan(&tables, &[], None, 2).unwrap().tables.is_empty());
         assert!(plan(&tables, &nodes(&["a"]), None, 0).is_err());
+    }
+
+    fn holder_count(p: &ShardPlacement, uid: u64, shard: u32) -> usize {
+        p.holders(uid, shard).unwrap().len()
+    }
+
+    #[test]
+    fn popularity_gives_hot_shards_the_replicas_and_fractions_modified_best_fit_gives() {
+        let tables = [table(7, 4)];
+        let three = nodes(&["a", "b", "c"]);
+        // Loads 6, 3, 2, 1 on 3 nodes: capacity 4 each; the paper's Figure 7 example.
+        let popularity: BTreeMap<(u64, u32), f64> =
+            [((7, 0), 6.0), ((7, 1), 3.0), ((7, 2), 2.0), ((7, 3), 1.0)].into();
+        let placed = plan_by_popularity(&tables, &three, None, 1, Some(&popularity)).unwrap();
+        // The oracle: ModifiedBestFit's replica counts on the same loads.
+        let loads: BTreeMap<u64, f64> = (0..4).map(|s| (s, popularity[&(7, s as u32)])).collect();
+        let oracle = modified_best_fit(&loads, 3).unwrap().replica_counts();
+        for shard in 0..4u32 {
+            assert_eq!(
+                holder_count(&placed, 7, shard),
+                oracle[&u64::from(shard)],
+                "{placed:?}"
+            );
+            let fractions = placed.fractions(7, shard).unwrap();
+            assert!(
+                (fractions.iter().sum::<f64>() - 1.0).abs() < 1e-9,
+                "{placed:?}"
+            );
+        }
+        // Each node serves the same load: the shares times the loads, summed per node.
+        let mut per_node: BTreeMap<&str, f64> = BTreeMap::new();
+        for shard in 0..4u32 {
+            let holders = placed.holders(7, shard).unwrap();
+            for (holder, fraction) in holders.iter().zip(placed.fractions(7, shard).unwrap()) {
+                *per_node.entry(holder.as_str()).or_insert(0.0) +=
+                    fraction * popularity[&(7, shard)];
+            }
+        }
+        assert!(
+            per_node.values().all(|&load| (load - 4.0).abs() < 1e-9),
+            "{per_node:?}"
+        );
+
+        // A floor of 2: every shard has two holders at least, the hot one more.
+        let floored = plan_by_popularity(&tables, &three, None, 2, Some(&popularity)).unwrap();
+        for shard in 0..4u32 {
+            assert!(holder_count(&floored, 7, shard) >= 2, "{floored:?}");
+        }
+        assert!(holder_count(&floored, 7, 0) >= oracle[&0]);
+
+        // No reads at all: the uniform placement.
+        let cold: BTreeMap<(u64, u32), f64> = [((7, 0), 0.0)].into();
+        assert_eq!(
+            plan_by_popularity(&tables, &three, None, 2, Some(&cold)).unwrap(),
+            plan(&tables, &three, None, 2).unwrap()
+        );
+    }
+
+    #[test]
+    fn runs_drop_lazily_never_below_the_floor_and_repairs_keep_the_shares() {
+        let tables = [table(7, 4)];
+        let three = nodes(&["a", "b", "c"]);
+        let hot_first: BTreeMap<(u64, u32), f64> =
+            [((7, 0), 9.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 1.0)].into();
+        let first = plan_by_popularity(&tables, &three, None, 1, Some(&hot_first)).unwrap();
+        assert_eq!(holder_count(&first, 7, 0), 3, "{first:?}");
+        // Popularity moves to shard 3: shard 0 loses at most one replica this run.
+        let hot_last: BTreeMap<(u64, u32), f64> =
+            [((7, 0), 1.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 9.0)].into();
+        let second = plan_by_popularity(&tables, &three, Some(&first), 1, Some(&hot_last)).unwrap();
+        assert!(holder_count(&second, 7, 0) >= 2, "{second:?}");
+        assert_eq!(holder_count(&second, 7, 3), 3, "{second:?}");
+        let third = plan_by_popularity(&tables, &three, Some(&second), 1, Some(&hot_last)).unwrap();
+        assert!(holder_count(&third, 7, 0) >= 1);
+        assert!(holder_count(&third, 7, 0) <= holder_count(&second, 7, 0));
+        // Node b is lost between runs: the repair keeps the live holders, gives shards
+        // left with none a replica, and scales the shares of the others back to 1.
+        let two = nodes(&["a", "c"]);
+        let repaired = plan_by_popularity(&tables, &two, Some(&third), 1, None).unwrap();
+        for shard in 0..4u32 {
+            let before: Vec<&String> = third
+                .holders(7, shard)
+                .unwrap()
+                .iter()
+                .filter(|h| *h != "b")
+                .collect();
+            let after = repaired.holders(7, shard).unwrap();
+            assert!(before.iter().all(|h| after.contains(h)), "{repaired:?}");
+            assert!(!after.is_empty() && !after.contains(&"b".to_string()));
+            if let Some(fractions) = repaired.fractions(7, shard) {
+                assert!((fractions.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+            }
+        }
+        // A repair with nothing lost changes nothing.
+        assert_eq!(
+            plan_by_popularity(&tables, &three, Some(&third), 1, None).unwrap(),
+            third
+        );
     }
 }

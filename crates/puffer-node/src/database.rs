@@ -3,6 +3,7 @@
 //! (`log/`, see [`crate::commit`]), the adaptive node serving their replicas, and the
 //! execution of statements on them.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +70,22 @@ pub enum Answer {
     Tables(Vec<String>),
     /// A table's schema.
     Schema(Schema),
+}
+
+/// The reads one shard held on this node has answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardReads {
+    /// The table's name.
+    pub table: String,
+    /// The table's uid.
+    pub uid: u64,
+    /// The shard.
+    pub shard: u32,
+    /// Reads answered since `counting_since`.
+    pub reads: u64,
+    /// When this count began (ms since the Unix epoch, and a number unique in the
+    /// process): a shard let go and taken on again counts from 0 anew.
+    pub counting_since: (u64, u64),
 }
 
 /// How a database opens its tables and serves them.
@@ -432,6 +449,31 @@ impl Database {
             .keys()
             .cloned()
             .collect()
+    }
+
+    /// Every shard held here and the reads it has answered: what a cluster's
+    /// coordinator collects as access counts.
+    pub fn shard_reads(&self) -> Vec<ShardReads> {
+        let tables: Vec<Arc<Table>> = self
+            .tables
+            .read()
+            .expect("tables lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut counts = Vec::new();
+        for table in tables {
+            for group in table.held_groups() {
+                counts.push(ShardReads {
+                    table: table.name().to_string(),
+                    uid: table.uid(),
+                    shard: group.shard,
+                    reads: group.reads(),
+                    counting_since: group.counting_since(),
+                });
+            }
+        }
+        counts
     }
 
     /// The adaptive node serving the tables' replicas.

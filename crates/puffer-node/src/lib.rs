@@ -16,7 +16,7 @@ pub mod shards;
 pub mod table;
 pub mod texts;
 
-pub use database::{Answer, Database, DatabaseOptions};
+pub use database::{Answer, Database, DatabaseOptions, ShardReads};
 pub use message::{ReadAnswer, ReadRequest, ReplicaRequest, ReplicaResponse, ShardReplicas, Wait};
 pub use table::{RawAnswer, Table, TableLayout, TableShards};
 

@@ -396,10 +396,14 @@ impl ShardReplicas for ShardGroup<Shard> {
 
     fn read(&self, request: ReplicaRequest, wait: Wait) -> Result<Reply> {
         let slot = self.route();
+        let is_read = matches!(request, ReplicaRequest::Read(_));
         match wait {
             Wait::Allowed => {
                 let response = slot.pool().execute(move |shard| serve(shard, request))?;
                 self.report(slot.replica, response.queue_length);
+                if is_read {
+                    self.count_read();
+                }
                 Ok(Reply::Answered(response.value?))
             }
             Wait::Never => {
@@ -411,6 +415,9 @@ impl ShardReplicas for ShardGroup<Shard> {
                 match ran {
                     Ok(response) => {
                         self.report(slot.replica, response.queue_length);
+                        if is_read {
+                            self.count_read();
+                        }
                         Ok(Reply::Answered(response.value?))
                     }
                     Err(_job) => {
@@ -428,6 +435,9 @@ impl ShardReplicas for ShardGroup<Shard> {
 
     fn submit(&self, request: ReplicaRequest) -> Result<PendingReply<'_>> {
         let slot = self.route();
+        if matches!(request, ReplicaRequest::Read(_)) {
+            self.count_read();
+        }
         let (sender, receiver) = mpsc::sync_channel(1);
         slot.pool().spawn(move |shard, queue_length| {
             let _ = sender.send((serve(shard, request), queue_length));

@@ -388,3 +388,58 @@ fn count_now(
             other => panic!("a count answered {other:?}"),
         }))
 }
+
+/// Access counts (a cluster coordinator's popularity input) against a model: a get
+/// counts one read on the key's shard, a search or count one on every shard, a write
+/// none; every shard of the table is listed, with the table's uid.
+#[test]
+fn shards_count_the_reads_they_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path(), options()).unwrap();
+    let layout = TableLayout {
+        shards: 4,
+        replicas: 2,
+    };
+    db.create_table_with("t", city_price_schema(), layout)
+        .unwrap();
+    let table = db.table("t").unwrap();
+    let ops = (0..40)
+        .map(|i| WriteOp::Put(record(&format!("k{i:02}"), "Boston", i)))
+        .collect();
+    table.write(ops).unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut expected = [0u64; 4];
+    for _ in 0..200 {
+        match rng.gen_range(0..3) {
+            0 => {
+                let key = format!("k{:02}", rng.gen_range(0..50));
+                table.get(key.as_bytes(), ReadOptions::default()).unwrap();
+                expected[puffer_node::table::shard_of(key.as_bytes(), 4) as usize] += 1;
+            }
+            1 => {
+                let (query, _) = city_query(&BTreeMap::new(), "Boston", ReadOptions::default());
+                table.search(&query).unwrap();
+                expected.iter_mut().for_each(|n| *n += 1);
+            }
+            _ => {
+                let predicate = Predicate::Eq("city".into(), Value::String(b"Boston".to_vec()));
+                table.count(&predicate, ReadOptions::default()).unwrap();
+                expected.iter_mut().for_each(|n| *n += 1);
+            }
+        }
+        if rng.gen_bool(0.1) {
+            table
+                .write(vec![WriteOp::Put(record("k99", "Dublin", 1))])
+                .unwrap();
+        }
+    }
+    let mut counts = db.shard_reads();
+    counts.sort_by_key(|c| c.shard);
+    assert_eq!(counts.len(), 4, "{counts:?}");
+    for (count, expected) in counts.iter().zip(expected) {
+        assert_eq!((count.table.as_str(), count.uid), ("t", table.uid()));
+        assert_eq!(count.reads, expected, "shard {}: {counts:?}", count.shard);
+    }
+    let since: std::collections::BTreeSet<_> = counts.iter().map(|c| c.counting_since.1).collect();
+    assert_eq!(since.len(), 4, "each group counts under its own number");
+}

@@ -38,7 +38,30 @@ pub(crate) async fn cluster(
     // It asks etcd: a blocking call.
     let status = blocking(move || {
         let status = state.cluster_status.as_ref().expect("checked above");
-        Ok(status())
+        Ok(status(crate::StatusView::Cluster))
+    })
+    .await?;
+    Ok(Json(status))
+}
+
+/// `GET /v1/admin/placement`: per shard its popularity, replicas, holders and the
+/// share of its reads each holder serves; per data node the shards it holds. A single
+/// node answers that it places nothing.
+pub(crate) async fn placement(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    if state.cluster_status.is_none() {
+        return Ok(Json(json!({
+            "mode": "single",
+            "placement": null,
+            "why": "a single node holds every shard; placement is a cluster's"
+        })));
+    }
+    let status = blocking(move || {
+        let status = state.cluster_status.as_ref().expect("checked above");
+        Ok(status(crate::StatusView::Placement))
     })
     .await?;
     Ok(Json(status))

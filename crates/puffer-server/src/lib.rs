@@ -40,9 +40,19 @@ pub struct AppState {
     pub cluster_status: Option<ClusterStatus>,
 }
 
-/// A cluster's view of itself for `GET /v1/admin/cluster`, given by the binary that
-/// joined the node to a cluster (the server knows nothing of clusters).
-pub type ClusterStatus = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+/// A cluster's view of itself for `GET /v1/admin/cluster` and `GET /v1/admin/placement`,
+/// given by the binary that joined the node to a cluster (the server knows nothing of
+/// clusters).
+pub type ClusterStatus = Box<dyn Fn(StatusView) -> serde_json::Value + Send + Sync>;
+
+/// Which view of the cluster an admin request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusView {
+    /// Nodes, roles, leaders, the log (`/v1/admin/cluster`).
+    Cluster,
+    /// Shard popularity, replicas, holders and routing fractions (`/v1/admin/placement`).
+    Placement,
+}
 
 impl AppState {
     /// Opens the data directory: every table and every text of its catalog.
@@ -114,6 +124,7 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         .route("/v1/tables/{table}/search", post(routes::search))
         .route("/v1/admin/replicas", get(admin::replicas))
         .route("/v1/admin/cluster", get(admin::cluster))
+        .route("/v1/admin/placement", get(admin::placement))
         .route("/v1/admin/history", get(admin::history))
         .route("/v1/admin/replicas/{id}/layers", post(admin::set_layers))
         .route("/v1/admin/budget", axum::routing::put(admin::set_budget))

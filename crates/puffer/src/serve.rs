@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// in seconds (0 to 3600; a placement that changes back meanwhile costs nothing).
     #[arg(long, default_value_t = 10, requires = "etcd")]
     release_grace_s: u64,
+    /// How often the coordinator leader collects the data nodes' read counts and
+    /// re-plans replicas by popularity (Getafix), in seconds (1 to 3600; 0: never,
+    /// every shard keeps --segment-replicas holders).
+    #[arg(long, default_value_t = 60, requires = "etcd")]
+    popularity_window_s: u64,
 }
 
 /// Runs the server until Ctrl-C.
@@ -117,9 +122,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             let state = puffer_server::AppState::open_with(
                 config,
                 |options| node.database_options(options),
-                Some(Box::new(move || match status_db.get() {
-                    Some(db) => status_node.status(db),
-                    None => serde_json::json!({"mode": "cluster", "starting": true}),
+                Some(Box::new(move |view| match (status_db.get(), view) {
+                    (Some(db), puffer_server::StatusView::Cluster) => status_node.status(db),
+                    (Some(_), puffer_server::StatusView::Placement) => {
+                        status_node.placement_status()
+                    }
+                    (None, _) => serde_json::json!({"mode": "cluster", "starting": true}),
                 })),
             )?;
             let _ = status_db_set.set(state.db.clone());
@@ -189,6 +197,7 @@ fn join_cluster(
         log_gc_interval: std::time::Duration::from_secs(args.log_gc_interval_s),
         segment_replicas: args.segment_replicas,
         release_grace: std::time::Duration::from_secs(args.release_grace_s),
+        popularity_window: std::time::Duration::from_secs(args.popularity_window_s),
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

@@ -838,3 +838,118 @@ fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
         agrees(&node.base, &model);
     }
 }
+
+/// Getafix in the cluster: reads through a broker that go to one shard only make the
+/// coordinator (collecting the data nodes' read counts every second) give that shard a
+/// replica on every data node and routing fractions summing to 1, the others keeping
+/// the floor of `--segment-replicas`; every read answers as the model says throughout;
+/// the popularity survives in etcd's checkpoint and shows in `/v1/admin/placement`.
+#[test]
+fn a_hot_shard_gets_more_replicas_by_its_popularity() {
+    let test = "a_hot_shard_gets_more_replicas_by_its_popularity";
+    if !have_etcd(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
+    let window = ["--popularity-window-s", "1"];
+    let a = start_node_with(
+        dir.path(),
+        &etcd,
+        "a",
+        "coordinator,ingest,data",
+        &window,
+        &[],
+    );
+    wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
+    let grace = ["--release-grace-s", "1"];
+    let b = start_node_with(dir.path(), &etcd, "b", "data", &grace, &[]);
+    let c = start_node_with(dir.path(), &etcd, "c", "data", &grace, &[]);
+    let broker = start_node_as(dir.path(), &etcd, "broker", "broker");
+    let shards = 4;
+    let table = json!({"name": "rooms", "key": "id", "shards": shards,
+        "attributes": [{"name": "city", "type": "string"}]});
+    post(&format!("{}/v1/tables", broker.base), &table).unwrap();
+    let mut model = BTreeMap::new();
+    let items: Vec<Value> = (0..80)
+        .map(|i| {
+            let (key, city) = (format!("k{i}"), ["Lisbon", "Porto", "Faro"][i % 3]);
+            model.insert(key.clone(), city.to_string());
+            json!({"id": key, "city": city})
+        })
+        .collect();
+    post(
+        &format!("{}/v1/tables/rooms/records", broker.base),
+        &json!(items),
+    )
+    .unwrap();
+    assert_eq!(count(&broker.base), Some(model.len() as u64));
+
+    // Only keys of the hot shard are read from now on.
+    let hot = 2u32;
+    let hot_keys: Vec<(&String, &String)> = model
+        .iter()
+        .filter(|(k, _)| puffer_node::table::shard_of(k.as_bytes(), shards) == hot)
+        .collect();
+    assert!(!hot_keys.is_empty());
+    let placement = |base: &str| get(&format!("{base}/v1/admin/placement")).unwrap();
+    let replicas_of = |view: &Value, shard: u32| -> usize {
+        view["shards"]
+            .as_array()
+            .and_then(|s| {
+                s.iter()
+                    .find(|s| s["table"] == "rooms" && s["shard"] == shard)
+            })
+            .and_then(|s| s["replicas"].as_u64())
+            .unwrap_or(0) as usize
+    };
+    let mut reads = 0usize;
+    let spread = wait_for(Duration::from_secs(40), || {
+        for _ in 0..50 {
+            let (key, city) = hot_keys[reads % hot_keys.len()];
+            let record = get(&format!("{}/v1/tables/rooms/records/{key}", broker.base)).unwrap();
+            assert_eq!(record["record"]["city"], json!(city), "{key}: {record}");
+            reads += 1;
+        }
+        let view = placement(&broker.base);
+        (replicas_of(&view, hot) == 3).then_some(view)
+    });
+    let (view, took) = spread.unwrap_or_else(|| {
+        panic!(
+            "the hot shard never got a replica on every data node: {}",
+            placement(&broker.base)
+        )
+    });
+    eprintln!(
+        "{test}: the hot shard held by 3 data nodes {took:?} after its reads began ({reads} reads)"
+    );
+    let hot_view = view["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["table"] == "rooms" && s["shard"] == hot)
+        .unwrap()
+        .clone();
+    assert!(hot_view["popularity"].as_f64().unwrap() > 0.0, "{view}");
+    let fractions: Vec<f64> = hot_view["fractions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no routing fractions: {view}"))
+        .iter()
+        .map(|f| f.as_f64().unwrap())
+        .collect();
+    assert_eq!(fractions.len(), 3, "{view}");
+    assert!((fractions.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{view}");
+    for shard in (0..shards).filter(|&s| s != hot) {
+        // The cold shards keep the floor of 2 (the default --segment-replicas).
+        assert_eq!(replicas_of(&view, shard), 2, "shard {shard}: {view}");
+    }
+    assert!(view["windows_recorded"].as_u64().unwrap() >= 1, "{view}");
+    assert!(
+        view["policy"].as_str().unwrap().starts_with("getafix"),
+        "{view}"
+    );
+    // Every node answers the same view (from etcd), and every key is still right.
+    assert_eq!(placement(&c.base)["shards"], placement(&a.base)["shards"]);
+    agrees(&broker.base, &model);
+    drop((b, c));
+}

@@ -184,3 +184,24 @@ impl Leadership {
         self.write(vec![TxnOp::put(key, value, None)])
     }
 }
+
+/// The coordinator leader's record `name` (JSON), if written; one that does not decode
+/// is `corrupt`, never used.
+pub fn read_coordinated<T: serde::de::DeserializeOwned>(
+    etcd: &Etcd,
+    name: &str,
+) -> Result<Option<T>> {
+    let key = format!("{}{name}", etcd.keys().coordinated());
+    let answer = etcd.call(move |mut client| async move { client.get(key, None).await })?;
+    match answer.kvs().first() {
+        None => Ok(None),
+        Some(kv) => {
+            serde_json::from_slice(kv.value())
+                .map(Some)
+                .map_err(|e| ClusterError::Corrupt {
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    detail: e.to_string(),
+                })
+        }
+    }
+}

@@ -21,7 +21,7 @@ use crate::error::{ClusterError, Result};
 use crate::runtime::Bridge;
 
 pub use catalog::EtcdCatalog;
-pub use election::{leader, leader_of, Candidate, Leader, Leadership};
+pub use election::{leader, leader_of, read_coordinated, Candidate, Leader, Leadership};
 pub use keys::Keys;
 pub use local::LocalEtcd;
 pub use membership::{members, MemberCard, Membership, Role};

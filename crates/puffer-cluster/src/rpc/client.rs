@@ -14,7 +14,7 @@ use puffer_store::{Result, StoreError};
 use tonic::transport::{Channel, Endpoint};
 
 use super::proto::replica_client::ReplicaClient;
-use super::proto::{LeadCall, PublishedRequest, ReplicaCall, TakeOnCall};
+use super::proto::{AccessCountsRequest, LeadCall, PublishedRequest, ReplicaCall, TakeOnCall};
 use super::{error_of, query_error_of, MAX_MESSAGE_BYTES, MAX_STREAMED_ANSWER_BYTES};
 use crate::error::ClusterError;
 use crate::runtime::Bridge;
@@ -225,6 +225,32 @@ impl NodeClient {
             let _ = sender.send(answer);
         });
         receiver
+    }
+
+    /// The reads every shard held on the node has answered, as its counters stand;
+    /// waits at most the deadline.
+    pub fn access_counts(&self) -> Result<Vec<puffer_node::ShardReads>> {
+        let mut client = self.client.clone();
+        let who = format!("node {}", self.address);
+        let answer = self.bridge.call(self.deadline, async move {
+            let answer = match client.access_counts(AccessCountsRequest {}).await {
+                Ok(answer) => answer.into_inner(),
+                Err(status) => return Ok(Err(error_of(&status, &who))),
+            };
+            Ok::<_, ClusterError>(
+                super::decode(&answer.counts).map_err(|e| StoreError::Corrupt {
+                    path: who.into(),
+                    detail: format!("access counts that do not decode: {e}"),
+                }),
+            )
+        });
+        match answer {
+            Ok(answer) => answer,
+            Err(late) => Err(StoreError::Unavailable(format!(
+                "node {}: {late}",
+                self.address
+            ))),
+        }
     }
 
     /// Queues the call; its answer comes through the returned reply.

@@ -18,8 +18,8 @@ use tonic::{Request, Response, Status};
 
 use super::proto::replica_server::{Replica, ReplicaServer};
 use super::proto::{
-    LeadAnswer, LeadCall, PublishedAnswer, PublishedRequest, ReplicaAnswer, ReplicaCall,
-    ReplicaChunk, TakeOnAnswer, TakeOnCall,
+    AccessCountsAnswer, AccessCountsRequest, LeadAnswer, LeadCall, PublishedAnswer,
+    PublishedRequest, ReplicaAnswer, ReplicaCall, ReplicaChunk, TakeOnAnswer, TakeOnCall,
 };
 use super::{
     status_of, CHUNK_BYTES, MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES, MAX_STREAMED_ANSWER_BYTES,
@@ -230,6 +230,15 @@ impl Replica for Service {
             .blocking(move |database| Service::lead(database, call).map(|bytes| (bytes, 0)))
             .await?;
         Ok(Response::new(LeadAnswer { response }))
+    }
+
+    async fn access_counts(
+        &self,
+        _request: Request<AccessCountsRequest>,
+    ) -> std::result::Result<Response<AccessCountsAnswer>, Status> {
+        let counts = super::encode(&self.database.shard_reads())
+            .map_err(|e| Status::internal(format!("cannot encode the access counts: {e}")))?;
+        Ok(Response::new(AccessCountsAnswer { counts }))
     }
 
     async fn take_on(

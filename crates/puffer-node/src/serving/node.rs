@@ -139,6 +139,9 @@ impl<R: LayeredReplica> ReplicaSlot<R> {
     }
 }
 
+/// Shard groups made in this process (numbers their counting).
+static GROUPS_MADE: AtomicU64 = AtomicU64::new(0);
+
 /// The replicas of one shard and the scheduler that spreads queries over them.
 pub struct ShardGroup<R: LayeredReplica> {
     /// The table.
@@ -148,12 +151,35 @@ pub struct ShardGroup<R: LayeredReplica> {
     replicas: Vec<Arc<ReplicaSlot<R>>>,
     scheduler: Mutex<ReplicaScheduler>,
     draw_state: AtomicU64,
+    /// Reads answered since the group was made: the shard's access count, which a
+    /// cluster's coordinator turns into popularity (Getafix).
+    reads: AtomicU64,
+    /// When counting began (ms since the Unix epoch, and a process-wide sequence
+    /// number): a group made again for the same shard counts anew, and whoever takes
+    /// differences of the counts must know.
+    counting_since: (u64, u64),
 }
 
 impl<R: LayeredReplica> ShardGroup<R> {
     /// The replicas.
     pub fn replicas(&self) -> &[Arc<ReplicaSlot<R>>] {
         &self.replicas
+    }
+
+    /// Reads answered (or taken to be answered) since the group was made.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// When this group began counting: (ms since the Unix epoch, a sequence number
+    /// unique in the process).
+    pub fn counting_since(&self) -> (u64, u64) {
+        self.counting_since
+    }
+
+    /// Counts one read.
+    pub fn count_read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The replica the next query goes to: drawn in inverse proportion to the queue
@@ -473,6 +499,13 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
             replicas: slots,
             scheduler: Mutex::new(ReplicaScheduler::new(count)),
             draw_state: AtomicU64::new(u64::from(shard) << 32 | count as u64),
+            reads: AtomicU64::new(0),
+            counting_since: (
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                GROUPS_MADE.fetch_add(1, Ordering::Relaxed),
+            ),
         });
         {
             let mut control = self.inner.control.lock().expect("control poisoned");

@@ -1,0 +1,280 @@
+//! Shard popularity on the coordinator leader (Getafix 4.1): every window it asks each
+//! live data node for its shards' read counts, turns them into the window's accesses,
+//! ages the windows (`sum_i C_ij / 2^(i-1)`, [`Popularity`]) and checkpoints the book in
+//! etcd, so that a new leader starts from the counts of the old one.
+//!
+//! Nodes never reset their counters: a node reports, per shard it holds, the reads
+//! answered since it began counting that shard, and the book keeps the last report of
+//! every node, so a window's accesses are differences. A shard counted anew (let go and
+//! taken on again, or its node restarted) reports a new start, and its whole count is
+//! the window's. A node that did not answer in a window has its reads counted in the
+//! window it answers next, and one that left takes its counts since its last report
+//! with it. Retrying a collection does not count anything twice.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use puffer_adapt::replication::Popularity;
+use puffer_node::ShardReads;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ClusterError, Result};
+use crate::etcd::{Etcd, Leadership, MemberCard, Role};
+use crate::rpc::client::NodeClient;
+
+/// A shard of a table: (table uid, shard).
+pub type ShardKey = (u64, u32);
+
+/// How often the coordinator collects the counts by default (the paper's minute).
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
+/// Deadline of one node's answer with its counts.
+pub const COUNTS_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The book's name under `coordinated/`.
+pub const POPULARITY_NAME: &str = "popularity";
+/// Windows remembered (as [`Popularity`] ages them, older ones weigh under 2^-31).
+pub const MAX_WINDOWS: usize = Popularity::MAX_WINDOWS;
+/// Nodes whose last report the book keeps, and shards per report: a bound on its size.
+pub const MAX_NODES: usize = 1024;
+/// Shards one report may list.
+pub const MAX_SHARDS_PER_REPORT: usize = 1 << 16;
+
+/// One node's last report of one shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct LastCount {
+    counting_since: (u64, u64),
+    reads: u64,
+}
+
+/// The coordinator's access counts: the windows recorded, newest first, and each node's
+/// last report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessBook {
+    /// Accesses per shard in each window, newest first.
+    windows: VecDeque<Vec<(ShardKey, u64)>>,
+    /// Per node id, per shard, its last report.
+    last: BTreeMap<String, Vec<(ShardKey, LastCount)>>,
+    /// Windows recorded since the book began (numbers them in the admin API).
+    pub windows_recorded: u64,
+}
+
+impl AccessBook {
+    /// Records one window from the reports of the nodes that answered (node id, its
+    /// shards' counts); nodes not among them keep their last report.
+    pub fn record_window(&mut self, reports: &BTreeMap<String, Vec<ShardReads>>) -> Result<()> {
+        let mut window: BTreeMap<ShardKey, u64> = BTreeMap::new();
+        for (node, counts) in reports {
+            if counts.len() > MAX_SHARDS_PER_REPORT {
+                return Err(ClusterError::Invalid(format!(
+                    "node {node} reported {} shards, more than {MAX_SHARDS_PER_REPORT}",
+                    counts.len()
+                )));
+            }
+            let before: BTreeMap<ShardKey, LastCount> = self
+                .last
+                .get(node)
+                .map(|last| last.iter().copied().collect())
+                .unwrap_or_default();
+            let mut now = Vec::with_capacity(counts.len());
+            for count in counts {
+                let key = (count.uid, count.shard);
+                let accesses = match before.get(&key) {
+                    Some(last) if last.counting_since == count.counting_since => {
+                        count.reads.saturating_sub(last.reads)
+                    }
+                    // Counted anew (or first seen): every read is this window's.
+                    _ => count.reads,
+                };
+                if accesses > 0 {
+                    let total = window.entry(key).or_insert(0);
+                    *total = total.saturating_add(accesses);
+                }
+                now.push((
+                    key,
+                    LastCount {
+                        counting_since: count.counting_since,
+                        reads: count.reads,
+                    },
+                ));
+            }
+            self.last.insert(node.clone(), now);
+        }
+        if self.last.len() > MAX_NODES {
+            return Err(ClusterError::Invalid(format!(
+                "reports from more than {MAX_NODES} nodes"
+            )));
+        }
+        self.windows.push_front(window.into_iter().collect());
+        self.windows.truncate(MAX_WINDOWS);
+        self.windows_recorded += 1;
+        Ok(())
+    }
+
+    /// Forgets the last reports of nodes no longer in `live` (their next report, if they
+    /// come back, counts whole: they restarted).
+    pub fn forget_nodes_except(&mut self, live: &[String]) {
+        self.last.retain(|node, _| live.contains(node));
+    }
+
+    /// Windows remembered.
+    pub fn window_count(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Each shard's aged popularity (shards read in no remembered window are absent).
+    pub fn popularity(&self) -> BTreeMap<ShardKey, f64> {
+        // Popularity numbers segments; the shards are numbered here in key order.
+        let keys: Vec<ShardKey> = {
+            let mut keys: Vec<ShardKey> = self
+                .windows
+                .iter()
+                .flat_map(|w| w.iter().map(|(key, _)| *key))
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            keys
+        };
+        let id = |key: &ShardKey| keys.binary_search(key).expect("listed above") as u64;
+        let mut aged = Popularity::new();
+        for window in self.windows.iter().rev() {
+            let counts = window.iter().map(|(key, n)| (id(key), *n)).collect();
+            aged.record_window(&counts)
+                .expect("at most MAX_SHARDS_PER_REPORT x MAX_NODES shards, within its bound");
+        }
+        aged.popularities()
+            .into_iter()
+            .map(|(segment, popularity)| (keys[segment as usize], popularity))
+            .collect()
+    }
+
+    /// Accesses of the newest window per shard.
+    pub fn newest_window(&self) -> BTreeMap<ShardKey, u64> {
+        self.windows
+            .front()
+            .map(|w| w.iter().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The coordinator's clients of the data nodes, by gRPC address, kept between windows.
+#[derive(Default)]
+pub struct CountClients {
+    clients: BTreeMap<String, NodeClient>,
+}
+
+impl CountClients {
+    /// Asks every live data node for its counts, all at once, each within
+    /// [`COUNTS_DEADLINE`]; a node that fails is left out of this window (its reads
+    /// count in the next it answers).
+    pub fn collect(&mut self, members: &[MemberCard]) -> BTreeMap<String, Vec<ShardReads>> {
+        let data: Vec<(&str, &str)> = members
+            .iter()
+            .filter(|m| m.roles.contains(&Role::Data))
+            .filter_map(|m| Some((m.node_id.as_str(), m.rpc_address.as_deref()?)))
+            .collect();
+        self.clients
+            .retain(|address, _| data.iter().any(|(_, a)| a == address));
+        let mut asked = Vec::new();
+        for (node, address) in data {
+            if !self.clients.contains_key(address) {
+                match NodeClient::new(address, COUNTS_DEADLINE) {
+                    Ok(client) => {
+                        self.clients.insert(address.to_string(), client);
+                    }
+                    Err(_) => continue,
+                }
+            }
+            let client = self.clients[address].clone();
+            asked.push((
+                node.to_string(),
+                std::thread::spawn(move || client.access_counts()),
+            ));
+        }
+        asked
+            .into_iter()
+            .filter_map(|(node, answer)| Some((node, answer.join().ok()?.ok()?)))
+            .collect()
+    }
+}
+
+/// Writes the book under `coordinated/popularity`, fenced on the leadership.
+pub fn checkpoint(leadership: &Leadership, book: &AccessBook) -> Result<()> {
+    let value = serde_json::to_vec(book).expect("the book encodes");
+    leadership.put(POPULARITY_NAME, value)
+}
+
+/// The book the last leader checkpointed, if any.
+pub fn read_checkpoint(etcd: &Etcd) -> Result<Option<AccessBook>> {
+    crate::etcd::read_coordinated(etcd, POPULARITY_NAME)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(uid: u64, shard: u32, reads: u64, since: u64) -> ShardReads {
+        ShardReads {
+            table: "t".into(),
+            uid,
+            shard,
+            reads,
+            counting_since: (1_000, since),
+        }
+    }
+
+    fn reports(list: &[(&str, Vec<ShardReads>)]) -> BTreeMap<String, Vec<ShardReads>> {
+        list.iter()
+            .map(|(node, counts)| (node.to_string(), counts.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn windows_are_differences_of_the_counters_and_restarts_count_whole() {
+        let mut book = AccessBook::default();
+        book.record_window(&reports(&[
+            ("a", vec![count(7, 0, 10, 1), count(7, 1, 4, 2)]),
+            ("b", vec![count(7, 0, 6, 5)]),
+        ]))
+        .unwrap();
+        // Shard (7, 0) was read on both nodes.
+        assert_eq!(book.newest_window(), [((7, 0), 16), ((7, 1), 4)].into());
+        // b does not answer; a's counters grow; (7, 1) was let go and taken on again.
+        book.record_window(&reports(&[(
+            "a",
+            vec![count(7, 0, 25, 1), count(7, 1, 3, 9)],
+        )]))
+        .unwrap();
+        assert_eq!(book.newest_window(), [((7, 0), 15), ((7, 1), 3)].into());
+        // b answers again: its reads since its last report land in this window.
+        book.record_window(&reports(&[("b", vec![count(7, 0, 10, 5)])]))
+            .unwrap();
+        assert_eq!(book.newest_window(), [((7, 0), 4)].into());
+        // The same report again (a retried collection): nothing new.
+        book.record_window(&reports(&[("b", vec![count(7, 0, 10, 5)])]))
+            .unwrap();
+        assert_eq!(book.newest_window(), BTreeMap::new());
+        // Aged, newest first: (7,0): 0 + 4/2 + 15/4 + 16/8; (7,1): 0 + 0 + 3/4 + 4/8.
+        let popularity = book.popularity();
+        assert_eq!(popularity.get(&(7, 0)), Some(&(2.0 + 3.75 + 2.0)));
+        assert_eq!(popularity.get(&(7, 1)), Some(&(0.75 + 0.5)));
+        assert_eq!(book.windows_recorded, 4);
+    }
+
+    #[test]
+    fn the_book_survives_a_round_trip_and_forgets_gone_nodes() {
+        let mut book = AccessBook::default();
+        book.record_window(&reports(&[
+            ("a", vec![count(1, 0, 8, 1)]),
+            ("b", vec![count(1, 0, 2, 2)]),
+        ]))
+        .unwrap();
+        let copy: AccessBook = serde_json::from_slice(&serde_json::to_vec(&book).unwrap()).unwrap();
+        assert_eq!(copy, book);
+        book.forget_nodes_except(&["a".to_string()]);
+        // b came back (restarted) with a count of 2 since the same start: counted whole.
+        book.record_window(&reports(&[("b", vec![count(1, 0, 2, 2)])]))
+            .unwrap();
+        assert_eq!(book.newest_window(), [((1, 0), 2)].into());
+        assert!(book.window_count() <= MAX_WINDOWS);
+    }
+}
