@@ -2,7 +2,8 @@
 //! JavaScript, no external resources, so it works without network) that polls
 //! `/v1/admin/replicas` and `/v1/admin/history` every second and plots each replica's
 //! footprint, layers, queue and rates over the last five minutes; on a cluster node it
-//! also shows the cluster (`/v1/admin/cluster`, every five refreshes).
+//! also shows the cluster and its placement (`/v1/admin/cluster` and
+//! `/v1/admin/placement`, every five refreshes).
 
 use axum::http::header;
 use axum::response::{Html, IntoResponse};
@@ -47,6 +48,7 @@ mod tests {
             "/v1/admin/replicas",
             "/v1/admin/history?last_s=",
             "/v1/admin/cluster",
+            "/v1/admin/placement",
             "data-cluster",
             "data-updates",
             "data-points",

@@ -833,4 +833,30 @@ fn dashboard_shows_the_cluster_on_a_cluster_node() {
     );
     let segments = text_of_id(&markup, "cluster-segments");
     assert!(segments.starts_with("published "), "{segments:?}{context}");
+    // The placement: one row per shard, as the admin API has it.
+    let placement =
+        get_json(&agent, &format!("{}/v1/admin/placement", node.base), None).expect("placement");
+    let shards = placement["shards"].as_array().expect("shards");
+    let table = elements(&markup, "table")
+        .into_iter()
+        .find(|t| t.attribute("id").as_deref() == Some("placement"))
+        .expect("the placement table");
+    assert_eq!(
+        table.required("data-rows"),
+        shards.len().to_string(),
+        "{context}"
+    );
+    let rows = elements(&markup, "tr");
+    for shard in shards {
+        let id = format!("{}/{}", shard["table"].as_str().unwrap(), shard["shard"]);
+        assert!(
+            rows.iter()
+                .any(|r| r.attribute("data-shard").as_deref() == Some(id.as_str())),
+            "no row for {id}{context}"
+        );
+    }
+    assert!(
+        text_of_id(&markup, "cluster-placement").starts_with(placement["policy"].as_str().unwrap()),
+        "{placement}{context}"
+    );
 }
