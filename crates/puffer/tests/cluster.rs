@@ -852,19 +852,13 @@ fn a_hot_shard_gets_more_replicas_by_its_popularity() {
     }
     let dir = tempfile::tempdir().unwrap();
     let etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
-    let window = ["--popularity-window-s", "1"];
-    let a = start_node_with(
-        dir.path(),
-        &etcd,
-        "a",
-        "coordinator,ingest,data",
-        &window,
-        &[],
-    );
+    // a leads ingest; b and c are the coordinator candidates, each a data node holding
+    // only what is placed on it.
+    let a = start_node_as(dir.path(), &etcd, "a", "ingest,data");
     wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
-    let grace = ["--release-grace-s", "1"];
-    let b = start_node_with(dir.path(), &etcd, "b", "data", &grace, &[]);
-    let c = start_node_with(dir.path(), &etcd, "c", "data", &grace, &[]);
+    let more = ["--popularity-window-s", "1", "--release-grace-s", "1"];
+    let b = start_node_with(dir.path(), &etcd, "b", "coordinator,data", &more, &[]);
+    let c = start_node_with(dir.path(), &etcd, "c", "coordinator,data", &more, &[]);
     let broker = start_node_as(dir.path(), &etcd, "broker", "broker");
     let shards = 4;
     let table = json!({"name": "rooms", "key": "id", "shards": shards,
@@ -951,5 +945,40 @@ fn a_hot_shard_gets_more_replicas_by_its_popularity() {
     // Every node answers the same view (from etcd), and every key is still right.
     assert_eq!(placement(&c.base)["shards"], placement(&a.base)["shards"]);
     agrees(&broker.base, &model);
-    drop((b, c));
+
+    // The coordinator leader is killed: the other candidate goes on from the
+    // checkpointed counts (its windows continue the count, the hot shard stays hot).
+    let status = get(&format!("{}/v1/admin/cluster", a.base)).unwrap();
+    let (leader, other, other_id) = match status["coordinator_leader"].as_str() {
+        Some("b") => (&b, &c, "c"),
+        Some("c") => (&c, &b, "b"),
+        _ => panic!("no coordinator leader among b and c: {status}"),
+    };
+    let before = placement(&a.base)["windows_recorded"].as_u64().unwrap();
+    leader.kill();
+    let (after, took) = wait_for(Duration::from_secs(20), || {
+        let status = get(&format!("{}/v1/admin/cluster", other.base)).ok()?;
+        let view = placement(&a.base);
+        (status["coordinator_leader"] == json!(other_id)
+            && view["windows_recorded"].as_u64()? > before)
+            .then_some(view)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no window recorded after the failover: {}",
+            placement(&a.base)
+        )
+    });
+    eprintln!("{test}: a window recorded by the new coordinator {took:?} after the kill");
+    let hot_after = after["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["table"] == "rooms" && s["shard"] == hot)
+        .unwrap();
+    assert!(
+        hot_after["popularity"].as_f64().unwrap() > 0.0,
+        "the counts were lost in the failover: {after}"
+    );
+    agrees(&broker.base, &model);
 }
