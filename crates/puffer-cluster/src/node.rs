@@ -591,6 +591,12 @@ impl ClusterNode {
             "floor_replicas": placement.as_ref().map(|p| p.replicas),
             "shards": shards,
             "shards_per_node": placement.as_ref().map(crate::placement::ShardPlacement::shards_per_node),
+            "rooms": book.rooms.iter().map(|(node, room)| json!({
+                "node": node,
+                "used_bytes": room.used_bytes,
+                "capacity_bytes": room.capacity_bytes,
+                "gc_threshold_bytes": (room.capacity_bytes as f64 * puffer_adapt::replication::GcConfig::default().threshold_fraction) as u64,
+            })).collect::<Vec<_>>(),
             "placement_error": self.placing.lock().unwrap_or_else(PoisonError::into_inner).clone(),
         })
     }
@@ -950,7 +956,7 @@ fn place(
                     book.forget_nodes_except(&live);
                     book.record_window(&reports)?;
                     crate::popularity::checkpoint(&leadership, book)?;
-                    Some(book.popularity())
+                    Some((book.popularity(), crate::popularity::storage_of(&reports)))
                 }
                 _ => None,
             };
@@ -959,7 +965,8 @@ fn place(
                 &leadership,
                 &catalog,
                 replicas,
-                popularity.as_ref(),
+                popularity.as_ref().map(|p| &p.0),
+                popularity.as_ref().map(|p| &p.1),
             )?;
             Ok(())
         })();

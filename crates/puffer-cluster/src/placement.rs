@@ -18,8 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use puffer_adapt::replication::{
-    lazy_transition, match_bins_to_nodes, modified_best_fit, uniform_placement_keeping,
+    collect_garbage, lazy_transition, match_bins_to_nodes, modified_best_fit,
+    uniform_placement_keeping, GcConfig, NodeStorage, MAX_SEGMENT_SIZE_BYTES,
 };
+
+use crate::popularity::NodeRoom;
 use puffer_node::catalog::TableEntry;
 use serde::{Deserialize, Serialize};
 
@@ -147,6 +150,49 @@ pub fn plan(
     Ok(placement)
 }
 
+/// Each node's room and the bytes of what it holds, as garbage collection takes them:
+/// a shard a node has not reported yet (loaded this run) takes what its largest report
+/// elsewhere says; a node that reported no room (or none at all) is never full.
+fn rooms(
+    nodes: &[&String],
+    shards: &[(u64, u32)],
+    held: &[BTreeSet<u64>],
+    storage: &BTreeMap<String, NodeRoom>,
+) -> Vec<NodeStorage> {
+    let largest = |key: &(u64, u32)| {
+        storage
+            .values()
+            .filter_map(|room| room.footprint_bytes_by_shard.get(key))
+            .max()
+            .copied()
+            .unwrap_or(0)
+    };
+    nodes
+        .iter()
+        .zip(held)
+        .map(|(node, held)| {
+            let room = storage.get(*node);
+            let size_bytes_by_segment = held
+                .iter()
+                .map(|&segment| {
+                    let key = &shards[segment as usize];
+                    let size = room
+                        .and_then(|r| r.footprint_bytes_by_shard.get(key).copied())
+                        .unwrap_or_else(|| largest(key));
+                    (segment, size.min(MAX_SEGMENT_SIZE_BYTES))
+                })
+                .collect();
+            NodeStorage {
+                capacity_bytes: room
+                    .map(|r| r.capacity_bytes)
+                    .filter(|&c| c > 0)
+                    .unwrap_or(u64::MAX),
+                size_bytes_by_segment,
+            }
+        })
+        .collect()
+}
+
 /// Most replicas one popularity run loads (the hottest shards' first): a node that
 /// comes back empty does not start a storm of transfers, and the next window goes on.
 pub const MAX_LOADS_PER_RUN: usize = 32;
@@ -160,14 +206,18 @@ pub const MAX_LOADS_PER_RUN: usize = 32;
 /// [`MAX_LOADS_PER_RUN`] replicas (hottest shards first) and drops at most one replica
 /// of a shard (lazily, and never below the floor); each holder's fraction is its share
 /// of the shard in the plan. With no popularity at all the placement is uniform
-/// ([`plan`]). A repair keeps the holders that are live and their fractions (renormalized),
-/// and gives every shard short of the floor replicas on the nodes holding the fewest.
+/// ([`plan`]). With `storage` (the nodes' rooms and what their shards take, as they
+/// reported them), a run then collects garbage: a node above 80 % of its room drops
+/// replicas, least popular first, never a shard's last nor below the floor. A repair
+/// keeps the holders that are live and their fractions (renormalized), and gives every
+/// shard short of the floor replicas on the nodes holding the fewest.
 pub fn plan_by_popularity(
     tables: &[TableEntry],
     data_nodes: &[String],
     current: Option<&ShardPlacement>,
     replicas: usize,
     popularity: Option<&BTreeMap<(u64, u32), f64>>,
+    storage: Option<&BTreeMap<String, NodeRoom>>,
 ) -> Result<ShardPlacement> {
     if let Some(popularity) = popularity {
         if popularity.values().all(|&p| p <= 0.0) {
@@ -241,6 +291,17 @@ pub fn plan_by_popularity(
                 let holders = held.iter().filter(|h| h.contains(&segment)).count();
                 if holders > floor {
                     held[node].remove(&segment);
+                }
+            }
+            if let Some(storage) = storage {
+                let rooms = rooms(&nodes, &shards, &held, storage);
+                let garbage =
+                    collect_garbage(&rooms, &loads, &GcConfig::default()).map_err(invalid)?;
+                for (node, segment) in garbage.drops {
+                    let holders = held.iter().filter(|h| h.contains(&segment)).count();
+                    if holders > floor {
+                        held[node].remove(&segment);
+                    }
                 }
             }
             for (segment, shares) in target.routing_table() {
@@ -325,6 +386,7 @@ pub fn coordinate(
     catalog: &dyn puffer_node::catalog::Catalog,
     replicas: usize,
     popularity: Option<&BTreeMap<(u64, u32), f64>>,
+    storage: Option<&BTreeMap<String, NodeRoom>>,
 ) -> Result<ShardPlacement> {
     let tables = catalog
         .tables()
@@ -335,7 +397,14 @@ pub fn coordinate(
         .map(|card| card.node_id)
         .collect();
     let current = read_placement(etcd)?;
-    let next = plan_by_popularity(&tables, &data_nodes, current.as_ref(), replicas, popularity)?;
+    let next = plan_by_popularity(
+        &tables,
+        &data_nodes,
+        current.as_ref(),
+        replicas,
+        popularity,
+        storage,
+    )?;
     if current.as_ref() != Some(&next) {
         let value = serde_json::to_vec(&next).expect("a placement encodes");
         leadership.put(PLACEMENT_NAME, value)?;
@@ -416,7 +485,7 @@ mod tests {
         // Loads 6, 3, 2, 1 on 3 nodes: capacity 4 each; the paper's Figure 7 example.
         let popularity: BTreeMap<(u64, u32), f64> =
             [((7, 0), 6.0), ((7, 1), 3.0), ((7, 2), 2.0), ((7, 3), 1.0)].into();
-        let placed = plan_by_popularity(&tables, &three, None, 1, Some(&popularity)).unwrap();
+        let placed = plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None).unwrap();
         // The oracle: ModifiedBestFit's replica counts on the same loads.
         let loads: BTreeMap<u64, f64> = (0..4).map(|s| (s, popularity[&(7, s as u32)])).collect();
         let oracle = modified_best_fit(&loads, 3).unwrap().replica_counts();
@@ -447,7 +516,8 @@ mod tests {
         );
 
         // A floor of 2: every shard has two holders at least, the hot one more.
-        let floored = plan_by_popularity(&tables, &three, None, 2, Some(&popularity)).unwrap();
+        let floored =
+            plan_by_popularity(&tables, &three, None, 2, Some(&popularity), None).unwrap();
         for shard in 0..4u32 {
             assert!(holder_count(&floored, 7, shard) >= 2, "{floored:?}");
         }
@@ -456,7 +526,7 @@ mod tests {
         // No reads at all: the uniform placement.
         let cold: BTreeMap<(u64, u32), f64> = [((7, 0), 0.0)].into();
         assert_eq!(
-            plan_by_popularity(&tables, &three, None, 2, Some(&cold)).unwrap(),
+            plan_by_popularity(&tables, &three, None, 2, Some(&cold), None).unwrap(),
             plan(&tables, &three, None, 2).unwrap()
         );
     }
@@ -467,21 +537,23 @@ mod tests {
         let three = nodes(&["a", "b", "c"]);
         let hot_first: BTreeMap<(u64, u32), f64> =
             [((7, 0), 9.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 1.0)].into();
-        let first = plan_by_popularity(&tables, &three, None, 1, Some(&hot_first)).unwrap();
+        let first = plan_by_popularity(&tables, &three, None, 1, Some(&hot_first), None).unwrap();
         assert_eq!(holder_count(&first, 7, 0), 3, "{first:?}");
         // Popularity moves to shard 3: shard 0 loses at most one replica this run.
         let hot_last: BTreeMap<(u64, u32), f64> =
             [((7, 0), 1.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 9.0)].into();
-        let second = plan_by_popularity(&tables, &three, Some(&first), 1, Some(&hot_last)).unwrap();
+        let second =
+            plan_by_popularity(&tables, &three, Some(&first), 1, Some(&hot_last), None).unwrap();
         assert!(holder_count(&second, 7, 0) >= 2, "{second:?}");
         assert_eq!(holder_count(&second, 7, 3), 3, "{second:?}");
-        let third = plan_by_popularity(&tables, &three, Some(&second), 1, Some(&hot_last)).unwrap();
+        let third =
+            plan_by_popularity(&tables, &three, Some(&second), 1, Some(&hot_last), None).unwrap();
         assert!(holder_count(&third, 7, 0) >= 1);
         assert!(holder_count(&third, 7, 0) <= holder_count(&second, 7, 0));
         // Node b is lost between runs: the repair keeps the live holders, gives shards
         // left with none a replica, and scales the shares of the others back to 1.
         let two = nodes(&["a", "c"]);
-        let repaired = plan_by_popularity(&tables, &two, Some(&third), 1, None).unwrap();
+        let repaired = plan_by_popularity(&tables, &two, Some(&third), 1, None, None).unwrap();
         for shard in 0..4u32 {
             let before: Vec<&String> = third
                 .holders(7, shard)
@@ -498,8 +570,103 @@ mod tests {
         }
         // A repair with nothing lost changes nothing.
         assert_eq!(
-            plan_by_popularity(&tables, &three, Some(&third), 1, None).unwrap(),
+            plan_by_popularity(&tables, &three, Some(&third), 1, None, None).unwrap(),
             third
         );
+    }
+
+    #[test]
+    fn a_node_over_its_room_drops_its_least_popular_replicas_never_below_the_floor() {
+        let tables = [table(7, 4)];
+        let two = nodes(&["a", "b"]);
+        let popularity: BTreeMap<(u64, u32), f64> =
+            [((7, 0), 8.0), ((7, 1), 4.0), ((7, 2), 2.0), ((7, 3), 1.0)].into();
+        // Both nodes hold everything now: 4 shards of 100 bytes each.
+        let everything = ShardPlacement {
+            replicas: 1,
+            tables: [(7, vec![nodes(&["a", "b"]); 4])].into(),
+            fractions: BTreeMap::new(),
+        };
+        let room = |capacity_bytes: u64| NodeRoom {
+            capacity_bytes,
+            footprint_bytes_by_shard: (0..4).map(|s| ((7, s), 100)).collect(),
+        };
+        // a has room for 300 bytes (GC above 240), b for plenty.
+        let storage: BTreeMap<String, NodeRoom> = [
+            ("a".to_string(), room(300)),
+            ("b".to_string(), room(1 << 30)),
+        ]
+        .into();
+        let run = |floor: usize| {
+            plan_by_popularity(
+                &tables,
+                &two,
+                Some(&everything),
+                floor,
+                Some(&popularity),
+                Some(&storage),
+            )
+            .unwrap()
+        };
+        let held_by = |p: &ShardPlacement, node: &str| -> Vec<u32> {
+            (0..4)
+                .filter(|&s| p.holders(7, s).unwrap().iter().any(|h| h == node))
+                .collect()
+        };
+        let placed = run(1);
+        // Every shard is still held; a is at or under 80 % of its room (240 bytes), or
+        // everything left on it is a shard's last replica.
+        for shard in 0..4u32 {
+            assert!(!placed.holders(7, shard).unwrap().is_empty(), "{placed:?}");
+        }
+        let on_a = held_by(&placed, "a");
+        let only_here = |s: &u32| placed.holders(7, *s).unwrap().len() == 1;
+        assert!(
+            on_a.len() * 100 <= 240 || on_a.iter().all(only_here),
+            "{placed:?}"
+        );
+        // Without the rooms nothing is collected: a keeps more than its room allows.
+        let unbounded =
+            plan_by_popularity(&tables, &two, Some(&everything), 1, Some(&popularity), None)
+                .unwrap();
+        assert!(
+            held_by(&unbounded, "a").len() >= on_a.len(),
+            "{unbounded:?}"
+        );
+        // With a floor of 2 nothing may go: both nodes keep everything.
+        let floored = run(2);
+        assert_eq!(held_by(&floored, "a"), vec![0, 1, 2, 3], "{floored:?}");
+    }
+
+    #[test]
+    fn rooms_take_reported_sizes_or_the_largest_elsewhere_and_no_room_is_never_full() {
+        let shards = [(7, 0), (7, 1)];
+        let (a, b) = ("a".to_string(), "b".to_string());
+        let nodes = [&a, &b];
+        let held: Vec<BTreeSet<u64>> = vec![[0, 1].into(), [0].into()];
+        let storage: BTreeMap<String, NodeRoom> = [
+            (
+                a.clone(),
+                NodeRoom {
+                    capacity_bytes: 500,
+                    footprint_bytes_by_shard: [((7, 0), 40)].into(),
+                },
+            ),
+            (
+                b.clone(),
+                NodeRoom {
+                    capacity_bytes: 0,
+                    footprint_bytes_by_shard: [((7, 0), 70), ((7, 1), 90)].into(),
+                },
+            ),
+        ]
+        .into();
+        let rooms = rooms(&nodes, &shards, &held, &storage);
+        // a reported shard 0 (40); shard 1 it did not: the largest report elsewhere (90).
+        assert_eq!(rooms[0].capacity_bytes, 500);
+        assert_eq!(rooms[0].size_bytes_by_segment, [(0, 40), (1, 90)].into());
+        // b reported no room: never full.
+        assert_eq!(rooms[1].capacity_bytes, u64::MAX);
+        assert_eq!(rooms[1].size_bytes_by_segment, [(0, 70)].into());
     }
 }

@@ -39,6 +39,43 @@ pub const MAX_NODES: usize = 1024;
 /// Shards one report may list.
 pub const MAX_SHARDS_PER_REPORT: usize = 1 << 16;
 
+/// What one data node reports each window.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessReport {
+    /// Each shard it holds: reads answered, and bytes taken.
+    pub shards: Vec<ShardReads>,
+    /// Its room for replicas (the layer manager's memory budget).
+    pub memory_budget_bytes: u64,
+}
+
+/// Each reporting node's room and the bytes of each shard it holds, as garbage
+/// collection sees them.
+pub fn storage_of(reports: &BTreeMap<String, AccessReport>) -> BTreeMap<String, NodeRoom> {
+    reports
+        .iter()
+        .map(|(node, report)| {
+            let room = NodeRoom {
+                capacity_bytes: report.memory_budget_bytes,
+                footprint_bytes_by_shard: report
+                    .shards
+                    .iter()
+                    .map(|s| ((s.uid, s.shard), s.footprint_bytes))
+                    .collect(),
+            };
+            (node.clone(), room)
+        })
+        .collect()
+}
+
+/// One data node's room and what its shards take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeRoom {
+    /// Its room for replicas.
+    pub capacity_bytes: u64,
+    /// Bytes each shard it holds takes there.
+    pub footprint_bytes_by_shard: BTreeMap<ShardKey, u64>,
+}
+
 /// One node's last report of one shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct LastCount {
@@ -56,14 +93,28 @@ pub struct AccessBook {
     last: BTreeMap<String, Vec<(ShardKey, LastCount)>>,
     /// Windows recorded since the book began (numbers them in the admin API).
     pub windows_recorded: u64,
+    /// Per node id, at its last report: its room and the bytes its shards take (for
+    /// the admin API's view of garbage collection).
+    #[serde(default)]
+    pub rooms: BTreeMap<String, RoomUse>,
+}
+
+/// A data node's room and how much of it its shards take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomUse {
+    /// Its room for replicas (0: none reported).
+    pub capacity_bytes: u64,
+    /// What its shards take.
+    pub used_bytes: u64,
 }
 
 impl AccessBook {
     /// Records one window from the reports of the nodes that answered (node id, its
     /// shards' counts); nodes not among them keep their last report.
-    pub fn record_window(&mut self, reports: &BTreeMap<String, Vec<ShardReads>>) -> Result<()> {
+    pub fn record_window(&mut self, reports: &BTreeMap<String, AccessReport>) -> Result<()> {
         let mut window: BTreeMap<ShardKey, u64> = BTreeMap::new();
-        for (node, counts) in reports {
+        for (node, report) in reports {
+            let counts = &report.shards;
             if counts.len() > MAX_SHARDS_PER_REPORT {
                 return Err(ClusterError::Invalid(format!(
                     "node {node} reported {} shards, more than {MAX_SHARDS_PER_REPORT}",
@@ -98,6 +149,14 @@ impl AccessBook {
                 ));
             }
             self.last.insert(node.clone(), now);
+            let used_bytes = counts.iter().map(|c| c.footprint_bytes).sum();
+            self.rooms.insert(
+                node.clone(),
+                RoomUse {
+                    capacity_bytes: report.memory_budget_bytes,
+                    used_bytes,
+                },
+            );
         }
         if self.last.len() > MAX_NODES {
             return Err(ClusterError::Invalid(format!(
@@ -114,6 +173,7 @@ impl AccessBook {
     /// come back, counts whole: they restarted).
     pub fn forget_nodes_except(&mut self, live: &[String]) {
         self.last.retain(|node, _| live.contains(node));
+        self.rooms.retain(|node, _| live.contains(node));
     }
 
     /// Windows remembered.
@@ -166,7 +226,7 @@ impl CountClients {
     /// Asks every live data node for its counts, all at once, each within
     /// [`COUNTS_DEADLINE`]; a node that fails is left out of this window (its reads
     /// count in the next it answers).
-    pub fn collect(&mut self, members: &[MemberCard]) -> BTreeMap<String, Vec<ShardReads>> {
+    pub fn collect(&mut self, members: &[MemberCard]) -> BTreeMap<String, AccessReport> {
         let data: Vec<(&str, &str)> = members
             .iter()
             .filter(|m| m.roles.contains(&Role::Data))
@@ -219,12 +279,19 @@ mod tests {
             shard,
             reads,
             counting_since: (1_000, since),
+            footprint_bytes: 1,
         }
     }
 
-    fn reports(list: &[(&str, Vec<ShardReads>)]) -> BTreeMap<String, Vec<ShardReads>> {
+    fn reports(list: &[(&str, Vec<ShardReads>)]) -> BTreeMap<String, AccessReport> {
         list.iter()
-            .map(|(node, counts)| (node.to_string(), counts.clone()))
+            .map(|(node, counts)| {
+                let report = AccessReport {
+                    shards: counts.clone(),
+                    memory_budget_bytes: 0,
+                };
+                (node.to_string(), report)
+            })
             .collect()
     }
 

@@ -86,6 +86,11 @@ pub struct ShardReads {
     /// When this count began (ms since the Unix epoch, and a number unique in the
     /// process): a shard let go and taken on again counts from 0 anew.
     pub counting_since: (u64, u64),
+    /// Bytes the shard's replicas on this node take in memory: their segments
+    /// (compressed indexes at their present layers, key directories, marks); records
+    /// not yet compacted into a segment are not counted.
+    #[serde(default)]
+    pub footprint_bytes: u64,
 }
 
 /// How a database opens its tables and serves them.
@@ -470,6 +475,7 @@ impl Database {
                     shard: group.shard,
                     reads: group.reads(),
                     counting_since: group.counting_since(),
+                    footprint_bytes: group.footprint_bytes(),
                 });
             }
         }

@@ -442,4 +442,11 @@ fn shards_count_the_reads_they_answer() {
     }
     let since: std::collections::BTreeSet<_> = counts.iter().map(|c| c.counting_since.1).collect();
     assert_eq!(since.len(), 4, "each group counts under its own number");
+    // Footprints are the segments' (compacted records); compaction makes them.
+    table.compact_all().unwrap();
+    let compacted = db.shard_reads();
+    assert!(
+        compacted.iter().all(|c| c.footprint_bytes > 0),
+        "{compacted:?}"
+    );
 }

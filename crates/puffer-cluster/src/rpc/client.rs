@@ -227,9 +227,9 @@ impl NodeClient {
         receiver
     }
 
-    /// The reads every shard held on the node has answered, as its counters stand;
-    /// waits at most the deadline.
-    pub fn access_counts(&self) -> Result<Vec<puffer_node::ShardReads>> {
+    /// The reads every shard held on the node has answered, as its counters stand, and
+    /// the node's room; waits at most the deadline.
+    pub fn access_counts(&self) -> Result<crate::popularity::AccessReport> {
         let mut client = self.client.clone();
         let who = format!("node {}", self.address);
         let answer = self.bridge.call(self.deadline, async move {
@@ -237,11 +237,17 @@ impl NodeClient {
                 Ok(answer) => answer.into_inner(),
                 Err(status) => return Ok(Err(error_of(&status, &who))),
             };
+            let budget = answer.memory_budget_bytes;
             Ok::<_, ClusterError>(
-                super::decode(&answer.counts).map_err(|e| StoreError::Corrupt {
-                    path: who.into(),
-                    detail: format!("access counts that do not decode: {e}"),
-                }),
+                super::decode(&answer.counts)
+                    .map(|shards| crate::popularity::AccessReport {
+                        shards,
+                        memory_budget_bytes: budget,
+                    })
+                    .map_err(|e| StoreError::Corrupt {
+                        path: who.into(),
+                        detail: format!("access counts that do not decode: {e}"),
+                    }),
             )
         });
         match answer {

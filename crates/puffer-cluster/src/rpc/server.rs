@@ -238,7 +238,10 @@ impl Replica for Service {
     ) -> std::result::Result<Response<AccessCountsAnswer>, Status> {
         let counts = super::encode(&self.database.shard_reads())
             .map_err(|e| Status::internal(format!("cannot encode the access counts: {e}")))?;
-        Ok(Response::new(AccessCountsAnswer { counts }))
+        Ok(Response::new(AccessCountsAnswer {
+            counts,
+            memory_budget_bytes: self.database.node().memory_budget_bytes(),
+        }))
     }
 
     async fn take_on(

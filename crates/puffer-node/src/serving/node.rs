@@ -171,6 +171,23 @@ impl<R: LayeredReplica> ShardGroup<R> {
         self.reads.load(Ordering::Relaxed)
     }
 
+    /// Bytes its replicas on this node take: every replica's indexes at their present
+    /// layers and the rest it keeps in memory.
+    pub fn footprint_bytes(&self) -> u64 {
+        self.replicas
+            .iter()
+            .map(|slot| {
+                let replica = slot.pool.replica();
+                replica.other_memory_bytes()
+                    + replica
+                        .indexes()
+                        .iter()
+                        .map(|index| index.footprint().total_bytes())
+                        .sum::<u64>()
+            })
+            .sum()
+    }
+
     /// When this group began counting: (ms since the Unix epoch, a sequence number
     /// unique in the process).
     pub fn counting_since(&self) -> (u64, u64) {
@@ -581,6 +598,11 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
     /// Every registered shard.
     pub fn groups(&self) -> Vec<Arc<ShardGroup<R>>> {
         self.inner.groups.read().expect("groups poisoned").clone()
+    }
+
+    /// The memory budget the layer manager spends: the node's room for replicas.
+    pub fn memory_budget_bytes(&self) -> u64 {
+        self.inner.memory_budget_bytes.load(Ordering::Relaxed)
     }
 
     /// Changes the memory budget; the next tick brings the node under it.
