@@ -427,6 +427,8 @@ mod tests {
                 replicas: 1,
             },
             schema: Schema::new("id", Vec::new()).unwrap(),
+            partition: None,
+            chunk_of: None,
         }
     }
 

@@ -79,6 +79,8 @@ fn concurrent_creates_take_each_name_and_uid_once() {
                                 replicas: 1,
                             },
                             schema: schema.clone(),
+                            partition: None,
+                            chunk_of: None,
                         };
                         if catalog.create_table(&entry).is_ok() {
                             won.push((entry.name, entry.uid));

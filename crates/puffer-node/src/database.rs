@@ -320,7 +320,10 @@ impl Database {
                         &options.shard,
                         Some(&entry.schema),
                     )?
-                    .filter(|table| table.uid() == entry.uid);
+                    .filter(|table| table.uid() == entry.uid)
+                    .map(|table| {
+                        table.with_partitioning(entry.partition.clone(), entry.chunk_of.clone())
+                    });
                     let opened = match opened {
                         // A follower makes what the shared catalog lists; its SCUs
                         // come from the cluster's log.
@@ -518,20 +521,60 @@ impl Database {
     /// Creates a table with `layout` shards and replicas (on a cluster node that
     /// follows, by the leader; the table is here when this returns).
     pub fn create_table_with(&self, name: &str, schema: Schema, layout: TableLayout) -> Result<()> {
+        self.create_table_partitioned(name, schema, layout, None)
+    }
+
+    /// Creates a table, time-partitioned by `partition` if given (see
+    /// [`crate::partition`]; `layout` is then each chunk's).
+    pub fn create_table_partitioned(
+        &self,
+        name: &str,
+        schema: Schema,
+        layout: TableLayout,
+        partition: Option<puffer_query::TimePartition>,
+    ) -> Result<()> {
+        check_table_name(name)?;
+        layout.validate()?;
+        if let Some(partition) = &partition {
+            crate::partition::validate(name, &schema, partition)?;
+        }
         if let Some(remote) = self.handing_on() {
-            check_table_name(name)?;
-            layout.validate()?;
             remote.lead(LeaderRequest::CreateTable {
                 name: name.to_string(),
                 schema,
                 layout: Some(layout),
+                partition,
             })?;
             return self.sync_tables();
         }
-        self.create_table_here(name, schema, layout)
+        match partition {
+            None => self.create_table_here(name, schema, layout, None, None),
+            Some(time) => {
+                let partitioning = crate::catalog::Partitioning {
+                    attribute: time.attribute,
+                    granularity: time.granularity,
+                    chunk_layout: layout,
+                };
+                // The table itself holds no record: one shard, for its schema.
+                self.create_table_here(
+                    name,
+                    schema,
+                    TableLayout::default(),
+                    Some(partitioning),
+                    None,
+                )
+            }
+        }
     }
 
-    fn create_table_here(&self, name: &str, schema: Schema, layout: TableLayout) -> Result<()> {
+    fn create_table_here(
+        &self,
+        name: &str,
+        schema: Schema,
+        layout: TableLayout,
+        partition: Option<crate::catalog::Partitioning>,
+        chunk_of: Option<crate::catalog::ChunkOf>,
+    ) -> Result<()> {
         self.check_not_following("create a table")?;
         check_table_name(name)?;
         layout.validate()?;
@@ -554,6 +597,8 @@ impl Database {
             uid: crate::table::new_table_uid(),
             layout,
             schema,
+            partition,
+            chunk_of,
         };
         let table = Table::create(
             &self.node,
@@ -590,6 +635,11 @@ impl Database {
 
     fn drop_table_here(&self, name: &str) -> Result<()> {
         self.check_not_following("drop a table")?;
+        // A time-partitioned table's chunks go first: a drop cut short leaves the
+        // table with fewer chunks, and dropping it again finishes.
+        for (_, chunk) in self.chunks_of(name) {
+            self.drop_table_here(chunk.name())?;
+        }
         let table = {
             let mut tables = self.tables.write().expect("tables lock");
             if !tables.contains_key(name) {
@@ -643,9 +693,10 @@ impl Database {
                 name,
                 schema,
                 layout,
+                partition,
             } => {
                 let layout = layout.unwrap_or(self.options.default_layout);
-                self.create_table_here(&name, schema, layout)?;
+                self.create_table_partitioned(&name, schema, layout, partition)?;
                 Ok(LeaderResponse::Done)
             }
             LeaderRequest::DropTable { name } => {
@@ -781,6 +832,7 @@ impl Database {
     }
 
     fn write_here(&self, joined: Vec<(Arc<Table>, Vec<WriteOp>)>) -> Result<u64> {
+        let joined = self.routed_to_chunks(joined)?;
         let parts = joined
             .into_iter()
             .map(|(table, ops)| (table.table_shards().clone(), ops))
@@ -788,10 +840,262 @@ impl Database {
         self.committer.write(parts)
     }
 
+    /// The chunks of time-partitioned table `table` here, by start (none for any other).
+    pub fn chunks_of(&self, table: &str) -> Vec<(i64, Arc<Table>)> {
+        let mut chunks: Vec<(i64, Arc<Table>)> = self
+            .tables
+            .read()
+            .expect("tables lock")
+            .values()
+            .filter_map(|t| {
+                let of = t.chunk_of()?;
+                (of.table == table).then(|| (of.start_micros, t.clone()))
+            })
+            .collect();
+        chunks.sort_by_key(|(start, _)| *start);
+        chunks
+    }
+
+    /// A write's parts with every time-partitioned table's operations moved to its
+    /// chunks (made first where missing): a put to the chunk of its timestamp, a delete
+    /// to every chunk, a schema change to the table and every chunk.
+    fn routed_to_chunks(
+        &self,
+        joined: Vec<(Arc<Table>, Vec<WriteOp>)>,
+    ) -> Result<Vec<(Arc<Table>, Vec<WriteOp>)>> {
+        let mut out: Vec<(Arc<Table>, Vec<WriteOp>)> = Vec::new();
+        for (table, ops) in joined {
+            if let Some(parent) = table.chunk_of() {
+                return Err(QueryError::Invalid(format!(
+                    "{} is a time chunk of table {}: write to {} instead",
+                    table.name(),
+                    parent.table,
+                    parent.table
+                )));
+            }
+            let Some(partitioning) = table.partition().cloned() else {
+                out.push((table, ops));
+                continue;
+            };
+            // Per chunk start, its operations in the order given.
+            let mut by_chunk: BTreeMap<i64, Vec<WriteOp>> = self
+                .chunks_of(table.name())
+                .into_iter()
+                .map(|(start, _)| (start, Vec::new()))
+                .collect();
+            let mut schema_changes: Vec<WriteOp> = Vec::new();
+            let time_id = table.schema().id_of(&partitioning.attribute);
+            for op in ops {
+                let stamp = match &op {
+                    WriteOp::Put(record) => {
+                        Some((&record.key, record.values.get(&partitioning.attribute)))
+                    }
+                    WriteOp::PutFields(record) => {
+                        Some((&record.key, time_id.and_then(|id| record.get(id))))
+                    }
+                    _ => None,
+                };
+                if let Some((key, stamp)) = stamp {
+                    let Some(puffer_store::Value::Timestamp(micros)) = stamp else {
+                        return Err(QueryError::Invalid(format!(
+                            "record {:?} of time-partitioned table {} has no timestamp {:?}",
+                            String::from_utf8_lossy(key),
+                            table.name(),
+                            partitioning.attribute
+                        )));
+                    };
+                    let start = crate::partition::chunk_start(partitioning.granularity, *micros)?;
+                    by_chunk
+                        .entry(start)
+                        .or_insert_with(|| schema_changes.clone())
+                        .push(op);
+                    continue;
+                }
+                match op {
+                    // Routed to their chunk above.
+                    WriteOp::Put(_) | WriteOp::PutFields(_) => {}
+                    WriteOp::Delete(key) => {
+                        for chunk_ops in by_chunk.values_mut() {
+                            chunk_ops.push(WriteOp::Delete(key.clone()));
+                        }
+                    }
+                    WriteOp::AddAttribute(attribute) => {
+                        let change = WriteOp::AddAttribute(attribute);
+                        for chunk_ops in by_chunk.values_mut() {
+                            chunk_ops.push(change.clone());
+                        }
+                        schema_changes.push(change);
+                    }
+                }
+            }
+            if by_chunk.len() > crate::partition::MAX_CHUNKS {
+                return Err(QueryError::Limit(format!(
+                    "table {} would have {} time chunks; at most {} (choose a longer                      granularity)",
+                    table.name(),
+                    by_chunk.len(),
+                    crate::partition::MAX_CHUNKS
+                )));
+            }
+            for (start, chunk_ops) in by_chunk {
+                if chunk_ops.is_empty() {
+                    continue;
+                }
+                let chunk = self.chunk(&table, &partitioning, start)?;
+                out.push((chunk, chunk_ops));
+            }
+            if !schema_changes.is_empty() {
+                out.push((table, schema_changes));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The chunk of `table` starting at `start`, made (with the table's schema) if it
+    /// is not there yet.
+    fn chunk(
+        &self,
+        table: &Table,
+        partitioning: &crate::catalog::Partitioning,
+        start: i64,
+    ) -> Result<Arc<Table>> {
+        let name = crate::partition::chunk_name(table.name(), partitioning.granularity, start);
+        if let Ok(chunk) = self.table(&name) {
+            return Ok(chunk);
+        }
+        let chunk_of = crate::catalog::ChunkOf {
+            table: table.name().to_string(),
+            start_micros: start,
+        };
+        match self.create_table_here(
+            &name,
+            (*table.schema()).clone(),
+            partitioning.chunk_layout,
+            None,
+            Some(chunk_of),
+        ) {
+            // Made meanwhile by another write: it is as good.
+            Ok(()) | Err(QueryError::TableExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let chunk = self.table(&name)?;
+        if chunk.chunk_of().map(|c| c.table.as_str()) != Some(table.name()) {
+            return Err(QueryError::Invalid(format!(
+                "table {name} exists and is not a time chunk of {}; rename it to write to                  {} at that time",
+                table.name(),
+                table.name()
+            )));
+        }
+        Ok(chunk)
+    }
+
+    /// A read of time-partitioned table `table`: a get from the newest chunk holding
+    /// the key, a search or count over the chunks its time condition can match; every
+    /// chunk at the snapshot the first one read. `None` if `table` is not
+    /// time-partitioned.
+    fn read_partitioned(&self, table: &str, request: &ReadRequest) -> Result<Option<ReadAnswer>> {
+        let parent = self.table(table)?;
+        let Some(partitioning) = parent.partition().cloned() else {
+            return Ok(None);
+        };
+        if self.options.following {
+            // The leader makes chunks; a node of a shared catalog learns of one made
+            // since its last look only there, and a read must not miss it.
+            self.sync_tables()?;
+        }
+        let chunks = self.chunks_of(table);
+        let mut snapshot: Option<u64> = None;
+        let mut read_chunk = |chunk: &Table| -> Result<ReadAnswer> {
+            let request = match snapshot {
+                Some(at) => request.at(at),
+                None => request.clone(),
+            };
+            let answer = self
+                .read_one(chunk.name(), &request, Wait::Allowed)?
+                .ok_or_else(|| {
+                    QueryError::Store(puffer_store::StoreError::Unavailable(
+                        "a read allowed to wait for a replica got no answer".into(),
+                    ))
+                })?;
+            snapshot.get_or_insert(snapshot_of(&answer));
+            Ok(answer)
+        };
+        match request {
+            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {
+                let mut first = None;
+                for (_, chunk) in chunks.iter().rev() {
+                    let answer = read_chunk(chunk)?;
+                    let found = match &answer {
+                        ReadAnswer::Record { record, .. } => record.is_some(),
+                        ReadAnswer::Raw { record, .. } => record.is_some(),
+                        _ => false,
+                    };
+                    if found {
+                        return Ok(Some(answer));
+                    }
+                    first.get_or_insert(answer);
+                }
+                match first {
+                    Some(answer) => Ok(Some(answer)),
+                    // No chunk yet: the table itself (empty) answers.
+                    None => self.read_one(table, request, Wait::Allowed),
+                }
+            }
+            ReadRequest::Search { query } => {
+                let range = crate::partition::time_range(&query.predicate, &partitioning.attribute);
+                self.read_chunks(table, request, &chunks, &partitioning, range, read_chunk)
+            }
+            ReadRequest::Count { predicate, .. } => {
+                let range = crate::partition::time_range(predicate, &partitioning.attribute);
+                self.read_chunks(table, request, &chunks, &partitioning, range, read_chunk)
+            }
+        }
+    }
+
+    /// The chunks overlapping `range`, read and merged (the table itself, empty,
+    /// answers when none does).
+    fn read_chunks(
+        &self,
+        table: &str,
+        request: &ReadRequest,
+        chunks: &[(i64, Arc<Table>)],
+        partitioning: &crate::catalog::Partitioning,
+        range: (i64, i64),
+        mut read_chunk: impl FnMut(&Table) -> Result<ReadAnswer>,
+    ) -> Result<Option<ReadAnswer>> {
+        let mut answers = Vec::new();
+        for (start, chunk) in chunks {
+            if crate::partition::overlaps(partitioning.granularity, *start, range) {
+                answers.push(read_chunk(chunk)?);
+            }
+        }
+        match answers.len() {
+            0 => self.read_one(table, request, Wait::Allowed),
+            1 => Ok(answers.pop()),
+            _ => crate::table::merged(request, answers).map(Some),
+        }
+    }
+
     /// Answers `request` on table `table` (see [`Table::read`]); on a cluster node
     /// that holds no data, from the data nodes (with [`Wait::Never`], `None`: the
     /// remote read blocks).
     pub fn read(
+        &self,
+        table: &str,
+        request: &ReadRequest,
+        wait: Wait,
+    ) -> Result<Option<ReadAnswer>> {
+        if self.table(table)?.partition().is_some() {
+            // Several chunks, one after another: on a thread that may wait.
+            return match wait {
+                Wait::Never => Ok(None),
+                Wait::Allowed => self.read_partitioned(table, request),
+            };
+        }
+        self.read_one(table, request, wait)
+    }
+
+    /// [`Database::read`] of one table, as it is stored.
+    fn read_one(
         &self,
         table: &str,
         request: &ReadRequest,
@@ -857,8 +1161,17 @@ impl Database {
                 let seq = self.write_batch(vec![(table, ops)])?;
                 Ok(Answer::Written { seq, operations })
             }
-            Statement::CreateTable { name, schema } => {
-                self.create_table(&name, schema)?;
+            Statement::CreateTable {
+                name,
+                schema,
+                partition,
+            } => {
+                self.create_table_partitioned(
+                    &name,
+                    schema,
+                    self.options.default_layout,
+                    partition,
+                )?;
                 Ok(Answer::Created(name))
             }
             Statement::DropTable { name } => {
@@ -931,6 +1244,16 @@ impl Database {
             None => Ok(None),
             Some(other) => Err(unexpected_answer(other)),
         }
+    }
+}
+
+/// The snapshot an answer was read at.
+fn snapshot_of(answer: &ReadAnswer) -> u64 {
+    match answer {
+        ReadAnswer::Record { snapshot, .. }
+        | ReadAnswer::Raw { snapshot, .. }
+        | ReadAnswer::Count { snapshot, .. } => snapshot.snapshot,
+        ReadAnswer::Rows(result) => result.snapshot.snapshot,
     }
 }
 

@@ -9,6 +9,7 @@ pub mod commit;
 pub mod database;
 pub mod layout;
 pub mod message;
+pub mod partition;
 pub mod remote;
 pub mod seed;
 pub mod serving;

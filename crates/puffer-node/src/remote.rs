@@ -40,8 +40,11 @@ pub enum LeaderRequest {
         name: String,
         /// Its schema.
         schema: Schema,
-        /// Its shards and replicas; `None`: the leader's default.
+        /// Its shards and replicas (a time-partitioned table's: each chunk's); `None`:
+        /// the leader's default.
         layout: Option<TableLayout>,
+        /// Its time partition, if it is time-partitioned.
+        partition: Option<puffer_query::TimePartition>,
     },
     /// Drops a table.
     DropTable {

@@ -189,6 +189,8 @@ mod tests {
                 replicas: 2,
             },
             schema: Schema::new("id", Vec::new()).unwrap(),
+            partition: None,
+            chunk_of: None,
         }
     }
 

@@ -108,6 +108,10 @@ pub struct Table {
     file: Mutex<TableFile>,
     /// How its shards are opened.
     options: ShardOptions,
+    /// Its time partition, if it is time-partitioned (it then holds no record).
+    partition: Option<crate::catalog::Partitioning>,
+    /// The time-partitioned table it is a chunk of, if any.
+    chunk_of: Option<crate::catalog::ChunkOf>,
 }
 
 impl Table {
@@ -122,7 +126,7 @@ impl Table {
     ) -> Result<Table> {
         entry.layout.validate()?;
         let file = write_new_table_file(dir, entry, None)?;
-        Table::open_dirs(
+        Ok(Table::open_dirs(
             node,
             committer,
             dir,
@@ -130,7 +134,8 @@ impl Table {
             Some(entry.schema.clone()),
             &file,
             options,
-        )
+        )?
+        .with_partitioning(entry.partition.clone(), entry.chunk_of.clone()))
     }
 
     /// Opens an existing table directory (converting older layouts); `None` if it holds
@@ -277,7 +282,31 @@ impl Table {
             dir: dir.to_path_buf(),
             file: Mutex::new(file.clone()),
             options: options.clone(),
+            partition: None,
+            chunk_of: None,
         })
+    }
+
+    /// The table with its catalog entry's partition and chunk (the catalog keeps
+    /// them; the table's own files do not).
+    pub(crate) fn with_partitioning(
+        mut self,
+        partition: Option<crate::catalog::Partitioning>,
+        chunk_of: Option<crate::catalog::ChunkOf>,
+    ) -> Table {
+        self.partition = partition;
+        self.chunk_of = chunk_of;
+        self
+    }
+
+    /// Its time partition, if it is time-partitioned.
+    pub fn partition(&self) -> Option<&crate::catalog::Partitioning> {
+        self.partition.as_ref()
+    }
+
+    /// The time-partitioned table it is a chunk of, if any.
+    pub fn chunk_of(&self) -> Option<&crate::catalog::ChunkOf> {
+        self.chunk_of.as_ref()
     }
 
     /// The directory of replica `replica` of shard `shard` (its files are what a
@@ -502,6 +531,8 @@ impl Table {
             uid: self.uid(),
             layout: self.layout,
             schema: (*self.schema()).clone(),
+            partition: self.partition.clone(),
+            chunk_of: self.chunk_of.clone(),
         }
     }
 

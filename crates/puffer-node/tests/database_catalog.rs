@@ -242,6 +242,8 @@ fn a_database_on_a_memory_catalog_lists_its_tables_there() {
             uid: 424242,
             layout: TableLayout::default(),
             schema: schema(),
+            partition: None,
+            chunk_of: None,
         })
         .unwrap();
     assert!(db.create_table("taken", schema()).is_err());

@@ -29,6 +29,8 @@ pub enum Statement {
         name: String,
         /// Its key and attributes.
         schema: Schema,
+        /// Records go to time chunks by this timestamp attribute (`PARTITION BY`).
+        partition: Option<TimePartition>,
     },
     /// Drop a table and its data.
     DropTable {
@@ -42,6 +44,49 @@ pub enum Statement {
         /// Table name.
         table: String,
     },
+}
+
+/// How long a time chunk of a time-partitioned table is (UTC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Granularity {
+    /// One hour.
+    Hour,
+    /// One day.
+    Day,
+    /// One calendar month.
+    Month,
+}
+
+impl Granularity {
+    /// Its name in SQL and JSON: `hour`, `day` or `month`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Granularity::Hour => "hour",
+            Granularity::Day => "day",
+            Granularity::Month => "month",
+        }
+    }
+
+    /// The granularity named `name` (any case).
+    pub fn parse(name: &str) -> Option<Granularity> {
+        match name.to_ascii_lowercase().as_str() {
+            "hour" => Some(Granularity::Hour),
+            "day" => Some(Granularity::Day),
+            "month" => Some(Granularity::Month),
+            _ => None,
+        }
+    }
+}
+
+/// A table partitioned by time, as Druid's: each record goes to the chunk of its
+/// timestamp attribute, and each chunk is a unit of placement and replication.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TimePartition {
+    /// The timestamp attribute.
+    pub attribute: String,
+    /// The chunks' length.
+    pub granularity: Granularity,
 }
 
 /// A read.

@@ -7,5 +7,5 @@ pub mod error;
 pub mod import;
 pub mod sql;
 
-pub use ast::{Output, Select, Statement};
+pub use ast::{Granularity, Output, Select, Statement, TimePartition};
 pub use error::{ErrorCode, QueryError, Result};

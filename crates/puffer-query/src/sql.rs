@@ -18,7 +18,7 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Location, Token, Tokenizer};
 
-use crate::ast::{Output, Select, Statement};
+use crate::ast::{Granularity, Output, Select, Statement, TimePartition};
 use crate::error::{QueryError, Result};
 
 /// Longest SQL text accepted, in bytes.
@@ -822,7 +822,42 @@ fn translate_create(create: &sql::CreateTable) -> Result<Statement> {
     }
     attributes.remove(key_column);
     let schema = Schema::new(&key, attributes).map_err(QueryError::Store)?;
-    Ok(Statement::CreateTable { name, schema })
+    let partition = create
+        .partition_by
+        .as_deref()
+        .map(translate_partition)
+        .transpose()?;
+    Ok(Statement::CreateTable {
+        name,
+        schema,
+        partition,
+    })
+}
+
+/// `PARTITION BY HOUR(ts)`, `DAY(ts)` or `MONTH(ts)`.
+fn translate_partition(expr: &sql::Expr) -> Result<TimePartition> {
+    let wrong = || {
+        unsupported(
+            format!("PARTITION BY {expr} (HOUR(column), DAY(column) or MONTH(column) only)"),
+            expr.span().start,
+        )
+    };
+    let sql::Expr::Function(function) = expr else {
+        return Err(wrong());
+    };
+    let granularity = Granularity::parse(&function.name.to_string()).ok_or_else(wrong)?;
+    let sql::FunctionArguments::List(list) = &function.args else {
+        return Err(wrong());
+    };
+    let [sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(sql::Expr::Identifier(column)))] =
+        list.args.as_slice()
+    else {
+        return Err(wrong());
+    };
+    Ok(TimePartition {
+        attribute: column.value.clone(),
+        granularity,
+    })
 }
 
 fn attr_type_of(data_type: &sql::DataType, at: Location) -> Result<AttrType> {

@@ -82,6 +82,16 @@ fn describe(name: &str, table: &Table) -> Result<JsonValue, ApiError> {
             "sorted": marks.sorted,
             "compressed": marks.compressed,
         },
+        "partition": table.partition().map(|p| json!({
+            "attribute": p.attribute,
+            "granularity": p.granularity.name(),
+            "chunk_shards": p.chunk_layout.shards,
+            "chunk_replicas": p.chunk_layout.replicas,
+        })),
+        "chunk_of": table.chunk_of().map(|c| json!({
+            "table": c.table,
+            "start": puffer_store::timestamp::format_timestamp_micros(c.start_micros),
+        })),
     }))
 }
 
@@ -291,6 +301,9 @@ pub(crate) struct CreateTable {
     shards: Option<u32>,
     /// Replicas per shard (default: the server's `[adapt] replicas`).
     replicas: Option<u32>,
+    /// Time-partitioned by a timestamp attribute: `{"attribute", "granularity":
+    /// "hour" | "day" | "month"}` (shards and replicas are then each chunk's).
+    partition_by: Option<puffer_query::TimePartition>,
 }
 
 pub(crate) async fn create_table(
@@ -307,7 +320,9 @@ pub(crate) async fn create_table(
             shards: request.shards.unwrap_or(defaults.shards),
             replicas: request.replicas.unwrap_or(defaults.replicas),
         };
-        state.db.create_table_with(&request.name, schema, layout)?;
+        state
+            .db
+            .create_table_partitioned(&request.name, schema, layout, request.partition_by)?;
         let shard = state.db.table(&request.name)?;
         Ok((StatusCode::CREATED, Json(describe(&request.name, &shard)?)).into_response())
     })

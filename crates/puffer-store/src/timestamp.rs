@@ -96,7 +96,7 @@ fn days_in_month(year: i64, month: i64) -> i64 {
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
 /// days_from_civil: years start in March so the leap day comes last).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let year = if month <= 2 { year - 1 } else { year };
     let era = year.div_euclid(400);
     let year_of_era = year - era * 400;
@@ -123,7 +123,7 @@ pub fn format_timestamp_micros(micros: i64) -> String {
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (the inverse of
 /// `days_from_civil`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let day_of_era = z - era * 146_097;

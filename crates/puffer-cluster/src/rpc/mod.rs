@@ -235,6 +235,10 @@ mod tests {
                 shards: 4,
                 replicas: 2,
             }),
+            partition: Some(puffer_query::TimePartition {
+                attribute: "ts".into(),
+                granularity: puffer_query::Granularity::Day,
+            }),
         });
     }
 }

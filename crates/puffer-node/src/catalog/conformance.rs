@@ -41,6 +41,8 @@ fn table(name: &str, uid: u64, shards: u32, replicas: u32) -> TableEntry {
         uid,
         layout: TableLayout { shards, replicas },
         schema: schema(1),
+        partition: None,
+        chunk_of: None,
     }
 }
 

@@ -40,6 +40,33 @@ pub struct TableEntry {
     pub layout: TableLayout,
     /// The schema, as of the last SCU that changed it.
     pub schema: Schema,
+    /// How its records are spread over time chunks, if it is time-partitioned (it
+    /// then holds none itself; see [`crate::partition`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<Partitioning>,
+    /// The time-partitioned table this table is a chunk of, if it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_of: Option<ChunkOf>,
+}
+
+/// How a time-partitioned table's chunks are made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partitioning {
+    /// The timestamp attribute records are partitioned by.
+    pub attribute: String,
+    /// The chunks' length.
+    pub granularity: puffer_query::Granularity,
+    /// Shards and replicas of each chunk.
+    pub chunk_layout: TableLayout,
+}
+
+/// What a chunk is a chunk of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkOf {
+    /// The time-partitioned table.
+    pub table: String,
+    /// The chunk's first microsecond.
+    pub start_micros: i64,
 }
 
 /// A text file in the catalog.
