@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use puffer_adapt::replication::{
-    collect_garbage, lazy_transition, match_bins_to_nodes, modified_best_fit,
-    uniform_placement_keeping, GcConfig, NodeStorage, MAX_SEGMENT_SIZE_BYTES,
+    collect_garbage, inherit_from_predecessors, lazy_transition, match_bins_to_nodes,
+    modified_best_fit, uniform_placement_keeping, GcConfig, NodeStorage, MAX_SEGMENT_SIZE_BYTES,
 };
 
 use crate::popularity::NodeRoom;
@@ -372,6 +372,29 @@ pub fn plan_by_popularity(
     Ok(placement)
 }
 
+/// Gives each time-partitioned table's newest chunk, shard by shard, at least the
+/// popularity of the chunk before it: queries ask for "the latest", and a new chunk
+/// planned as cold would sit on one node with the hottest load until its own counts
+/// caught up (`puffer-bench getafix` measured this, see the README).
+pub fn newest_chunks_inherit(tables: &[TableEntry], popularity: &mut BTreeMap<(u64, u32), f64>) {
+    let mut chunks: BTreeMap<&str, Vec<&TableEntry>> = BTreeMap::new();
+    for table in tables {
+        if let Some(of) = &table.chunk_of {
+            chunks.entry(of.table.as_str()).or_default().push(table);
+        }
+    }
+    let mut heirs = Vec::new();
+    for list in chunks.values_mut() {
+        list.sort_by_key(|t| t.chunk_of.as_ref().map(|c| c.start_micros));
+        if let [.., before, newest] = list.as_slice() {
+            for shard in 0..newest.layout.shards.min(before.layout.shards) {
+                heirs.push(((newest.uid, shard), (before.uid, shard)));
+            }
+        }
+    }
+    inherit_from_predecessors(popularity, &heirs);
+}
+
 /// The placement the coordinator leader last wrote, if any.
 pub fn read_placement(etcd: &Etcd) -> Result<Option<ShardPlacement>> {
     crate::etcd::read_coordinated(etcd, PLACEMENT_NAME)
@@ -397,6 +420,12 @@ pub fn coordinate(
         .map(|card| card.node_id)
         .collect();
     let current = read_placement(etcd)?;
+    let popularity = popularity.map(|p| {
+        let mut p = p.clone();
+        newest_chunks_inherit(&tables, &mut p);
+        p
+    });
+    let popularity = popularity.as_ref();
     let next = plan_by_popularity(
         &tables,
         &data_nodes,
@@ -670,5 +699,40 @@ mod tests {
         // b reported no room: never full.
         assert_eq!(rooms[1].capacity_bytes, u64::MAX);
         assert_eq!(rooms[1].size_bytes_by_segment, [(0, 70)].into());
+    }
+
+    #[test]
+    fn the_newest_chunk_inherits_its_predecessors_popularity_shard_by_shard() {
+        let chunk = |uid: u64, start: i64| TableEntry {
+            chunk_of: Some(puffer_node::catalog::ChunkOf {
+                table: "wiki".into(),
+                start_micros: start,
+            }),
+            ..table(uid, 2)
+        };
+        // Chunks 5 (oldest), 7, 6 (newest by time, not by uid); a plain table 9.
+        let tables = [chunk(5, 100), chunk(7, 300), chunk(6, 200), table(9, 2)];
+        let mut popularity: BTreeMap<(u64, u32), f64> = [
+            ((6, 0), 10.0),
+            ((6, 1), 4.0),
+            ((7, 1), 6.0),
+            ((5, 0), 50.0),
+            ((9, 0), 3.0),
+        ]
+        .into();
+        newest_chunks_inherit(&tables, &mut popularity);
+        // 7 (newest) takes 6's shard 0 and keeps its own larger shard 1; nothing else moves.
+        assert_eq!(
+            popularity,
+            [
+                ((6, 0), 10.0),
+                ((6, 1), 4.0),
+                ((7, 0), 10.0),
+                ((7, 1), 6.0),
+                ((5, 0), 50.0),
+                ((9, 0), 3.0)
+            ]
+            .into()
+        );
     }
 }

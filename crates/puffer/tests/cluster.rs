@@ -843,7 +843,8 @@ fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
 /// coordinator (collecting the data nodes' read counts every second) give that shard a
 /// replica on every data node and routing fractions summing to 1, the others keeping
 /// the floor of `--segment-replicas`; every read answers as the model says throughout;
-/// the popularity survives in etcd's checkpoint and shows in `/v1/admin/placement`.
+/// the popularity survives in etcd's checkpoint and shows in `/v1/admin/placement`;
+/// a time-partitioned table made and read through the broker answers as the model.
 #[test]
 fn a_hot_shard_gets_more_replicas_by_its_popularity() {
     let test = "a_hot_shard_gets_more_replicas_by_its_popularity";
@@ -945,6 +946,49 @@ fn a_hot_shard_gets_more_replicas_by_its_popularity() {
     // Every node answers the same view (from etcd), and every key is still right.
     assert_eq!(placement(&c.base)["shards"], placement(&a.base)["shards"]);
     agrees(&broker.base, &model);
+
+    // A time-partitioned table through the broker: its chunks are tables the leader
+    // makes, placed like any other; counts by time read the chunks they overlap.
+    let events = json!({"name": "events", "key": "id", "shards": 2,
+        "attributes": [{"name": "ts", "type": "timestamp"}, {"name": "city", "type": "string"}],
+        "partition_by": {"attribute": "ts", "granularity": "day"}});
+    post(&format!("{}/v1/tables", broker.base), &events).unwrap();
+    let days = ["2015-09-11", "2015-09-12", "2015-09-13"];
+    let rows: Vec<Value> = (0..60)
+        .map(|i| {
+            let city = ["Lisbon", "Porto"][i % 2];
+            let ts = format!("{}T{:02}:00:00Z", days[i % 3], i % 24);
+            json!({"id": format!("e{i}"), "ts": ts, "city": city})
+        })
+        .collect();
+    post(
+        &format!("{}/v1/tables/events/records", broker.base),
+        &json!(rows),
+    )
+    .unwrap();
+    for (sql, want) in [
+        ("SELECT COUNT(*) FROM events", 60),
+        (
+            "SELECT COUNT(*) FROM events WHERE ts >= '2015-09-12' AND ts < '2015-09-13'",
+            20,
+        ),
+        (
+            "SELECT COUNT(*) FROM events WHERE ts >= '2015-09-12' AND city = 'Porto'",
+            20,
+        ),
+    ] {
+        for node in [&broker, &a] {
+            let answer = post(&format!("{}/v1/sql", node.base), &json!({"query": sql})).unwrap();
+            assert_eq!(
+                answer["count"],
+                json!(want),
+                "{sql} on {}: {answer}",
+                node.base
+            );
+        }
+    }
+    let record = get(&format!("{}/v1/tables/events/records/e4", broker.base)).unwrap();
+    assert_eq!(record["record"]["city"], json!("Lisbon"), "{record}");
 
     // The coordinator leader is killed: the other candidate goes on from the
     // checkpointed counts (its windows continue the count, the hot shard stays hot).

@@ -101,9 +101,9 @@ fn unscale(sum: u128) -> f64 {
 /// windows it is planned as if it were cold while it is the hottest. Planning it with the
 /// predecessor's popularity gives it its replicas at once; the predecessor keeps its own,
 /// which then ages down. A predecessor without popularity gives nothing.
-pub fn inherit_from_predecessors(
-    popularity_by_segment: &mut BTreeMap<SegmentId, f64>,
-    heirs: &[(SegmentId, SegmentId)],
+pub fn inherit_from_predecessors<K: Ord + Copy>(
+    popularity_by_segment: &mut BTreeMap<K, f64>,
+    heirs: &[(K, K)],
 ) {
     for &(segment, predecessor) in heirs {
         let inherited = popularity_by_segment
