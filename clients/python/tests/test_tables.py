@@ -298,3 +298,44 @@ def test_timestamps_in_predicates_accept_datetimes(people: Loaded) -> None:
     where = {"range": {"joined": {"gte": low}}}
     expected = oracle.select({"range": {"joined": {"gte": ts_text(int(low.timestamp()) * 1_000_000)}}})
     assert table.search(where=where).rows == expected
+
+
+def test_time_partitioned_table_reads_like_its_model(client: pufferdb.Client) -> None:
+    """Records over three days in day chunks: counts by time range, by city and gets
+    answer as a model of (day, key) -> record, the newest day's record for a key."""
+    table = client.create_table(
+        "edits",
+        key="id",
+        attributes={"ts": "timestamp", "city": "string"},
+        partition_by=("ts", "day"),
+    )
+    rng = random.Random(7)
+    start = dt.datetime(2015, 9, 11, tzinfo=dt.timezone.utc)
+    model: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for _ in range(4):
+        batch = []
+        for _ in range(40):
+            key = f"e{rng.randrange(50)}"
+            when = start + dt.timedelta(minutes=rng.randrange(3 * 24 * 60))
+            record = {"id": key, "ts": when.isoformat(), "city": rng.choice(["Lisbon", "Porto"])}
+            model[(when.date().isoformat(), key)] = {**record, "_when": when}
+            batch.append(record)
+        # The latest write of a (day, key) in a batch wins, as in the batch order.
+        table.put(batch)
+    description = table.describe()
+    assert description["partition"]["granularity"] == "day"
+    chunks = [name for name in client.tables() if name.startswith("edits__")]
+    assert sorted(chunks) == sorted({f"edits__{day.replace('-', '')}" for day, _ in model})
+    for day in ["2015-09-11", "2015-09-12", "2015-09-13"]:
+        low = dt.datetime.fromisoformat(day).replace(tzinfo=dt.timezone.utc)
+        where = {"range": {"ts": {"gte": low, "lt": low + dt.timedelta(days=1)}}}
+        expected = sum(1 for (d, _) in model if d == day)
+        assert table.count(where=where) == expected
+        assert table.count(where=where, city="Porto") == sum(
+            1 for (d, _), r in model.items() if d == day and r["city"] == "Porto"
+        )
+    for key in {k for _, k in model}:
+        newest = max((r for (_, k), r in model.items() if k == key), key=lambda r: r["_when"].date())
+        assert table.get(key)["city"] == newest["city"]
+    client.drop_table("edits")
+    assert not [name for name in client.tables() if name.startswith("edits")]

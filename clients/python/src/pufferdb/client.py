@@ -291,6 +291,7 @@ class Client:
         attributes: Optional[AttributeSpec] = None,
         *,
         exist_ok: bool = False,
+        partition_by: Optional[Tuple[str, str]] = None,
     ) -> "Table":
         """Creates a table and returns it.
 
@@ -301,8 +302,18 @@ class Client:
                 dicts or ``(name, type)`` pairs; types are ``string``, ``int``,
                 ``float``, ``bool`` and ``timestamp``.
             exist_ok: do not raise :class:`Conflict` if the table exists.
+            partition_by: ``(timestamp attribute, "hour" | "day" | "month")``: a
+                time-partitioned table, each record in the chunk of its time (a key is
+                unique within a chunk; a get answers the newest chunk's record).
         """
-        request = {"name": name, "key": key, "attributes": _normalize_attributes(attributes)}
+        request: Dict[str, Any] = {
+            "name": name,
+            "key": key,
+            "attributes": _normalize_attributes(attributes),
+        }
+        if partition_by is not None:
+            attribute, granularity = partition_by
+            request["partition_by"] = {"attribute": attribute, "granularity": granularity}
         try:
             self._json("POST", "/v1/tables", json_body=request)
         except Conflict:
