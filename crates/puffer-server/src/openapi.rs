@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 /// Every route: (method, path, summary). Tests check the router serves each of them.
 pub const ROUTES: &[(&str, &str, &str)] = &[
     ("post", "/v1/sql", "Run one SQL statement (SELECT ... FRESHNESS s, INSERT, DELETE, CREATE TABLE, DROP TABLE, SHOW TABLES, DESCRIBE)"),
-    ("post", "/v1/tables", "Create a table"),
+    ("post", "/v1/tables", "Create a table (time-partitioned with partition_by)"),
     ("get", "/v1/tables", "List tables"),
     ("get", "/v1/tables/{table}", "Describe a table"),
     ("delete", "/v1/tables/{table}", "Drop a table and its data"),
@@ -22,6 +22,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/v1/texts/{name}/range", "Offsets whose suffix lies between two bounds (lo, hi)"),
     ("get", "/v1/texts/{name}/wildcard", "Matches of a prefix, at most max_gap bytes, then a suffix"),
     ("get", "/v1/admin/cluster", "The cluster as this node sees it: nodes, roles, leases, leaders, the log's tail (a single node says so)"),
+    ("get", "/v1/admin/placement", "Per shard its popularity, replicas, holders and routing fractions; per data node its room (a single node says it places nothing)"),
     ("get", "/v1/admin/replicas", "The adaptive node: every shard replica's layers, footprint, queue and response rate"),
     ("get", "/v1/admin/history", "Every replica's samples of the last last_s seconds (what the dashboard plots)"),
     ("post", "/v1/admin/replicas/{id}/layers", "Add or drop a layer by hand (pins the replica), set a count, or hand it back to the layer manager"),
