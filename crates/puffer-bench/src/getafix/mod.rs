@@ -188,6 +188,7 @@ pub fn run(args: &GetafixArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
 
+    let partitioning = measure_partitioning(args)?;
     let service = measure_segment(args)?;
     let stored_step = service.layers_by_step.len() - 1;
     println!("\nservice time of one segment query (one hour of wikiticker, one thread):");
@@ -365,7 +366,8 @@ pub fn run(args: &GetafixArgs) -> anyhow::Result<()> {
     }
 
     print_table(&rows);
-    let summary = summarize(&rows, &service, args);
+    let mut summary = summarize(&rows, &service, args);
+    summary["time_partitioned"] = partitioning;
     write_summary_csv(&args.out_dir, &rows)?;
     chart::draw_all(&args.out_dir, &rows_for_chart(&rows))?;
     println!("\nCSV and PNG in {}", args.out_dir.display());
@@ -409,6 +411,150 @@ fn run_one(
     write_series(out_dir, &row)?;
     rows.push(row);
     Ok(rows.len() - 1)
+}
+
+/// The whole of wikiticker loaded into a plain table and into one partitioned by hour,
+/// alternately in rounds; then counts over random one-hour windows on both, alternated,
+/// every answer compared: a time condition reads only the chunk it overlaps.
+fn measure_partitioning(args: &GetafixArgs) -> anyhow::Result<serde_json::Value> {
+    use puffer_node::{Database, DatabaseOptions, ReadAnswer, ReadRequest, TableLayout, Wait};
+    use puffer_store::{Predicate, ReadOptions, Value, WriteOp};
+    use std::ops::Bound;
+    use std::time::Instant;
+
+    let table = puffer_query::import::read_table(
+        std::slice::from_ref(&args.input),
+        puffer_query::import::KeySource::RowNumber,
+    )
+    .map_err(|e| anyhow::anyhow!("reading {}: {}", args.input.display(), e.message()))?;
+    let attribute = "time";
+    ensure!(
+        table
+            .schema
+            .attributes
+            .iter()
+            .any(|a| a.name == attribute && a.attr_type == puffer_store::AttrType::Timestamp),
+        "{} has no timestamp attribute {attribute:?}",
+        args.input.display()
+    );
+    let work = tempfile::tempdir()?;
+    let db = Database::open_with(work.path(), DatabaseOptions::default())?;
+    let layout = TableLayout {
+        shards: 1,
+        replicas: 1,
+    };
+    db.create_table_partitioned("plain", table.schema.clone(), layout, None)?;
+    let partition = puffer_query::TimePartition {
+        attribute: attribute.into(),
+        granularity: puffer_query::Granularity::Hour,
+    };
+    db.create_table_partitioned("hourly", table.schema.clone(), layout, Some(partition))?;
+    let mut load_seconds = [0.0f64; 2];
+    for rows in (0..table.len()).collect::<Vec<_>>().chunks(2000) {
+        for (side, name) in ["plain", "hourly"].iter().enumerate() {
+            let ops = rows
+                .iter()
+                .map(|&r| WriteOp::Put(table.record(r)))
+                .collect();
+            let started = Instant::now();
+            db.write_batch(vec![(name.to_string(), ops)])?;
+            load_seconds[side] += started.elapsed().as_secs_f64();
+        }
+    }
+    for name in ["plain", "hourly"] {
+        db.table(name)?.compact_all()?;
+    }
+    for (_, chunk) in db.chunks_of("hourly") {
+        chunk.compact_all()?;
+    }
+    let chunks = db.chunks_of("hourly").len();
+    let day = puffer_store::timestamp::parse_timestamp_micros("2015-09-12").expect("a date");
+    let hour = 3_600_000_000i64;
+    // Two kinds of count over a random hour: the time range alone (the plain table's
+    // index answers a range directly), and the range with a substring of the comment
+    // (the plain table searches every record's comment, the chunk only its own).
+    let kinds = ["range", "range_and_contains"];
+    let mut micros = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    let mut mismatches = 0u64;
+    let mut state = args.seed | 1;
+    for _ in 0..200 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let lo = day + (state % (23 * 60)) as i64 * 60_000_000;
+        let range = Predicate::Range {
+            attribute: attribute.into(),
+            lower: Bound::Included(Value::Timestamp(lo)),
+            upper: Bound::Excluded(Value::Timestamp(lo + hour)),
+        };
+        let predicates = [
+            range.clone(),
+            Predicate::And(vec![
+                range,
+                Predicate::Contains("comment".into(), b"the".to_vec()),
+            ]),
+        ];
+        for (kind, predicate) in predicates.into_iter().enumerate() {
+            let request = ReadRequest::Count {
+                predicate,
+                read: ReadOptions::default(),
+            };
+            let mut counts = [0u64; 2];
+            for (side, name) in ["plain", "hourly"].iter().enumerate() {
+                let started = Instant::now();
+                let answer = db.read(name, &request, Wait::Allowed)?;
+                micros[kind][side].push(started.elapsed().as_secs_f64() * 1e6);
+                if let Some(ReadAnswer::Count { count, .. }) = answer {
+                    counts[side] = count;
+                }
+            }
+            mismatches += u64::from(counts[0] != counts[1]);
+        }
+    }
+    ensure!(
+        mismatches == 0,
+        "{mismatches} counts differ between the plain and the partitioned table"
+    );
+    for kind in &mut micros {
+        for side in kind.iter_mut() {
+            side.sort_by(f64::total_cmp);
+        }
+    }
+    let rows = table.len() as f64;
+    println!(
+        "\ntime-partitioned table ({} rows of {}, {chunks} hour chunks): load {:.0} rows/s plain, {:.0} partitioned",
+        table.len(),
+        args.input.display(),
+        rows / load_seconds[0],
+        rows / load_seconds[1],
+    );
+    let mut counts_json = serde_json::Map::new();
+    for (kind, name) in kinds.iter().enumerate() {
+        let [plain, partitioned] = &micros[kind];
+        println!(
+            "  count over one hour, {name}: p50 {:.0} us plain, {:.0} us partitioned (p99 {:.0} / {:.0}); 200, all equal",
+            quantile(plain, 0.5),
+            quantile(partitioned, 0.5),
+            quantile(plain, 0.99),
+            quantile(partitioned, 0.99),
+        );
+        counts_json.insert(
+            name.to_string(),
+            json!({
+                "p50_us_plain": round(quantile(plain, 0.5), 1),
+                "p50_us_partitioned": round(quantile(partitioned, 0.5), 1),
+                "p99_us_plain": round(quantile(plain, 0.99), 1),
+                "p99_us_partitioned": round(quantile(partitioned, 0.99), 1),
+            }),
+        );
+    }
+    Ok(json!({
+        "rows": table.len(),
+        "chunks": chunks,
+        "load_rows_per_second_plain": round(rows / load_seconds[0], 0),
+        "load_rows_per_second_partitioned": round(rows / load_seconds[1], 0),
+        "counts_over_one_hour": counts_json,
+    }))
 }
 
 /// Loads the hour's rows into a shard and measures a segment query at each layer count.
