@@ -504,9 +504,13 @@ impl Broker {
         chosen: &[std::sync::Arc<DataNode>],
     ) -> std::result::Result<ReadAnswer, (std::sync::Arc<DataNode>, QueryError)> {
         let read = request.read_options();
-        let request = if (shards.len() > 1 || read.min_snapshot > 0) && read.at.is_none() {
-            // One snapshot for every shard: the newest that every chosen node holds,
-            // waiting (until the deadline) for one at least as new as asked.
+        // A read of several shards takes one snapshot every chosen node holds, at least
+        // the one asked for; a read at a given snapshot (a time-partitioned table's
+        // later chunks, at the snapshot its first chunk was read at) waits, as long as
+        // the deadline allows, until the chosen nodes hold it.
+        let choose = read.at.is_none() && (shards.len() > 1 || read.min_snapshot > 0);
+        let needed = read.at.unwrap_or(read.min_snapshot);
+        let request = if choose || read.at.is_some_and(|at| at > 0) {
             let mut distinct: Vec<&std::sync::Arc<DataNode>> = Vec::new();
             for node in chosen {
                 if !distinct.iter().any(|d| d.node_id == node.node_id) {
@@ -516,15 +520,18 @@ impl Broker {
             let give_up = Instant::now() + self.deadline;
             loop {
                 let at = self.common_published(&distinct)?;
-                if at >= read.min_snapshot {
-                    break request.at(at);
+                if at >= needed {
+                    break if choose {
+                        request.at(at)
+                    } else {
+                        request.clone()
+                    };
                 }
                 if Instant::now() >= give_up {
                     return Err((
                         chosen[0].clone(),
                         StoreError::Unavailable(format!(
-                            "the data nodes hold snapshot {at}; snapshot {} was asked for",
-                            read.min_snapshot
+                            "the data nodes hold snapshot {at}; snapshot {needed} was asked for"
                         ))
                         .into(),
                     ));

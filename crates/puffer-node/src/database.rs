@@ -1110,6 +1110,13 @@ impl Database {
             Some(remote) => {
                 let here = self.table(table)?;
                 if here.holds_for(request) {
+                    // A read at a snapshot chosen elsewhere (a time-partitioned table's
+                    // later chunks) waits, a bounded time, for this follower to hold it.
+                    if let Some(at) = request.read_options().at {
+                        if wait == Wait::Allowed && at > self.published() {
+                            self.committer.wait_published(at, MAX_WAIT_FOR_OWN_WRITE);
+                        }
+                    }
                     here.read(request, wait)
                 } else {
                     // A data node holding only the shards placed on it reads the
