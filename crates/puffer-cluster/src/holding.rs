@@ -349,6 +349,7 @@ mod tests {
             .into_iter()
             .collect(),
             fractions: Default::default(),
+            dropping: Default::default(),
         }
     }
 

@@ -575,6 +575,7 @@ impl ClusterNode {
                     "replicas": holders.len(),
                     "holders": holders,
                     "fractions": placement.as_ref().and_then(|p| p.fractions(table.uid, shard)),
+                    "dropping": placement.as_ref().map(|p| p.dropping(table.uid, shard).to_vec()).unwrap_or_default(),
                 }));
             }
         }

@@ -50,6 +50,11 @@ pub struct ShardPlacement {
     /// share its reads by their queue lengths alone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fractions: BTreeMap<u64, Vec<Vec<f64>>>,
+    /// Per table uid, per shard, the holders the last popularity run no longer wants:
+    /// they keep the shard (with no share of its reads) until the next run, which lets
+    /// them go unless the shard is wanted there again (Getafix's lazy deletion).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropping: BTreeMap<u64, Vec<Vec<String>>>,
 }
 
 impl ShardPlacement {
@@ -68,6 +73,14 @@ impl ShardPlacement {
             .get(shard as usize)
             .map(Vec::as_slice)
             .filter(|f| f.iter().any(|&x| x > 0.0))
+    }
+
+    /// The holders of shard `shard` of table `uid` that the next run lets go.
+    pub fn dropping(&self, uid: u64, shard: u32) -> &[String] {
+        self.dropping
+            .get(&uid)
+            .and_then(|t| t.get(shard as usize))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Shards held per node.
@@ -97,6 +110,7 @@ pub fn plan(
         replicas,
         tables: BTreeMap::new(),
         fractions: BTreeMap::new(),
+        dropping: BTreeMap::new(),
     };
     if data_nodes.is_empty() {
         return Ok(placement);
@@ -236,6 +250,7 @@ pub fn plan_by_popularity(
         replicas,
         tables: BTreeMap::new(),
         fractions: BTreeMap::new(),
+        dropping: BTreeMap::new(),
     };
     if nodes.is_empty() {
         return Ok(placement);
@@ -264,6 +279,17 @@ pub fn plan_by_popularity(
         .collect();
     // share[segment][node]: the fraction of its reads node serves.
     let mut share: Vec<BTreeMap<usize, f64>> = vec![BTreeMap::new(); shards.len()];
+    // The holders the last run marked to go, and those this run marks.
+    let marked: Vec<BTreeSet<usize>> = shards
+        .iter()
+        .map(|&(uid, shard)| {
+            let going = current.map_or(&[][..], |c| c.dropping(uid, shard));
+            (0..nodes.len())
+                .filter(|&n| going.contains(nodes[n]))
+                .collect()
+        })
+        .collect();
+    let mut dropping: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); shards.len()];
     match popularity {
         Some(popularity) => {
             let loads: BTreeMap<u64, f64> = shards
@@ -287,10 +313,24 @@ pub fn plan_by_popularity(
                 held[node].insert(segment);
             }
             let floor = replicas.min(nodes.len());
+            // What the last run marked goes now, unless the plan wants it there again;
+            // what this run drops is marked, and keeps serving until the next run.
+            let wanted_by_node = target.segments_by_node();
+            for (segment, going) in marked.iter().enumerate() {
+                let segment_id = segment as u64;
+                for &node in going {
+                    let holders = held.iter().filter(|h| h.contains(&segment_id)).count();
+                    if !wanted_by_node[node].contains(&segment_id) && holders > floor {
+                        held[node].remove(&segment_id);
+                    }
+                }
+            }
             for &(node, segment) in &transition.drops {
+                // Only what can go: a shard at its floor keeps its holders.
                 let holders = held.iter().filter(|h| h.contains(&segment)).count();
-                if holders > floor {
-                    held[node].remove(&segment);
+                let going = dropping[segment as usize].len();
+                if held[node].contains(&segment) && holders > floor + going {
+                    dropping[segment as usize].insert(node);
                 }
             }
             if let Some(storage) = storage {
@@ -311,6 +351,13 @@ pub fn plan_by_popularity(
             }
         }
         None => {
+            for (segment, going) in marked.iter().enumerate() {
+                dropping[segment] = going
+                    .iter()
+                    .copied()
+                    .filter(|&n| held[n].contains(&(segment as u64)))
+                    .collect();
+            }
             for (segment, &(uid, shard)) in shards.iter().enumerate() {
                 let Some(c) = current else { continue };
                 let (Some(holders), Some(fractions)) =
@@ -366,6 +413,21 @@ pub fn plan_by_popularity(
         }
         if let Some(table) = placement.fractions.get_mut(&uid) {
             table[shard as usize] = fractions;
+        }
+        let going: Vec<String> = dropping[segment]
+            .iter()
+            .filter(|&&n| held[n].contains(&(segment as u64)))
+            .map(|&n| nodes[n].clone())
+            .collect();
+        if !going.is_empty() {
+            let shard_count = tables
+                .iter()
+                .find(|t| t.uid == uid)
+                .map_or(0, |t| t.layout.shards as usize);
+            placement
+                .dropping
+                .entry(uid)
+                .or_insert_with(|| vec![Vec::new(); shard_count])[shard as usize] = going;
         }
     }
     // Node ids ascend in `nodes`, so the holders are already in ascending order.
@@ -575,12 +637,25 @@ mod tests {
             [((7, 0), 1.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 9.0)].into();
         let second =
             plan_by_popularity(&tables, &three, Some(&first), 1, Some(&hot_last), None).unwrap();
-        assert!(holder_count(&second, 7, 0) >= 2, "{second:?}");
+        // Lazily: the replica this run drops is marked and still held, with no share of
+        // the reads; nothing was marked before, so nothing goes yet.
+        assert_eq!(holder_count(&second, 7, 0), 3, "{second:?}");
+        let marked = second.dropping(7, 0).to_vec();
+        assert_eq!(marked.len(), 1, "{second:?}");
+        let holders = second.holders(7, 0).unwrap();
+        let at = holders.iter().position(|h| *h == marked[0]).unwrap();
+        assert_eq!(second.fractions(7, 0).unwrap()[at], 0.0, "{second:?}");
         assert_eq!(holder_count(&second, 7, 3), 3, "{second:?}");
+        // The next run lets the marked one go (the plan does not want it back) and
+        // marks at most one more.
         let third =
             plan_by_popularity(&tables, &three, Some(&second), 1, Some(&hot_last), None).unwrap();
-        assert!(holder_count(&third, 7, 0) >= 1);
-        assert!(holder_count(&third, 7, 0) <= holder_count(&second, 7, 0));
+        assert!(
+            !third.holders(7, 0).unwrap().contains(&marked[0]),
+            "{third:?}"
+        );
+        assert_eq!(holder_count(&third, 7, 0), 2, "{third:?}");
+        assert!(third.dropping(7, 0).len() <= 1);
         // Node b is lost between runs: the repair keeps the live holders, gives shards
         // left with none a replica, and scales the shares of the others back to 1.
         let two = nodes(&["a", "c"]);
@@ -617,6 +692,7 @@ mod tests {
             replicas: 1,
             tables: [(7, vec![nodes(&["a", "b"]); 4])].into(),
             fractions: BTreeMap::new(),
+            dropping: BTreeMap::new(),
         };
         let room = |capacity_bytes: u64| NodeRoom {
             capacity_bytes,
