@@ -930,7 +930,7 @@ impl Database {
             }
             if by_chunk.len() > crate::partition::MAX_CHUNKS {
                 return Err(QueryError::Limit(format!(
-                    "table {} would have {} time chunks; at most {} (choose a longer                      granularity)",
+                    "table {} would have {} time chunks; at most {} (choose a longer granularity)",
                     table.name(),
                     by_chunk.len(),
                     crate::partition::MAX_CHUNKS
@@ -980,7 +980,7 @@ impl Database {
         let chunk = self.table(&name)?;
         if chunk.chunk_of().map(|c| c.table.as_str()) != Some(table.name()) {
             return Err(QueryError::Invalid(format!(
-                "table {name} exists and is not a time chunk of {}; rename it to write to                  {} at that time",
+                "table {name} exists and is not a time chunk of {}; rename it to write to {} at that time",
                 table.name(),
                 table.name()
             )));
@@ -990,88 +990,70 @@ impl Database {
 
     /// A read of time-partitioned table `table`: a get from the newest chunk holding
     /// the key, a search or count over the chunks its time condition can match; every
-    /// chunk at the snapshot the first one read. `None` if `table` is not
-    /// time-partitioned.
-    fn read_partitioned(&self, table: &str, request: &ReadRequest) -> Result<Option<ReadAnswer>> {
-        let parent = self.table(table)?;
-        let Some(partitioning) = parent.partition().cloned() else {
-            return Ok(None);
-        };
+    /// chunk at the snapshot the first one read. The table itself (empty) answers when
+    /// no chunk is read.
+    fn read_partitioned(
+        &self,
+        table: &Table,
+        partitioning: &crate::catalog::Partitioning,
+        request: &ReadRequest,
+    ) -> Result<ReadAnswer> {
         if self.options.following {
             // The leader makes chunks; a node of a shared catalog learns of one made
             // since its last look only there, and a read must not miss it.
             self.sync_tables()?;
         }
-        let chunks = self.chunks_of(table);
+        let chunks = self.chunks_of(table.name());
         let mut snapshot: Option<u64> = None;
-        let mut read_chunk = |chunk: &Table| -> Result<ReadAnswer> {
+        let mut read = |table: &Table| -> Result<ReadAnswer> {
             let request = match snapshot {
                 Some(at) => request.at(at),
                 None => request.clone(),
             };
             let answer = self
-                .read_one(chunk.name(), &request, Wait::Allowed)?
+                .read_one(table, &request, Wait::Allowed)?
                 .ok_or_else(|| {
                     QueryError::Store(puffer_store::StoreError::Unavailable(
                         "a read allowed to wait for a replica got no answer".into(),
                     ))
                 })?;
-            snapshot.get_or_insert(snapshot_of(&answer));
+            snapshot.get_or_insert(answer.snapshot().snapshot);
             Ok(answer)
         };
-        match request {
+        let predicate = match request {
             ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {
-                let mut first = None;
+                let mut newest_miss = None;
                 for (_, chunk) in chunks.iter().rev() {
-                    let answer = read_chunk(chunk)?;
+                    let answer = read(chunk)?;
                     let found = match &answer {
                         ReadAnswer::Record { record, .. } => record.is_some(),
                         ReadAnswer::Raw { record, .. } => record.is_some(),
                         _ => false,
                     };
                     if found {
-                        return Ok(Some(answer));
+                        return Ok(answer);
                     }
-                    first.get_or_insert(answer);
+                    newest_miss.get_or_insert(answer);
                 }
-                match first {
-                    Some(answer) => Ok(Some(answer)),
-                    // No chunk yet: the table itself (empty) answers.
-                    None => self.read_one(table, request, Wait::Allowed),
-                }
+                return match newest_miss {
+                    Some(answer) => Ok(answer),
+                    None => read(table),
+                };
             }
-            ReadRequest::Search { query } => {
-                let range = crate::partition::time_range(&query.predicate, &partitioning.attribute);
-                self.read_chunks(table, request, &chunks, &partitioning, range, read_chunk)
-            }
-            ReadRequest::Count { predicate, .. } => {
-                let range = crate::partition::time_range(predicate, &partitioning.attribute);
-                self.read_chunks(table, request, &chunks, &partitioning, range, read_chunk)
-            }
-        }
-    }
-
-    /// The chunks overlapping `range`, read and merged (the table itself, empty,
-    /// answers when none does).
-    fn read_chunks(
-        &self,
-        table: &str,
-        request: &ReadRequest,
-        chunks: &[(i64, Arc<Table>)],
-        partitioning: &crate::catalog::Partitioning,
-        range: (i64, i64),
-        mut read_chunk: impl FnMut(&Table) -> Result<ReadAnswer>,
-    ) -> Result<Option<ReadAnswer>> {
+            ReadRequest::Search { query } => &query.predicate,
+            ReadRequest::Count { predicate, .. } => predicate,
+        };
+        let range = crate::partition::time_range(predicate, &partitioning.attribute);
         let mut answers = Vec::new();
-        for (start, chunk) in chunks {
+        for (start, chunk) in &chunks {
             if crate::partition::overlaps(partitioning.granularity, *start, range) {
-                answers.push(read_chunk(chunk)?);
+                answers.push(read(chunk)?);
             }
         }
         match answers.len() {
-            0 => self.read_one(table, request, Wait::Allowed),
-            1 => Ok(answers.pop()),
-            _ => crate::table::merged(request, answers).map(Some),
+            0 => read(table),
+            1 => Ok(answers.pop().expect("one answer")),
+            _ => crate::table::merged(request, answers),
         }
     }
 
@@ -1084,31 +1066,33 @@ impl Database {
         request: &ReadRequest,
         wait: Wait,
     ) -> Result<Option<ReadAnswer>> {
-        if self.table(table)?.partition().is_some() {
+        let here = self.table(table)?;
+        if let Some(partitioning) = here.partition() {
             // Several chunks, one after another: on a thread that may wait.
             return match wait {
                 Wait::Never => Ok(None),
-                Wait::Allowed => self.read_partitioned(table, request),
+                Wait::Allowed => self
+                    .read_partitioned(&here, partitioning, request)
+                    .map(Some),
             };
         }
-        self.read_one(table, request, wait)
+        self.read_one(&here, request, wait)
     }
 
     /// [`Database::read`] of one table, as it is stored.
     fn read_one(
         &self,
-        table: &str,
+        here: &Table,
         request: &ReadRequest,
         wait: Wait,
     ) -> Result<Option<ReadAnswer>> {
         let elsewhere = |remote: &Arc<dyn Remote>| match wait {
             Wait::Never => Ok(None),
-            Wait::Allowed => remote.read(table, request).map(Some),
+            Wait::Allowed => remote.read(here.name(), request).map(Some),
         };
         match &self.options.remote {
             Some(remote) if remote.reads_elsewhere() => elsewhere(remote),
             Some(remote) => {
-                let here = self.table(table)?;
                 if here.holds_for(request) {
                     // A read at a snapshot chosen elsewhere (a time-partitioned table's
                     // later chunks) waits, a bounded time, for this follower to hold it.
@@ -1124,7 +1108,7 @@ impl Database {
                     elsewhere(remote)
                 }
             }
-            None => self.table(table)?.read(request, wait),
+            None => here.read(request, wait),
         }
     }
 
@@ -1251,16 +1235,6 @@ impl Database {
             None => Ok(None),
             Some(other) => Err(unexpected_answer(other)),
         }
-    }
-}
-
-/// The snapshot an answer was read at.
-fn snapshot_of(answer: &ReadAnswer) -> u64 {
-    match answer {
-        ReadAnswer::Record { snapshot, .. }
-        | ReadAnswer::Raw { snapshot, .. }
-        | ReadAnswer::Count { snapshot, .. } => snapshot.snapshot,
-        ReadAnswer::Rows(result) => result.snapshot.snapshot,
     }
 }
 

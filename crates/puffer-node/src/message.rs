@@ -97,6 +97,18 @@ pub enum ReadAnswer {
     Count { count: u64, snapshot: SnapshotInfo },
 }
 
+impl ReadAnswer {
+    /// The snapshot it was read at.
+    pub fn snapshot(&self) -> &SnapshotInfo {
+        match self {
+            ReadAnswer::Record { snapshot, .. }
+            | ReadAnswer::Raw { snapshot, .. }
+            | ReadAnswer::Count { snapshot, .. } => snapshot,
+            ReadAnswer::Rows(result) => &result.snapshot,
+        }
+    }
+}
+
 /// Everything a replica is asked.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ReplicaRequest {
