@@ -176,15 +176,7 @@ impl<R: LayeredReplica> ShardGroup<R> {
     pub fn footprint_bytes(&self) -> u64 {
         self.replicas
             .iter()
-            .map(|slot| {
-                let replica = slot.pool.replica();
-                replica.other_memory_bytes()
-                    + replica
-                        .indexes()
-                        .iter()
-                        .map(|index| index.footprint().total_bytes())
-                        .sum::<u64>()
-            })
+            .map(|slot| slot.pool.replica().footprint_bytes())
             .sum()
     }
 

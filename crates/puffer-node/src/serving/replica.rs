@@ -16,6 +16,16 @@ pub trait LayeredReplica: Send + Sync + 'static {
     fn indexes(&self) -> Vec<TextIndex>;
     /// Resident bytes outside the indexes (key directories, boundaries, deletion marks).
     fn other_memory_bytes(&self) -> u64;
+
+    /// Resident bytes in all: the indexes at their present layers and the rest.
+    fn footprint_bytes(&self) -> u64 {
+        self.other_memory_bytes()
+            + self
+                .indexes()
+                .iter()
+                .map(|index| index.footprint().total_bytes())
+                .sum::<u64>()
+    }
 }
 
 impl LayeredReplica for TextIndex {
