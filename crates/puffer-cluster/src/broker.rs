@@ -105,26 +105,13 @@ fn is_node_failure(error: &QueryError) -> bool {
 /// given to it as queued (BlowFish 3.3.2). Idle nodes share a read's shards; a busy
 /// node gets fewer reads, and not none, so its queue length is heard again.
 pub fn pick_nodes(queues: &[usize], shards: usize, uniform: impl FnMut() -> f64) -> Vec<usize> {
-    let every: Vec<usize> = (0..queues.len()).collect();
-    pick_nodes_among(queues, &vec![every; shards], uniform)
+    let every: Vec<(usize, f64)> = (0..queues.len()).map(|i| (i, 0.0)).collect();
+    pick_nodes_weighted(queues, &vec![every; shards], uniform)
 }
 
 /// [`pick_nodes`] where shard `i` may go only to the candidates `allowed[i]` (indices
-/// into `queues`, at least one each): its holders.
-pub fn pick_nodes_among(
-    queues: &[usize],
-    allowed: &[Vec<usize>],
-    uniform: impl FnMut() -> f64,
-) -> Vec<usize> {
-    let weighted: Vec<Vec<(usize, f64)>> = allowed
-        .iter()
-        .map(|among| among.iter().map(|&i| (i, 1.0)).collect())
-        .collect();
-    pick_nodes_weighted(queues, &weighted, uniform)
-}
-
-/// [`pick_nodes_among`] where each candidate of a shard comes with the share of the
-/// shard's reads the placement gives it (Getafix's routing fractions): chances are
+/// into `queues`, at least one each: its holders), each with the share of the shard's
+/// reads the placement gives it (Getafix's routing fractions): chances are
 /// proportional to that share over 1 + its queue. A shard whose candidates all have
 /// share 0 (no plan for it, or only holders the plan did not count on) is spread by
 /// queues alone.
@@ -580,7 +567,7 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use super::{pick_nodes, pick_nodes_among, pick_nodes_weighted};
+    use super::{pick_nodes, pick_nodes_weighted};
 
     /// Draws from a fixed sequence (splitmix64), so the test is exact each run.
     fn draws(seed: u64) -> impl FnMut() -> f64 {
@@ -646,13 +633,13 @@ mod tests {
     #[test]
     fn a_shard_goes_only_to_its_holders_inversely_to_their_queues() {
         // Shard 0 is on nodes 0 and 2, shard 1 on node 1 only.
-        let (queues, allowed) = ([0, 5, 3], vec![vec![0, 2], vec![1]]);
+        let (queues, allowed) = ([0, 5, 3], vec![vec![(0, 0.0), (2, 0.0)], vec![(1, 0.0)]]);
         let mut uniform = draws(3);
         let (mut on_zero, reads) = (0usize, 40_000);
         for _ in 0..reads {
-            let picked = pick_nodes_among(&queues, &allowed, &mut uniform);
+            let picked = pick_nodes_weighted(&queues, &allowed, &mut uniform);
             assert!(
-                allowed[0].contains(&picked[0]) && picked[1] == 1,
+                (picked[0] == 0 || picked[0] == 2) && picked[1] == 1,
                 "{picked:?}"
             );
             on_zero += usize::from(picked[0] == 0);

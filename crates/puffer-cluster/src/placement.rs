@@ -93,6 +93,59 @@ impl ShardPlacement {
     }
 }
 
+/// What both planners start from: `replicas` checked, an empty placement, the live
+/// data nodes (sorted, once each), every shard of `tables` as a segment (its position
+/// in ascending (uid, shard) order), and the segments each node holds in `current`.
+struct Start<'a> {
+    placement: ShardPlacement,
+    nodes: Vec<&'a String>,
+    shards: Vec<(u64, u32)>,
+    held: Vec<BTreeSet<u64>>,
+}
+
+fn start<'a>(
+    tables: &[TableEntry],
+    data_nodes: &'a [String],
+    current: Option<&ShardPlacement>,
+    replicas: usize,
+) -> Result<Start<'a>> {
+    if !(1..=MAX_SEGMENT_REPLICAS).contains(&replicas) {
+        return Err(ClusterError::Invalid(format!(
+            "segment replicas is between 1 and {MAX_SEGMENT_REPLICAS}, got {replicas}"
+        )));
+    }
+    let mut nodes: Vec<&String> = data_nodes.iter().collect();
+    nodes.sort();
+    nodes.dedup();
+    let mut shards: Vec<(u64, u32)> = tables
+        .iter()
+        .flat_map(|t| (0..t.layout.shards).map(move |s| (t.uid, s)))
+        .collect();
+    shards.sort();
+    let held = nodes
+        .iter()
+        .map(|node| {
+            (0..shards.len() as u64)
+                .filter(|&segment| {
+                    let (uid, shard) = shards[segment as usize];
+                    current
+                        .and_then(|c| c.holders(uid, shard))
+                        .is_some_and(|holders| holders.contains(node))
+                })
+                .collect()
+        })
+        .collect();
+    Ok(Start {
+        placement: ShardPlacement {
+            replicas,
+            ..ShardPlacement::default()
+        },
+        nodes,
+        shards,
+        held,
+    })
+}
+
 /// The placement of `tables` on `data_nodes` with `replicas` per shard, keeping what
 /// `current` places on nodes still there.
 pub fn plan(
@@ -101,48 +154,16 @@ pub fn plan(
     current: Option<&ShardPlacement>,
     replicas: usize,
 ) -> Result<ShardPlacement> {
-    if !(1..=MAX_SEGMENT_REPLICAS).contains(&replicas) {
-        return Err(ClusterError::Invalid(format!(
-            "segment replicas is between 1 and {MAX_SEGMENT_REPLICAS}, got {replicas}"
-        )));
-    }
-    let mut placement = ShardPlacement {
-        replicas,
-        tables: BTreeMap::new(),
-        fractions: BTreeMap::new(),
-        dropping: BTreeMap::new(),
-    };
-    if data_nodes.is_empty() {
+    let Start {
+        mut placement,
+        nodes,
+        shards,
+        held,
+    } = start(tables, data_nodes, current, replicas)?;
+    if nodes.is_empty() {
         return Ok(placement);
     }
-    let mut nodes: Vec<&String> = data_nodes.iter().collect();
-    nodes.sort();
-    nodes.dedup();
-    // Segment ids: the position of (uid, shard) in ascending order.
-    let shards: Vec<(u64, u32)> = {
-        let mut all: Vec<(u64, u32)> = tables
-            .iter()
-            .flat_map(|t| (0..t.layout.shards).map(move |s| (t.uid, s)))
-            .collect();
-        all.sort();
-        all
-    };
     let segments: BTreeSet<u64> = (0..shards.len() as u64).collect();
-    let held: Vec<BTreeSet<u64>> = nodes
-        .iter()
-        .map(|node| {
-            shards
-                .iter()
-                .enumerate()
-                .filter(|(_, &(uid, shard))| {
-                    current
-                        .and_then(|c| c.holders(uid, shard))
-                        .is_some_and(|holders| holders.contains(node))
-                })
-                .map(|(segment, _)| segment as u64)
-                .collect()
-        })
-        .collect();
     let placed = uniform_placement_keeping(&segments, &held, replicas)
         .map_err(|e| ClusterError::Invalid(e.to_string()))?;
     for table in tables {
@@ -238,45 +259,15 @@ pub fn plan_by_popularity(
             return plan(tables, data_nodes, current, replicas);
         }
     }
-    if !(1..=MAX_SEGMENT_REPLICAS).contains(&replicas) {
-        return Err(ClusterError::Invalid(format!(
-            "segment replicas is between 1 and {MAX_SEGMENT_REPLICAS}, got {replicas}"
-        )));
-    }
-    let mut nodes: Vec<&String> = data_nodes.iter().collect();
-    nodes.sort();
-    nodes.dedup();
-    let mut placement = ShardPlacement {
-        replicas,
-        tables: BTreeMap::new(),
-        fractions: BTreeMap::new(),
-        dropping: BTreeMap::new(),
-    };
+    let Start {
+        mut placement,
+        nodes,
+        shards,
+        mut held,
+    } = start(tables, data_nodes, current, replicas)?;
     if nodes.is_empty() {
         return Ok(placement);
     }
-    let shards: Vec<(u64, u32)> = {
-        let mut all: Vec<(u64, u32)> = tables
-            .iter()
-            .flat_map(|t| (0..t.layout.shards).map(move |s| (t.uid, s)))
-            .collect();
-        all.sort();
-        all
-    };
-    // held[n]: the segments (positions in `shards`) live node n holds now.
-    let mut held: Vec<BTreeSet<u64>> = nodes
-        .iter()
-        .map(|node| {
-            (0..shards.len() as u64)
-                .filter(|&segment| {
-                    let (uid, shard) = shards[segment as usize];
-                    current
-                        .and_then(|c| c.holders(uid, shard))
-                        .is_some_and(|holders| holders.contains(node))
-                })
-                .collect()
-        })
-        .collect();
     // share[segment][node]: the fraction of its reads node serves.
     let mut share: Vec<BTreeMap<usize, f64>> = vec![BTreeMap::new(); shards.len()];
     // The holders the last run marked to go, and those this run marks.
