@@ -112,15 +112,40 @@ impl AccessBook {
     /// Records one window from the reports of the nodes that answered (node id, its
     /// shards' counts); nodes not among them keep their last report.
     pub fn record_window(&mut self, reports: &BTreeMap<String, AccessReport>) -> Result<()> {
+        // Checked whole first: a window is recorded entirely or not at all.
+        if let Some((node, report)) = reports
+            .iter()
+            .find(|(_, r)| r.shards.len() > MAX_SHARDS_PER_REPORT)
+        {
+            return Err(ClusterError::Invalid(format!(
+                "node {node} reported {} shards, more than {MAX_SHARDS_PER_REPORT}",
+                report.shards.len()
+            )));
+        }
+        let nodes = self.last.len()
+            + reports
+                .keys()
+                .filter(|n| !self.last.contains_key(*n))
+                .count();
+        if nodes > MAX_NODES {
+            return Err(ClusterError::Invalid(format!(
+                "reports from more than {MAX_NODES} nodes"
+            )));
+        }
+        let shards: std::collections::BTreeSet<ShardKey> = reports
+            .values()
+            .flat_map(|r| r.shards.iter().map(|c| (c.uid, c.shard)))
+            .collect();
+        if shards.len() > puffer_adapt::replication::MAX_SEGMENTS {
+            return Err(ClusterError::Invalid(format!(
+                "reports of {} shards, more than {}",
+                shards.len(),
+                puffer_adapt::replication::MAX_SEGMENTS
+            )));
+        }
         let mut window: BTreeMap<ShardKey, u64> = BTreeMap::new();
         for (node, report) in reports {
             let counts = &report.shards;
-            if counts.len() > MAX_SHARDS_PER_REPORT {
-                return Err(ClusterError::Invalid(format!(
-                    "node {node} reported {} shards, more than {MAX_SHARDS_PER_REPORT}",
-                    counts.len()
-                )));
-            }
             let before: BTreeMap<ShardKey, LastCount> = self
                 .last
                 .get(node)
@@ -158,11 +183,6 @@ impl AccessBook {
                 },
             );
         }
-        if self.last.len() > MAX_NODES {
-            return Err(ClusterError::Invalid(format!(
-                "reports from more than {MAX_NODES} nodes"
-            )));
-        }
         self.windows.push_front(window.into_iter().collect());
         self.windows.truncate(MAX_WINDOWS);
         self.windows_recorded += 1;
@@ -199,7 +219,7 @@ impl AccessBook {
         for window in self.windows.iter().rev() {
             let counts = window.iter().map(|(key, n)| (id(key), *n)).collect();
             aged.record_window(&counts)
-                .expect("at most MAX_SHARDS_PER_REPORT x MAX_NODES shards, within its bound");
+                .expect("record_window bounds a window's shards by Popularity's own bound");
         }
         aged.popularities()
             .into_iter()
