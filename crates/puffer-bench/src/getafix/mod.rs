@@ -96,47 +96,61 @@ pub struct GetafixArgs {
     out_dir: PathBuf,
 }
 
-/// One run's figures.
+/// One run's figures; its samples sorted once, as every quantile reads them.
 struct RunRow {
     experiment: &'static str,
     nodes: usize,
     load: f64,
     policy: String,
     outcome: SimOutcome,
+    replicas_sorted: Vec<f64>,
+    memory_sorted_bytes: Vec<f64>,
 }
 
 impl RunRow {
+    fn new(
+        experiment: &'static str,
+        nodes: usize,
+        load: f64,
+        policy: String,
+        mut outcome: SimOutcome,
+    ) -> RunRow {
+        let sorted = |values: Vec<f64>| {
+            let mut values = values;
+            values.sort_by(f64::total_cmp);
+            values
+        };
+        outcome.latencies_seconds.sort_by(f64::total_cmp);
+        RunRow {
+            experiment,
+            nodes,
+            load,
+            policy,
+            replicas_sorted: sorted(outcome.replica_samples.iter().map(|&r| r as f64).collect()),
+            memory_sorted_bytes: sorted(
+                outcome
+                    .memory_samples_bytes
+                    .iter()
+                    .map(|&b| b as f64)
+                    .collect(),
+            ),
+            outcome,
+        }
+    }
+
     fn replicas(&self, q: f64) -> f64 {
-        let mut samples: Vec<f64> = self
-            .outcome
-            .replica_samples
-            .iter()
-            .map(|&r| r as f64)
-            .collect();
-        samples.sort_by(f64::total_cmp);
-        quantile(&samples, q)
+        quantile(&self.replicas_sorted, q)
     }
 
     fn memory_bytes(&self, q: f64) -> f64 {
-        let mut samples: Vec<f64> = self
-            .outcome
-            .memory_samples_bytes
-            .iter()
-            .map(|&r| r as f64)
-            .collect();
-        samples.sort_by(f64::total_cmp);
-        quantile(&samples, q)
+        quantile(&self.memory_sorted_bytes, q)
     }
 
     fn latency_ms(&self, q: Option<f64>) -> f64 {
         let latencies = &self.outcome.latencies_seconds;
         let seconds = match q {
             None => mean(latencies),
-            Some(q) => {
-                let mut sorted = latencies.clone();
-                sorted.sort_by(f64::total_cmp);
-                quantile(&sorted, q)
-            }
+            Some(q) => quantile(latencies, q),
         };
         seconds * 1e3
     }
@@ -401,13 +415,7 @@ fn run_one(
     if config.policy.is_getafix() && !config.successor_prior {
         policy.push_str("-no-prior");
     }
-    let row = RunRow {
-        experiment,
-        nodes: config.nodes,
-        load,
-        policy,
-        outcome,
-    };
+    let row = RunRow::new(experiment, config.nodes, load, policy, outcome);
     write_series(out_dir, &row)?;
     rows.push(row);
     Ok(rows.len() - 1)
