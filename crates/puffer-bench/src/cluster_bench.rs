@@ -25,7 +25,7 @@ use puffer_cluster::scu_log::{ClusterLog, Follower, LeaderShipper};
 use puffer_cluster::segments::{seed_data_dir, Publisher};
 use puffer_cluster::DeepStorage;
 use puffer_node::serving::NodeConfig;
-use puffer_node::{Database, DatabaseOptions, ReadRequest, TableLayout, Wait};
+use puffer_node::{Database, DatabaseOptions, ReadRequest, ReplicaRequest, TableLayout, Wait};
 use puffer_query::import::{self, KeySource};
 use puffer_store::{Predicate, Query, ReadOptions, Record, Value, WriteOp};
 use rand::{Rng, SeedableRng};
@@ -374,6 +374,13 @@ fn run_dataset(
         }
     };
     let embedded_table = embedded.table(table)?;
+    // Both sides serve from the compressed stage, as a table does once its merges
+    // have run: otherwise the reads would race the data nodes' background merges and
+    // measure those.
+    embedded_table.compact_all()?;
+    for (db, _) in &nodes {
+        db.table(table)?.compact_all()?;
+    }
     let mut latencies: Vec<[Vec<Duration>; 2]> = (0..3).map(|_| [Vec::new(), Vec::new()]).collect();
     for _round in 0..4 {
         for (kind, kind_latencies) in latencies.iter_mut().enumerate() {
@@ -393,18 +400,45 @@ fn run_dataset(
             }
         }
     }
-    // The floor under any remote read: one gRPC round trip asking a node's published
-    // snapshot (no shard work, an answer of a few bytes).
+    // What any remote read pays at least, measured in alternation: a TCP ping-pong
+    // between two threads (the machine's floor: a thread woken on each side), one
+    // gRPC round trip asking a node's published snapshot (no shard work), and a get
+    // sent straight to the node holding its shard (gRPC and the get, no broker).
     let client = NodeClient::new(&addresses[0].1, Duration::from_secs(5))?;
-    let mut round_trips = Vec::with_capacity(args.reads);
-    for _ in 0..args.reads {
-        let started = Instant::now();
-        client
-            .published()
-            .recv_timeout(Duration::from_secs(6))
-            .context("no published answer")??;
-        round_trips.push(started.elapsed());
+    let uid = ingest_db.table(table)?.entry().uid;
+    let shards = LAYOUT.shards;
+    let mut tcp = TcpPingPong::start()?;
+    let mut floors: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    // Both ends of a round trip run in this process, so its CPU time over the calls
+    // is what one call costs the machine, client and server together.
+    let mut round_trip_cpu = Duration::ZERO;
+    for _round in 0..4 {
+        for _ in 0..args.reads / 4 {
+            floors[0].push(tcp.round_trip()?);
+        }
+        let cpu_before = process_cpu_time();
+        for _ in 0..args.reads / 4 {
+            let started = Instant::now();
+            client
+                .published()
+                .recv_timeout(Duration::from_secs(6))
+                .context("no published answer")??;
+            floors[1].push(started.elapsed());
+        }
+        round_trip_cpu += process_cpu_time().saturating_sub(cpu_before);
+        for _ in 0..args.reads / 4 {
+            let key = records[rng.gen_range(0..records.len())].key.clone();
+            let shard = puffer_node::layout::shard_of(&key, shards);
+            let request = ReplicaRequest::Read(ReadRequest::Get {
+                key,
+                read: ReadOptions::default(),
+            });
+            let started = Instant::now();
+            client.call(table, uid, shard, None, &request)?;
+            floors[2].push(started.elapsed());
+        }
     }
+    let [mut tcp_round_trips, mut round_trips, mut direct_gets] = floors;
     let names = ["get", "eq_search", "contains_search"];
     let mut reads = serde_json::Map::new();
     for (kind, [embedded_samples, broker_samples]) in latencies.iter_mut().enumerate() {
@@ -474,7 +508,13 @@ fn run_dataset(
         "recovery_from_segments": from_segments,
         "replicas_restored": replicas_back,
         "reads": reads,
+        "tcp_round_trip": summary(&mut tcp_round_trips),
         "grpc_round_trip": summary(&mut round_trips),
+        "grpc_round_trip_cpu_us_per_call": round(
+            round_trip_cpu.as_secs_f64() * 1e6 / round_trips.len().max(1) as f64,
+            1,
+        ),
+        "direct_get": summary(&mut direct_gets),
         "data_node_killed": {
             "reads_after": args.reads,
             "failed_reads": failed,
@@ -674,8 +714,14 @@ fn print_table(results: &[Json], failover: &Json) {
             );
         }
         println!(
-            "  one gRPC round trip (published snapshot, no shard work): p50 {} us, p99 {} us",
-            r["grpc_round_trip"]["p50_us"], r["grpc_round_trip"]["p99_us"]
+            "  floors: TCP ping-pong between two threads p50 {} us; one gRPC round trip \
+             (published snapshot, no shard work) p50 {} us, p99 {} us, {} us of CPU a call; \
+             a get sent straight to its node p50 {} us",
+            r["tcp_round_trip"]["p50_us"],
+            r["grpc_round_trip"]["p50_us"],
+            r["grpc_round_trip"]["p99_us"],
+            r["grpc_round_trip_cpu_us_per_call"],
+            r["direct_get"]["p50_us"]
         );
         let killed = &r["data_node_killed"];
         println!(
@@ -698,4 +744,73 @@ fn print_table(results: &[Json], failover: &Json) {
         "\ncoordinator leader failover: {} s with a {} s lease TTL",
         failover["failover_s"], failover["ttl_s"]
     );
+}
+
+/// CPU time this process has used, user and system, from `/proc/self/stat` (zero
+/// where there is none: then the CPU figure reads 0).
+fn process_cpu_time() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces) ends with ')': user and
+    // system time are the 12th and 13th, in clock ticks (100 a second on Linux).
+    let Some(after_name) = stat.rsplit(')').next() else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// A TCP echo on loopback between this thread and another: the least a remote call
+/// costs on this machine (each side's thread is woken once per round trip).
+struct TcpPingPong {
+    stream: std::net::TcpStream,
+    _echo: std::thread::JoinHandle<()>,
+}
+
+impl TcpPingPong {
+    /// Bytes of one message, about a small gRPC call's.
+    const MESSAGE_BYTES: usize = 96;
+
+    fn start() -> anyhow::Result<TcpPingPong> {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let address = listener.local_addr()?;
+        let echo = std::thread::Builder::new()
+            .name("tcp-echo".into())
+            .spawn(move || {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    return;
+                };
+                let _ = stream.set_nodelay(true);
+                let mut message = [0u8; TcpPingPong::MESSAGE_BYTES];
+                // Ends when the other side closes.
+                while stream.read_exact(&mut message).is_ok() {
+                    if stream.write_all(&message).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        let stream = std::net::TcpStream::connect(address)?;
+        stream.set_nodelay(true)?;
+        Ok(TcpPingPong {
+            stream,
+            _echo: echo,
+        })
+    }
+
+    fn round_trip(&mut self) -> anyhow::Result<Duration> {
+        use std::io::{Read, Write};
+        let mut message = [7u8; TcpPingPong::MESSAGE_BYTES];
+        let started = Instant::now();
+        self.stream.write_all(&message)?;
+        self.stream.read_exact(&mut message)?;
+        Ok(started.elapsed())
+    }
 }
