@@ -219,6 +219,8 @@ pub struct HoldingStatus {
     pub released: u64,
     /// The last shard taken on.
     pub last_taken_on: Option<TakenOn>,
+    /// Shards held here whose layers the joint planner set, with the layers.
+    pub planned_layers: BTreeMap<String, Vec<(u32, u32)>>,
     /// The last failure.
     pub error: Option<String>,
 }
@@ -241,16 +243,78 @@ pub struct HoldingMemory {
     unplaced_since: HashMap<(u64, u32), Instant>,
     /// Shards whose taking on failed: failures in a row, and when to try again.
     failed: HashMap<(String, u32), (u32, Instant)>,
+    /// Shards whose layers this loop set as the joint planner chose: (table uid,
+    /// shard) to layers. Only these are handed back to the layer manager when the plan
+    /// stops naming them (a replica pinned by hand stays pinned).
+    planned_layers: HashMap<(u64, u32), u32>,
 }
 
-/// One round for `node`: reads the placement and makes the changes (at most one
-/// take-on; shards are let go after `grace`). A shard whose taking on fails is tried
-/// again after [`take_on_backoff`], and the others go on meanwhile.
+/// Sets the layers of the shards `database` holds as the joint planner chose in
+/// `placement` (pinned there), and hands those it set before and the plan no longer
+/// names back to the layer manager. Every data node does this, whatever it holds.
+pub fn apply_planned_layers(
+    placement: &ShardPlacement,
+    database: &Database,
+    memory: &mut HoldingMemory,
+    status: &mut HoldingStatus,
+) -> Result<()> {
+    let mut first_error = None;
+    let mut seen = Vec::new();
+    for table in held_tables(database) {
+        for shard in (0..table.held.len() as u32).filter(|&s| table.held[s as usize]) {
+            let key = (table.uid, shard);
+            seen.push(key);
+            let wanted = placement.planned_layers(table.uid, shard);
+            if wanted == memory.planned_layers.get(&key).copied() {
+                continue;
+            }
+            match database.plan_layers(&table.name, shard, wanted) {
+                Ok(_) => match wanted {
+                    Some(layers) => {
+                        memory.planned_layers.insert(key, layers);
+                    }
+                    None => {
+                        memory.planned_layers.remove(&key);
+                    }
+                },
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    // A shard let go takes its setting with it.
+    memory.planned_layers.retain(|key, _| seen.contains(key));
+    let names: HashMap<u64, String> = held_tables(database)
+        .into_iter()
+        .map(|t| (t.uid, t.name))
+        .collect();
+    status.planned_layers = BTreeMap::new();
+    for (&(uid, shard), &layers) in &memory.planned_layers {
+        if let Some(name) = names.get(&uid) {
+            status
+                .planned_layers
+                .entry(name.clone())
+                .or_default()
+                .push((shard, layers));
+        }
+    }
+    for shards in status.planned_layers.values_mut() {
+        shards.sort_unstable();
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One round for `node`: makes the changes `placement` asks for (at most one take-on;
+/// shards are let go after `grace`). A shard whose taking on fails is tried again
+/// after [`take_on_backoff`], and the others go on meanwhile.
+#[allow(clippy::too_many_arguments)] // the loop's parts, its settings and its state
 pub fn hold_round(
     etcd: &Etcd,
     deep: &DeepStorage,
     log: &ClusterLog,
     database: &Database,
+    placement: Option<&ShardPlacement>,
     (node, grace): (&str, Duration),
     memory: &mut HoldingMemory,
     status: &mut HoldingStatus,
@@ -266,12 +330,12 @@ pub fn hold_round(
             (t.name.clone(), held)
         })
         .collect();
-    let Some(placement) = crate::placement::read_placement(etcd)? else {
+    let Some(placement) = placement else {
         return Ok(());
     };
     let now = Instant::now();
     let changes = holding_changes(
-        &placement,
+        placement,
         node,
         &tables,
         &mut memory.unplaced_since,
@@ -348,8 +412,7 @@ mod tests {
             )]
             .into_iter()
             .collect(),
-            fractions: Default::default(),
-            dropping: Default::default(),
+            ..ShardPlacement::default()
         }
     }
 
@@ -472,5 +535,93 @@ mod tests {
             held: vec![false, true],
         };
         assert!(holding_changes(&unplaced, "a", &[other], &mut since, start, grace).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod planned_layers {
+    use super::*;
+    use puffer_node::{DatabaseOptions, TableLayout};
+    use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
+
+    /// (pinned, target layers) of every replica of shard `shard` of `table`.
+    fn layer_settings(database: &Database, table: &str, shard: u32) -> Vec<(bool, u32)> {
+        database
+            .node()
+            .status()
+            .replicas
+            .iter()
+            .filter(|r| r.table == table && r.shard == shard)
+            .map(|r| (r.pinned, r.target_layers))
+            .collect()
+    }
+
+    #[test]
+    fn a_node_sets_the_planned_layers_and_hands_back_only_what_it_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = Database::open_with(dir.path(), DatabaseOptions::default()).unwrap();
+        let schema = Schema::new(
+            "id",
+            vec![Attribute {
+                name: "city".into(),
+                attr_type: AttrType::String,
+            }],
+        )
+        .unwrap();
+        let layout = TableLayout {
+            shards: 2,
+            replicas: 1,
+        };
+        database.create_table_with("rooms", schema, layout).unwrap();
+        let ops = (0..4000)
+            .map(|i| {
+                let mut record = Record::new(format!("room{i:05}").into_bytes());
+                let city = format!("city number {} of many", i % 97);
+                record
+                    .values
+                    .insert("city".into(), Value::String(city.into_bytes()));
+                WriteOp::Put(record)
+            })
+            .collect();
+        database.write_batch(vec![("rooms".into(), ops)]).unwrap();
+        let table = database.table("rooms").unwrap();
+        table.compact_all().unwrap();
+        let uid = table.uid();
+        // One round of the layer manager reads the new segments' layer state.
+        database.node().tick();
+        let max_layers = database.node().status().replicas[0].max_layers;
+        assert!(max_layers >= 2, "an index this size has layers to set");
+        // Shard 1 is pinned by hand at 1 layer; the plan names shard 0 only.
+        let shard_one = database
+            .node()
+            .status()
+            .replicas
+            .iter()
+            .find(|r| r.table == "rooms" && r.shard == 1)
+            .unwrap()
+            .id;
+        database.node().set_layers(shard_one, 1).unwrap();
+        let mut placement = ShardPlacement {
+            replicas: 1,
+            layers: [(uid, vec![2, 0])].into(),
+            ..ShardPlacement::default()
+        };
+        let (mut memory, mut status) = (HoldingMemory::default(), HoldingStatus::default());
+        apply_planned_layers(&placement, &database, &mut memory, &mut status).unwrap();
+        assert_eq!(layer_settings(&database, "rooms", 0), vec![(true, 2)]);
+        assert_eq!(layer_settings(&database, "rooms", 1), vec![(true, 1)]);
+        assert_eq!(status.planned_layers["rooms"], vec![(0, 2)]);
+        // The plan moves shard 0 to 1 layer, then stops naming it: it goes back to
+        // the layer manager; the hand-pinned shard 1 stays pinned throughout.
+        placement.layers = [(uid, vec![1, 0])].into();
+        apply_planned_layers(&placement, &database, &mut memory, &mut status).unwrap();
+        assert_eq!(layer_settings(&database, "rooms", 0), vec![(true, 1)]);
+        placement.layers = BTreeMap::new();
+        apply_planned_layers(&placement, &database, &mut memory, &mut status).unwrap();
+        assert!(layer_settings(&database, "rooms", 0)
+            .iter()
+            .all(|&(pinned, _)| !pinned));
+        assert_eq!(layer_settings(&database, "rooms", 1), vec![(true, 1)]);
+        assert!(status.planned_layers.is_empty());
     }
 }

@@ -38,7 +38,9 @@ use crate::etcd::{
     leader, leader_of, members, Candidate, Etcd, EtcdCatalog, EtcdConfig, Leadership, MemberCard,
     Membership, Role,
 };
-use crate::holding::{ensure_held, hold_round, HoldingMemory, HoldingStatus, HOLDING_INTERVAL};
+use crate::holding::{
+    apply_planned_layers, ensure_held, hold_round, HoldingMemory, HoldingStatus, HOLDING_INTERVAL,
+};
 use crate::remote::ClusterRemote;
 use crate::rpc::server::RpcServer;
 use crate::scu_log::{ClusterLog, Follower, LeaderShipper};
@@ -90,7 +92,17 @@ pub struct ClusterConfig {
     /// How often the coordinator leader collects read counts and plans replicas by
     /// popularity ([`crate::popularity::DEFAULT_WINDOW`] by default; zero: never).
     pub popularity_window: Duration,
+    /// Seconds of query work a second each data node takes on in the joint plan of
+    /// layers and replicas ([`DEFAULT_JOINT_WORK_BUDGET`]; 0: no joint plan, replicas
+    /// by popularity alone and layers left to each node).
+    pub joint_work_budget: f64,
 }
+
+/// The work a data node takes on in the joint plan by default: one thread busy all the
+/// time.
+pub const DEFAULT_JOINT_WORK_BUDGET: f64 = 1.0;
+/// The most work a node may be planned for (threads busy all the time).
+pub const MAX_JOINT_WORK_BUDGET: f64 = 1024.0;
 
 impl ClusterConfig {
     /// Checks everything a node can check before it talks to anyone.
@@ -125,6 +137,14 @@ impl ClusterConfig {
             return Err(ClusterError::Invalid(
                 "the popularity window is between 1 s and 3600 s, or 0 for none".into(),
             ));
+        }
+        if !(self.joint_work_budget.is_finite()
+            && (0.0..=MAX_JOINT_WORK_BUDGET).contains(&self.joint_work_budget))
+        {
+            return Err(ClusterError::Invalid(format!(
+                "the joint work budget is between 0 (no joint plan) and {MAX_JOINT_WORK_BUDGET} \
+                 seconds of work a second"
+            )));
         }
         if self.release_grace > Duration::from_secs(3600) {
             return Err(ClusterError::Invalid(
@@ -451,10 +471,10 @@ impl ClusterNode {
         let placer = coordinator.clone().map(|candidate| {
             let (etcd, stop) = (self.etcd.clone(), stop.clone());
             let (replicas, status) = (self.config.segment_replicas, self.placing.clone());
-            let window = self.config.popularity_window;
+            let planning = (self.config.popularity_window, self.config.joint_work_budget);
             std::thread::Builder::new()
                 .name("puffer-placement".into())
-                .spawn(move || place(&etcd, &candidate, replicas, window, &stop, &status))
+                .spawn(move || place(&etcd, &candidate, replicas, planning, &stop, &status))
         });
         let placer = placer
             .transpose()
@@ -473,13 +493,22 @@ impl ClusterNode {
         let collector = collector
             .transpose()
             .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
-        let holder = holds_only_placed(&self.config.roles).then(|| {
+        let holder = self.config.has(Role::Data).then(|| {
             let parts = (self.etcd.clone(), self.deep.clone(), self.log.clone());
             let (database, stop, status) = (database.clone(), stop.clone(), self.holding.clone());
             let (node_id, grace) = (self.config.node_id.clone(), self.config.release_grace);
+            let only_placed = holds_only_placed(&self.config.roles);
             std::thread::Builder::new()
                 .name("puffer-holding".into())
-                .spawn(move || hold(parts, &database, (&node_id, grace), &stop, &status))
+                .spawn(move || {
+                    hold(
+                        parts,
+                        &database,
+                        (&node_id, grace, only_placed),
+                        &stop,
+                        &status,
+                    )
+                })
         });
         let holder = holder
             .transpose()
@@ -576,6 +605,7 @@ impl ClusterNode {
                     "holders": holders,
                     "fractions": placement.as_ref().and_then(|p| p.fractions(table.uid, shard)),
                     "dropping": placement.as_ref().map(|p| p.dropping(table.uid, shard).to_vec()).unwrap_or_default(),
+                    "planned_layers": placement.as_ref().and_then(|p| p.planned_layers(table.uid, shard)),
                 }));
             }
         }
@@ -598,6 +628,8 @@ impl ClusterNode {
                 "capacity_bytes": room.capacity_bytes,
                 "gc_threshold_bytes": (room.capacity_bytes as f64 * puffer_adapt::replication::GcConfig::default().threshold_fraction) as u64,
             })).collect::<Vec<_>>(),
+            "joint_work_budget": self.config.joint_work_budget,
+            "joint": placement.as_ref().and_then(|p| p.joint.clone()),
             "placement_error": self.placing.lock().unwrap_or_else(PoisonError::into_inner).clone(),
         })
     }
@@ -880,12 +912,14 @@ fn collect_log(
     }
 }
 
-/// A data node's holding loop: every [`HOLDING_INTERVAL`], takes on the shards
-/// placed on it and lets go of those no longer placed ([`crate::holding`]).
+/// A data node's holding loop: every [`HOLDING_INTERVAL`], a node holding only what
+/// is placed on it (`only_placed`) takes on the shards placed on it and lets go of
+/// those no longer placed ([`crate::holding`]); every data node sets the layers the
+/// joint planner chose for the shards it holds.
 fn hold(
     (etcd, deep, log): (Etcd, DeepStorage, ClusterLog),
     database: &Database,
-    (node_id, grace): (&str, Duration),
+    (node_id, grace, only_placed): (&str, Duration, bool),
     stop: &AtomicBool,
     status: &Mutex<HoldingStatus>,
 ) {
@@ -901,15 +935,25 @@ fn hold(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let round = hold_round(
-            &etcd,
-            &deep,
-            &log,
-            database,
-            (node_id, grace),
-            &mut memory,
-            &mut current,
-        );
+        let round = (|| -> puffer_query::Result<()> {
+            let placement = crate::placement::read_placement(&etcd)?;
+            if only_placed {
+                hold_round(
+                    &etcd,
+                    &deep,
+                    &log,
+                    database,
+                    placement.as_ref(),
+                    (node_id, grace),
+                    &mut memory,
+                    &mut current,
+                )?;
+            }
+            if let Some(placement) = &placement {
+                apply_planned_layers(placement, database, &mut memory, &mut current)?;
+            }
+            Ok(())
+        })();
         current.error = round.err().map(|e| e.to_string());
         *status.lock().unwrap_or_else(PoisonError::into_inner) = current;
     }
@@ -924,7 +968,7 @@ fn place(
     etcd: &Etcd,
     candidate: &Candidate,
     replicas: usize,
-    window: Duration,
+    (window, joint_work_budget): (Duration, f64),
     stop: &AtomicBool,
     status: &Mutex<Option<String>>,
 ) {
@@ -957,10 +1001,24 @@ fn place(
                     book.forget_nodes_except(&live);
                     book.record_window(&reports)?;
                     crate::popularity::checkpoint(&leadership, book)?;
-                    Some((book.popularity(), crate::popularity::storage_of(&reports)))
+                    Some((
+                        book.popularity(),
+                        crate::popularity::storage_of(&reports),
+                        crate::popularity::curves_of(&reports),
+                    ))
                 }
                 _ => None,
             };
+            let joint = popularity
+                .as_ref()
+                .filter(|_| joint_work_budget > 0.0)
+                .map(|p| crate::placement::JointInput {
+                    curves: &p.2,
+                    reads_per_second_per_popularity: 1.0 / (2.0 * window.as_secs_f64()),
+                    config: puffer_adapt::replication::joint::JointConfig {
+                        work_budget_per_node: joint_work_budget,
+                    },
+                });
             crate::placement::coordinate(
                 etcd,
                 &leadership,
@@ -968,6 +1026,7 @@ fn place(
                 replicas,
                 popularity.as_ref().map(|p| &p.0),
                 popularity.as_ref().map(|p| &p.1),
+                joint.as_ref(),
             )?;
             Ok(())
         })();

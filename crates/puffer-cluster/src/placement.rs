@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use puffer_adapt::replication::joint::{joint_plan, JointChoice, JointConfig, LayerCost};
 use puffer_adapt::replication::{
     collect_garbage, inherit_from_predecessors, lazy_transition, match_bins_to_nodes,
     modified_best_fit, uniform_placement_keeping, GcConfig, NodeStorage, MAX_SEGMENT_SIZE_BYTES,
@@ -55,6 +56,173 @@ pub struct ShardPlacement {
     /// them go unless the shard is wanted there again (Getafix's lazy deletion).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dropping: BTreeMap<u64, Vec<Vec<String>>>,
+    /// Per table uid, per shard, the sample layers the joint planner chose for every
+    /// replica (0: each holder's layer manager chooses, as with no joint plan).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub layers: BTreeMap<u64, Vec<u32>>,
+    /// What the joint planner chose in the last popularity run, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint: Option<JointReport>,
+}
+
+/// The joint planner's choice in one popularity run (issue 18, item 4): per shard,
+/// more layers on its replicas or more replicas, whichever needs less memory for the
+/// reads it gets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JointReport {
+    /// `"layers and replicas"` (a step per shard) or `"replicas alone at step K"` (the
+    /// same layers everywhere: Getafix's plan on one step of the curves).
+    pub chosen: String,
+    /// Memory of every replica of every planned shard under the plan.
+    pub memory_bytes: u64,
+    /// Memory the best plan of replicas alone would take.
+    pub replicas_alone_memory_bytes: u64,
+    /// Whether even the plan leaves the nodes more work than their budget.
+    pub overloaded: bool,
+    /// Per shard read in the window: what it got and why.
+    pub decisions: Vec<JointShardDecision>,
+}
+
+/// One shard's part of a [`JointReport`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JointShardDecision {
+    /// The table's uid.
+    pub table_uid: u64,
+    /// The shard.
+    pub shard: u32,
+    /// Layers on each of its replicas.
+    pub layers: u32,
+    /// Its replicas in the plan.
+    pub replicas: usize,
+    /// The memory its replicas take.
+    pub memory_bytes: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// What a popularity run needs to plan layers and replicas together.
+#[derive(Clone, Copy, Debug)]
+pub struct JointInput<'a> {
+    /// Per shard, its storage-throughput curve as its holders measured it; a shard
+    /// with none is planned at one step (replicas only), with the service time of the
+    /// measured shards' shallowest steps (their median) and the footprint its holders
+    /// reported.
+    pub curves: &'a BTreeMap<(u64, u32), Vec<LayerCost>>,
+    /// Reads per second that one unit of popularity stands for (popularity ages the
+    /// windows' counts by halving, so a steady rate of `r` reads a second reads as
+    /// about `2 r window`).
+    pub reads_per_second_per_popularity: f64,
+    /// The work a node takes on.
+    pub config: JointConfig,
+}
+
+/// A joint plan over a run's segment numbers: its bins, the layers to set per segment,
+/// and the report.
+type JointRun = (
+    puffer_adapt::replication::Plan,
+    BTreeMap<u64, u32>,
+    JointReport,
+);
+
+/// The joint plan of a run, over the run's segment numbers, with the report; `None`
+/// when no shard has a curve yet (then Getafix plans replicas alone, on loads).
+fn joint_run(
+    input: &JointInput<'_>,
+    shards: &[(u64, u32)],
+    loads: &BTreeMap<u64, f64>,
+    footprints: &BTreeMap<(u64, u32), u64>,
+    nodes: usize,
+) -> Result<Option<JointRun>> {
+    let valid = |curve: &Vec<LayerCost>| {
+        !curve.is_empty()
+            && curve.len() <= puffer_adapt::replication::joint::MAX_CURVE_STEPS
+            && curve.windows(2).all(|w| w[0].layers < w[1].layers)
+            && curve.iter().all(|c| {
+                c.footprint_bytes >= 1
+                    && c.footprint_bytes <= MAX_SEGMENT_SIZE_BYTES
+                    && c.seconds_per_query.is_finite()
+                    && c.seconds_per_query > 0.0
+            })
+    };
+    let measured: BTreeMap<u64, &Vec<LayerCost>> = shards
+        .iter()
+        .enumerate()
+        .filter_map(|(segment, key)| {
+            let curve = input.curves.get(key).filter(|c| valid(c))?;
+            Some((segment as u64, curve))
+        })
+        .collect();
+    if measured.is_empty() {
+        return Ok(None);
+    }
+    let mut shallowest: Vec<f64> = measured.values().map(|c| c[0].seconds_per_query).collect();
+    shallowest.sort_by(f64::total_cmp);
+    let typical_seconds = shallowest[shallowest.len() / 2];
+    let mut curves: BTreeMap<u64, Vec<LayerCost>> = BTreeMap::new();
+    let mut rates: BTreeMap<u64, f64> = BTreeMap::new();
+    for (segment, key) in shards.iter().enumerate() {
+        let segment = segment as u64;
+        let curve = match measured.get(&segment) {
+            Some(curve) => (*curve).clone(),
+            None => vec![LayerCost {
+                layers: 1,
+                footprint_bytes: footprints
+                    .get(key)
+                    .copied()
+                    .unwrap_or(1)
+                    .clamp(1, MAX_SEGMENT_SIZE_BYTES),
+                seconds_per_query: typical_seconds,
+            }],
+        };
+        curves.insert(segment, curve);
+        let rate =
+            loads.get(&segment).copied().unwrap_or(0.0) * input.reads_per_second_per_popularity;
+        rates.insert(segment, if rate.is_finite() { rate.max(0.0) } else { 0.0 });
+    }
+    let invalid = |e: puffer_adapt::ConfigError| ClusterError::Invalid(e.to_string());
+    let plan = joint_plan(&rates, &curves, nodes, &input.config).map_err(invalid)?;
+    let layers: BTreeMap<u64, u32> = plan
+        .layers_by_segment
+        .iter()
+        // Set only where the plan chose among steps it knows: a shard measured at one
+        // layer count alone is left to its nodes' layer managers, which explore others
+        // under load (pinned, it could never show what another count is worth).
+        .filter(|(segment, _)| measured.get(segment).is_some_and(|c| c.len() >= 2))
+        .filter(|(segment, _)| rates.get(segment).is_some_and(|&r| r > 0.0))
+        .map(|(&segment, &layers)| (segment, layers))
+        .collect();
+    let report = JointReport {
+        chosen: match plan.chosen {
+            JointChoice::Joint => "layers and replicas".to_string(),
+            JointChoice::ReplicasAlone { layers_step } => {
+                format!("replicas alone at step {layers_step}")
+            }
+        },
+        memory_bytes: plan.memory_bytes,
+        replicas_alone_memory_bytes: plan.replicas_alone_memory_bytes,
+        overloaded: plan.overloaded,
+        decisions: plan
+            .decisions
+            .iter()
+            .filter(|d| rates.get(&d.segment).is_some_and(|&r| r > 0.0))
+            .map(|d| {
+                let (table_uid, shard) = shards[d.segment as usize];
+                JointShardDecision {
+                    table_uid,
+                    shard,
+                    layers: d.layers,
+                    replicas: d.replicas,
+                    memory_bytes: d.memory_bytes,
+                    reason: if measured.contains_key(&d.segment) {
+                        d.reason.clone()
+                    } else {
+                        "no curve measured yet: replicas only".to_string()
+                    },
+                }
+            })
+            .collect(),
+    };
+    Ok(Some((plan.plan, layers, report)))
 }
 
 impl ShardPlacement {
@@ -64,6 +232,16 @@ impl ShardPlacement {
             .get(&uid)?
             .get(shard as usize)
             .map(Vec::as_slice)
+    }
+
+    /// The layers the joint planner chose for shard `shard` of table `uid`'s replicas,
+    /// if it chose any.
+    pub fn planned_layers(&self, uid: u64, shard: u32) -> Option<u32> {
+        self.layers
+            .get(&uid)?
+            .get(shard as usize)
+            .copied()
+            .filter(|&layers| layers > 0)
     }
 
     /// The shares of shard `shard` of table `uid`'s reads, one per holder, if planned.
@@ -253,6 +431,7 @@ pub fn plan_by_popularity(
     replicas: usize,
     popularity: Option<&BTreeMap<(u64, u32), f64>>,
     storage: Option<&BTreeMap<String, NodeRoom>>,
+    joint: Option<&JointInput<'_>>,
 ) -> Result<ShardPlacement> {
     if let Some(popularity) = popularity {
         if popularity.values().all(|&p| p <= 0.0) {
@@ -289,7 +468,39 @@ pub fn plan_by_popularity(
                 .map(|(segment, key)| (segment as u64, popularity.get(key).copied().unwrap_or(0.0)))
                 .collect();
             let invalid = |e: puffer_adapt::ConfigError| ClusterError::Invalid(e.to_string());
-            let bins = modified_best_fit(&loads, nodes.len()).map_err(invalid)?;
+            // With measured curves, the bins are the joint plan's (works, not reads,
+            // and layers chosen with the replicas); without, Getafix's on the loads.
+            let footprints: BTreeMap<(u64, u32), u64> = storage
+                .map(|rooms| {
+                    let mut largest = BTreeMap::new();
+                    for room in rooms.values() {
+                        for (&key, &bytes) in &room.footprint_bytes_by_shard {
+                            let at: &mut u64 = largest.entry(key).or_default();
+                            *at = (*at).max(bytes);
+                        }
+                    }
+                    largest
+                })
+                .unwrap_or_default();
+            let jointly = match joint {
+                Some(input) => joint_run(input, &shards, &loads, &footprints, nodes.len())?,
+                None => None,
+            };
+            let bins = match jointly {
+                Some((bins, layers, report)) => {
+                    for (segment, layers) in layers {
+                        let (uid, shard) = shards[segment as usize];
+                        placement
+                            .layers
+                            .entry(uid)
+                            .or_insert_with(|| vec![0; shard_count(tables, uid)])
+                            [shard as usize] = layers;
+                    }
+                    placement.joint = Some(report);
+                    bins
+                }
+                None => modified_best_fit(&loads, nodes.len()).map_err(invalid)?,
+            };
             let matching = match_bins_to_nodes(&bins, &held, None).map_err(invalid)?;
             let target = bins.place(&matching).map_err(invalid)?;
             let transition = lazy_transition(&held, &target).map_err(invalid)?;
@@ -342,6 +553,16 @@ pub fn plan_by_popularity(
             }
         }
         None => {
+            // Between windows the joint plan's layers stand (for the tables there still).
+            if let Some(c) = current {
+                placement.layers = c
+                    .layers
+                    .iter()
+                    .filter(|(uid, _)| tables.iter().any(|t| t.uid == **uid))
+                    .map(|(&uid, layers)| (uid, layers.clone()))
+                    .collect();
+                placement.joint = c.joint.clone();
+            }
             for (segment, going) in marked.iter().enumerate() {
                 dropping[segment] = going
                     .iter()
@@ -411,18 +632,23 @@ pub fn plan_by_popularity(
             .map(|&n| nodes[n].clone())
             .collect();
         if !going.is_empty() {
-            let shard_count = tables
-                .iter()
-                .find(|t| t.uid == uid)
-                .map_or(0, |t| t.layout.shards as usize);
             placement
                 .dropping
                 .entry(uid)
-                .or_insert_with(|| vec![Vec::new(); shard_count])[shard as usize] = going;
+                .or_insert_with(|| vec![Vec::new(); shard_count(tables, uid)])[shard as usize] =
+                going;
         }
     }
     // Node ids ascend in `nodes`, so the holders are already in ascending order.
     Ok(placement)
+}
+
+/// Shards of the table of uid `uid` among `tables` (0 if it is not there).
+fn shard_count(tables: &[TableEntry], uid: u64) -> usize {
+    tables
+        .iter()
+        .find(|t| t.uid == uid)
+        .map_or(0, |t| t.layout.shards as usize)
 }
 
 /// Gives each time-partitioned table's newest chunk, shard by shard, at least the
@@ -463,6 +689,7 @@ pub fn coordinate(
     replicas: usize,
     popularity: Option<&BTreeMap<(u64, u32), f64>>,
     storage: Option<&BTreeMap<String, NodeRoom>>,
+    joint: Option<&JointInput<'_>>,
 ) -> Result<ShardPlacement> {
     let tables = catalog
         .tables()
@@ -486,6 +713,7 @@ pub fn coordinate(
         replicas,
         popularity,
         storage,
+        joint,
     )?;
     if current.as_ref() != Some(&next) {
         let value = serde_json::to_vec(&next).expect("a placement encodes");
@@ -569,7 +797,8 @@ mod tests {
         // Loads 6, 3, 2, 1 on 3 nodes: capacity 4 each; the paper's Figure 7 example.
         let popularity: BTreeMap<(u64, u32), f64> =
             [((7, 0), 6.0), ((7, 1), 3.0), ((7, 2), 2.0), ((7, 3), 1.0)].into();
-        let placed = plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None).unwrap();
+        let placed =
+            plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None, None).unwrap();
         // The oracle: ModifiedBestFit's replica counts on the same loads.
         let loads: BTreeMap<u64, f64> = (0..4).map(|s| (s, popularity[&(7, s as u32)])).collect();
         let oracle = modified_best_fit(&loads, 3).unwrap().replica_counts();
@@ -601,7 +830,7 @@ mod tests {
 
         // A floor of 2: every shard has two holders at least, the hot one more.
         let floored =
-            plan_by_popularity(&tables, &three, None, 2, Some(&popularity), None).unwrap();
+            plan_by_popularity(&tables, &three, None, 2, Some(&popularity), None, None).unwrap();
         for shard in 0..4u32 {
             assert!(holder_count(&floored, 7, shard) >= 2, "{floored:?}");
         }
@@ -610,9 +839,153 @@ mod tests {
         // No reads at all: the uniform placement.
         let cold: BTreeMap<(u64, u32), f64> = [((7, 0), 0.0)].into();
         assert_eq!(
-            plan_by_popularity(&tables, &three, None, 2, Some(&cold), None).unwrap(),
+            plan_by_popularity(&tables, &three, None, 2, Some(&cold), None, None).unwrap(),
             plan(&tables, &three, None, 2).unwrap()
         );
+    }
+
+    #[test]
+    fn measured_curves_let_the_joint_planner_buy_layers_for_a_shard_whose_layers_are_cheap() {
+        let tables = [table(7, 2)];
+        let three = nodes(&["a", "b", "c"]);
+        // Both shards read 1,000 times a second. Shard 0 is ten times faster with a
+        // second layer for 10 % more bytes; shard 1 barely faster for five times more.
+        let popularity: BTreeMap<(u64, u32), f64> = [((7, 0), 1000.0), ((7, 1), 1000.0)].into();
+        let step = |layers, footprint_bytes, seconds_per_query| LayerCost {
+            layers,
+            footprint_bytes,
+            seconds_per_query,
+        };
+        let curves: BTreeMap<(u64, u32), Vec<LayerCost>> = [
+            ((7, 0), vec![step(1, 1000, 0.01), step(2, 1100, 0.001)]),
+            ((7, 1), vec![step(1, 1000, 0.002), step(2, 5000, 0.0019)]),
+        ]
+        .into();
+        let input = JointInput {
+            curves: &curves,
+            reads_per_second_per_popularity: 1.0,
+            config: JointConfig {
+                work_budget_per_node: 4.0,
+            },
+        };
+        let placed = plan_by_popularity(
+            &tables,
+            &three,
+            None,
+            1,
+            Some(&popularity),
+            None,
+            Some(&input),
+        )
+        .unwrap();
+        // The oracle: the pure joint planner on the same rates and curves.
+        let rates: BTreeMap<u64, f64> = [(0, 1000.0), (1, 1000.0)].into();
+        let by_segment: BTreeMap<u64, Vec<LayerCost>> =
+            [(0, curves[&(7, 0)].clone()), (1, curves[&(7, 1)].clone())].into();
+        let oracle = joint_plan(&rates, &by_segment, 3, &input.config).unwrap();
+        let counts = oracle.plan.replica_counts();
+        for shard in 0..2u32 {
+            let segment = u64::from(shard);
+            assert_eq!(
+                placed.planned_layers(7, shard),
+                Some(oracle.layers_by_segment[&segment]),
+                "{placed:?}"
+            );
+            assert_eq!(
+                holder_count(&placed, 7, shard),
+                counts[&segment],
+                "{placed:?}"
+            );
+        }
+        // By hand: shard 0 takes its second layer and one replica; shard 1 stays at one.
+        assert_eq!(placed.planned_layers(7, 0), Some(2));
+        assert_eq!(placed.planned_layers(7, 1), Some(1));
+        assert_eq!(holder_count(&placed, 7, 0), 1, "{placed:?}");
+        let report = placed.joint.clone().expect("a joint report");
+        assert_eq!(report.chosen, "layers and replicas");
+        assert!(
+            report.memory_bytes < report.replicas_alone_memory_bytes,
+            "{report:?}"
+        );
+        assert_eq!(report.decisions.len(), 2);
+        assert!(report.decisions.iter().all(|d| !d.reason.is_empty()));
+        // Replicas alone (no curves) give the hot shard more holders than layers do.
+        let alone =
+            plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None, None).unwrap();
+        assert!(holder_count(&alone, 7, 0) > 1, "{alone:?}");
+        assert!(alone.layers.is_empty() && alone.joint.is_none());
+        let unmeasured = BTreeMap::new();
+        let without = JointInput {
+            curves: &unmeasured,
+            ..input
+        };
+        assert_eq!(
+            plan_by_popularity(
+                &tables,
+                &three,
+                None,
+                1,
+                Some(&popularity),
+                None,
+                Some(&without)
+            )
+            .unwrap(),
+            alone
+        );
+        // Between windows the plan's layers and report stand.
+        let repaired =
+            plan_by_popularity(&tables, &three, Some(&placed), 1, None, None, None).unwrap();
+        assert_eq!(repaired.layers, placed.layers);
+        assert_eq!(repaired.joint, placed.joint);
+        // A shard without a curve is planned with replicas only and gets no layers set.
+        let half: BTreeMap<(u64, u32), Vec<LayerCost>> = [((7, 0), curves[&(7, 0)].clone())].into();
+        let partly = plan_by_popularity(
+            &tables,
+            &three,
+            None,
+            1,
+            Some(&popularity),
+            None,
+            Some(&JointInput {
+                curves: &half,
+                ..input
+            }),
+        )
+        .unwrap();
+        assert_eq!(partly.planned_layers(7, 1), None, "{partly:?}");
+        let decision = |p: &ShardPlacement, shard: u32| {
+            p.joint
+                .as_ref()
+                .unwrap()
+                .decisions
+                .iter()
+                .find(|d| d.shard == shard)
+                .unwrap()
+                .reason
+                .clone()
+        };
+        assert!(decision(&partly, 1).contains("no curve"), "{partly:?}");
+        // A shard measured at one layer count only is left to its nodes.
+        let one_step: BTreeMap<(u64, u32), Vec<LayerCost>> = [
+            ((7, 0), curves[&(7, 0)].clone()),
+            ((7, 1), curves[&(7, 1)][..1].to_vec()),
+        ]
+        .into();
+        let short = plan_by_popularity(
+            &tables,
+            &three,
+            None,
+            1,
+            Some(&popularity),
+            None,
+            Some(&JointInput {
+                curves: &one_step,
+                ..input
+            }),
+        )
+        .unwrap();
+        assert_eq!(short.planned_layers(7, 0), Some(2), "{short:?}");
+        assert_eq!(short.planned_layers(7, 1), None, "{short:?}");
     }
 
     #[test]
@@ -621,13 +994,22 @@ mod tests {
         let three = nodes(&["a", "b", "c"]);
         let hot_first: BTreeMap<(u64, u32), f64> =
             [((7, 0), 9.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 1.0)].into();
-        let first = plan_by_popularity(&tables, &three, None, 1, Some(&hot_first), None).unwrap();
+        let first =
+            plan_by_popularity(&tables, &three, None, 1, Some(&hot_first), None, None).unwrap();
         assert_eq!(holder_count(&first, 7, 0), 3, "{first:?}");
         // Popularity moves to shard 3: shard 0 loses at most one replica this run.
         let hot_last: BTreeMap<(u64, u32), f64> =
             [((7, 0), 1.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 9.0)].into();
-        let second =
-            plan_by_popularity(&tables, &three, Some(&first), 1, Some(&hot_last), None).unwrap();
+        let second = plan_by_popularity(
+            &tables,
+            &three,
+            Some(&first),
+            1,
+            Some(&hot_last),
+            None,
+            None,
+        )
+        .unwrap();
         // Lazily: the replica this run drops is marked and still held, with no share of
         // the reads; nothing was marked before, so nothing goes yet.
         assert_eq!(holder_count(&second, 7, 0), 3, "{second:?}");
@@ -639,8 +1021,16 @@ mod tests {
         assert_eq!(holder_count(&second, 7, 3), 3, "{second:?}");
         // The next run lets the marked one go (the plan does not want it back) and
         // marks at most one more.
-        let third =
-            plan_by_popularity(&tables, &three, Some(&second), 1, Some(&hot_last), None).unwrap();
+        let third = plan_by_popularity(
+            &tables,
+            &three,
+            Some(&second),
+            1,
+            Some(&hot_last),
+            None,
+            None,
+        )
+        .unwrap();
         assert!(
             !third.holders(7, 0).unwrap().contains(&marked[0]),
             "{third:?}"
@@ -650,7 +1040,8 @@ mod tests {
         // Node b is lost between runs: the repair keeps the live holders, gives shards
         // left with none a replica, and scales the shares of the others back to 1.
         let two = nodes(&["a", "c"]);
-        let repaired = plan_by_popularity(&tables, &two, Some(&third), 1, None, None).unwrap();
+        let repaired =
+            plan_by_popularity(&tables, &two, Some(&third), 1, None, None, None).unwrap();
         for shard in 0..4u32 {
             let before: Vec<&String> = third
                 .holders(7, shard)
@@ -667,7 +1058,7 @@ mod tests {
         }
         // A repair with nothing lost changes nothing.
         assert_eq!(
-            plan_by_popularity(&tables, &three, Some(&third), 1, None, None).unwrap(),
+            plan_by_popularity(&tables, &three, Some(&third), 1, None, None, None).unwrap(),
             third
         );
     }
@@ -682,8 +1073,7 @@ mod tests {
         let everything = ShardPlacement {
             replicas: 1,
             tables: [(7, vec![nodes(&["a", "b"]); 4])].into(),
-            fractions: BTreeMap::new(),
-            dropping: BTreeMap::new(),
+            ..ShardPlacement::default()
         };
         let room = |capacity_bytes: u64| NodeRoom {
             capacity_bytes,
@@ -703,6 +1093,7 @@ mod tests {
                 floor,
                 Some(&popularity),
                 Some(&storage),
+                None,
             )
             .unwrap()
         };
@@ -724,9 +1115,16 @@ mod tests {
             "{placed:?}"
         );
         // Without the rooms nothing is collected: a keeps more than its room allows.
-        let unbounded =
-            plan_by_popularity(&tables, &two, Some(&everything), 1, Some(&popularity), None)
-                .unwrap();
+        let unbounded = plan_by_popularity(
+            &tables,
+            &two,
+            Some(&everything),
+            1,
+            Some(&popularity),
+            None,
+            None,
+        )
+        .unwrap();
         assert!(
             held_by(&unbounded, "a").len() >= on_a.len(),
             "{unbounded:?}"

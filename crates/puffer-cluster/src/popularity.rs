@@ -40,7 +40,7 @@ pub const MAX_NODES: usize = 1024;
 pub const MAX_SHARDS_PER_REPORT: usize = 1 << 16;
 
 /// What one data node reports each window.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct AccessReport {
     /// Each shard it holds: reads answered, and bytes taken.
     pub shards: Vec<ShardReads>,
@@ -65,6 +65,25 @@ pub fn storage_of(reports: &BTreeMap<String, AccessReport>) -> BTreeMap<String, 
             (node.clone(), room)
         })
         .collect()
+}
+
+/// Per shard, the storage-throughput curve its holders measured: the one of most steps
+/// among the reports (the first node by id on a tie), as the joint planner weighs more
+/// layers against more replicas by. Shards with no measured step are absent.
+pub fn curves_of(
+    reports: &BTreeMap<String, AccessReport>,
+) -> BTreeMap<ShardKey, Vec<puffer_adapt::replication::joint::LayerCost>> {
+    let mut curves: BTreeMap<ShardKey, Vec<_>> = BTreeMap::new();
+    for report in reports.values() {
+        for shard in &report.shards {
+            let best = curves.entry((shard.uid, shard.shard)).or_default();
+            if shard.curve.len() > best.len() {
+                *best = shard.curve.clone();
+            }
+        }
+    }
+    curves.retain(|_, curve| !curve.is_empty());
+    curves
 }
 
 /// One data node's room and what its shards take.
@@ -300,6 +319,7 @@ mod tests {
             reads,
             counting_since: (1_000, since),
             footprint_bytes: 1,
+            curve: Vec::new(),
         }
     }
 

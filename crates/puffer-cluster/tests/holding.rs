@@ -440,8 +440,7 @@ fn a_fresh_data_only_node_loads_only_the_shards_placed_on_it() {
         )]
         .into_iter()
         .collect(),
-        fractions: Default::default(),
-        dropping: Default::default(),
+        ..Default::default()
     };
     let key = format!(
         "{}{}",

@@ -73,7 +73,7 @@ pub enum Answer {
 }
 
 /// The reads one shard held on this node has answered.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShardReads {
     /// The table's name.
     pub table: String,
@@ -91,6 +91,11 @@ pub struct ShardReads {
     /// not yet compacted into a segment are not counted.
     #[serde(default)]
     pub footprint_bytes: u64,
+    /// The shard's storage-throughput curve as this node measured it (see
+    /// [`AdaptiveNode::measured_curve`]): what a planner across nodes weighs more
+    /// layers against more replicas by.
+    #[serde(default)]
+    pub curve: Vec<puffer_adapt::replication::joint::LayerCost>,
 }
 
 /// How a database opens its tables and serves them.
@@ -479,10 +484,30 @@ impl Database {
                     reads: group.reads(),
                     counting_since: group.counting_since(),
                     footprint_bytes: group.footprint_bytes(),
+                    curve: self.node.measured_curve(&group),
                 });
             }
         }
         counts
+    }
+
+    /// Sets the layers of every replica of shard `shard` of `table` held here, as a
+    /// planner across nodes chose (`Some`: pinned there, the layer manager leaves them),
+    /// or hands them back to the layer manager (`None`). Returns whether the shard is
+    /// held here.
+    pub fn plan_layers(&self, table: &str, shard: u32, layers: Option<u32>) -> Result<bool> {
+        let Some(group) = self.node.group(table, shard) else {
+            return Ok(false);
+        };
+        for slot in group.replicas() {
+            match layers {
+                Some(layers) => {
+                    self.node.set_layers(slot.id, layers)?;
+                }
+                None => self.node.unpin(slot.id)?,
+            }
+        }
+        Ok(true)
     }
 
     /// The adaptive node serving the tables' replicas.

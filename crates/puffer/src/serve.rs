@@ -73,6 +73,11 @@ pub struct ServeArgs {
     /// every shard keeps --segment-replicas holders).
     #[arg(long, default_value_t = 60, requires = "etcd")]
     popularity_window_s: u64,
+    /// Seconds of query work a second each data node takes on when the coordinator
+    /// plans sample layers and replicas together from the curves the nodes measure (0
+    /// to 1024; 0: replicas by popularity alone, layers left to each node).
+    #[arg(long, default_value_t = puffer_cluster::node::DEFAULT_JOINT_WORK_BUDGET, requires = "etcd")]
+    joint_work_budget: f64,
 }
 
 /// Runs the server until Ctrl-C.
@@ -198,6 +203,7 @@ fn join_cluster(
         segment_replicas: args.segment_replicas,
         release_grace: std::time::Duration::from_secs(args.release_grace_s),
         popularity_window: std::time::Duration::from_secs(args.popularity_window_s),
+        joint_work_budget: args.joint_work_budget,
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use puffer_adapt::manager::{DropReason, ReplicaSample};
+use puffer_adapt::replication::joint::LayerCost;
 use puffer_adapt::{
     Decision, LayerManager, ManagerConfig, Marks, QueueAverager, ReplicaId, ReplicaScheduler,
     ThroughputCurve,
@@ -623,6 +624,20 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
         Ok(target)
     }
 
+    /// The storage-throughput curve the node has measured for `group`, as a planner
+    /// across nodes reads it: per layer count at which some replica of the group was
+    /// measured, its footprint and mean service time, from the replica measured
+    /// longest there (ascending layers; empty before any measurement).
+    pub fn measured_curve(&self, group: &ShardGroup<R>) -> Vec<LayerCost> {
+        let control = self.inner.control.lock().expect("control poisoned");
+        let curves: Vec<&ThroughputCurve> = group
+            .replicas
+            .iter()
+            .filter_map(|slot| control.replicas.get(&slot.id).map(|c| &c.curve))
+            .collect();
+        layer_costs(&curves)
+    }
+
     /// Hands a pinned replica back to the layer manager.
     pub fn unpin(&self, replica: ReplicaId) -> Result<()> {
         self.slot(replica)?.pinned.store(false, Ordering::Relaxed);
@@ -900,4 +915,63 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
         }
     }
     decisions
+}
+
+/// The steps of `curves` (one per replica of a shard) that were measured: at each layer
+/// count, the point of the replica with the most busy time there, as a footprint and a
+/// mean service time (the inverse of queries per busy thread-second).
+pub fn layer_costs(curves: &[&ThroughputCurve]) -> Vec<LayerCost> {
+    let steps = curves.iter().map(|c| c.points().len()).max().unwrap_or(0);
+    (0..steps)
+        .filter_map(|i| {
+            let best = curves
+                .iter()
+                .filter_map(|c| c.points().get(i))
+                .filter(|p| {
+                    p.ops_per_thread_second
+                        .is_some_and(|o| o.is_finite() && o > 0.0)
+                })
+                .filter(|p| p.footprint_bytes.is_some_and(|b| b > 0))
+                .max_by(|a, b| a.busy_seconds.total_cmp(&b.busy_seconds))?;
+            Some(LayerCost {
+                layers: i as u32 + 1,
+                footprint_bytes: best.footprint_bytes?,
+                seconds_per_query: 1.0 / best.ops_per_thread_second?,
+            })
+        })
+        .take(puffer_adapt::replication::joint::MAX_CURVE_STEPS)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shards_curve_takes_each_layer_count_from_the_replica_measured_longest_there() {
+        let mut first = ThroughputCurve::new();
+        first.observe(1, 100, 1.0, 1_000); // 100 queries/s at one layer, 1 s busy
+        first.observe(2, 300, 0.5, 2_000); // 600 queries/s at two, 0.5 s busy
+        let mut second = ThroughputCurve::new();
+        second.observe(1, 400, 2.0, 1_100); // 200 queries/s at one layer, 2 s busy
+        second.observe(3, 0, 0.0, 3_000); // seen at three layers, never busy there
+        let costs = layer_costs(&[&first, &second]);
+        assert_eq!(
+            costs,
+            vec![
+                LayerCost {
+                    layers: 1,
+                    footprint_bytes: 1_100,
+                    seconds_per_query: 1.0 / 200.0,
+                },
+                LayerCost {
+                    layers: 2,
+                    footprint_bytes: 2_000,
+                    seconds_per_query: 1.0 / 600.0,
+                },
+            ]
+        );
+        assert!(layer_costs(&[]).is_empty());
+        assert!(layer_costs(&[&ThroughputCurve::new()]).is_empty());
+    }
 }
