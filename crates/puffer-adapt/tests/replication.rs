@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use proptest::prelude::*;
 use puffer_adapt::replication::{
     collect_garbage, lazy_transition, match_bins_to_nodes, modified_best_fit, modified_fit,
-    place_new_segment, scarlett_placement, uniform_placement, uniform_placement_keeping,
-    FitHeuristic, GcConfig, Matching, NodeStorage, Placement, Plan, Popularity, ScarlettConfig,
-    SegmentId,
+    place_new_segment, placement_keeping, scarlett_placement, uniform_placement,
+    uniform_placement_keeping, FitHeuristic, GcConfig, Matching, NodeStorage, Placement, Plan,
+    Popularity, ScarlettConfig, SegmentId,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -1064,4 +1064,50 @@ fn uniform_placement_keeping_refuses_what_it_cannot_place() {
     )
     .unwrap();
     assert_eq!(placement.total_replicas(), 4);
+}
+
+#[test]
+fn placement_keeping_gives_each_segment_its_count_keeping_holders() {
+    let mut rng = StdRng::seed_from_u64(23);
+    for case in 0..400 {
+        let nodes = rng.gen_range(1..=4usize);
+        let counts: BTreeMap<SegmentId, usize> = (0..rng.gen_range(0..=5u64))
+            .map(|s| (s, rng.gen_range(1..=5usize)))
+            .collect();
+        let current: Vec<BTreeSet<SegmentId>> = (0..nodes)
+            .map(|_| (0..7u64).filter(|_| rng.gen_bool(0.35)).collect())
+            .collect();
+        let placement = placement_keeping(&counts, &current).unwrap();
+        let held = placement.segments_by_node();
+        let context = format!("case {case}: {current:?} counts {counts:?} -> {held:?}");
+        for (segment, &count) in &counts {
+            let wanted = count.min(nodes);
+            let holders: Vec<usize> = (0..nodes).filter(|&n| held[n].contains(segment)).collect();
+            assert_eq!(holders.len(), wanted, "{context}");
+            let before = (0..nodes).filter(|&n| current[n].contains(segment)).count();
+            let kept = holders
+                .iter()
+                .filter(|&&n| current[n].contains(segment))
+                .count();
+            assert_eq!(kept, before.min(wanted), "{context}");
+        }
+        assert!(
+            held.iter().flatten().all(|s| counts.contains_key(s)),
+            "{context}"
+        );
+        // With one count for all, it is uniform replication that keeps what is placed.
+        if let Some(&first) = counts.values().next() {
+            if counts.values().all(|&c| c == first) {
+                let segments: BTreeSet<SegmentId> = counts.keys().copied().collect();
+                assert_eq!(
+                    held,
+                    uniform_placement_keeping(&segments, &current, first)
+                        .unwrap()
+                        .segments_by_node(),
+                    "{context}"
+                );
+            }
+        }
+    }
+    assert!(placement_keeping(&BTreeMap::from([(1, 0)]), &[BTreeSet::new()]).is_err());
 }

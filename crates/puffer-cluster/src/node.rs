@@ -96,6 +96,32 @@ pub struct ClusterConfig {
     /// layers and replicas ([`DEFAULT_JOINT_WORK_BUDGET`]; 0: no joint plan, replicas
     /// by popularity alone and layers left to each node).
     pub joint_work_budget: f64,
+    /// How the coordinator chooses replicas by popularity (Getafix by default).
+    pub placement_policy: PlacementPolicy,
+}
+
+/// How the coordinator chooses each shard's replicas every popularity window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PlacementPolicy {
+    /// Getafix: ModifiedBestFit on popularity, with layers when the joint plan is on.
+    #[default]
+    Getafix,
+    /// Scarlett, the baseline: a replica per read in flight (see
+    /// [`crate::placement::Planner::Scarlett`]).
+    Scarlett,
+}
+
+impl PlacementPolicy {
+    /// The policy named `name` (`getafix` or `scarlett`).
+    pub fn parse(name: &str) -> Result<PlacementPolicy> {
+        match name {
+            "getafix" => Ok(PlacementPolicy::Getafix),
+            "scarlett" => Ok(PlacementPolicy::Scarlett),
+            other => Err(ClusterError::Invalid(format!(
+                "no placement policy {other:?}: getafix or scarlett"
+            ))),
+        }
+    }
 }
 
 /// The work a data node takes on in the joint plan by default: one thread busy all the
@@ -471,7 +497,11 @@ impl ClusterNode {
         let placer = coordinator.clone().map(|candidate| {
             let (etcd, stop) = (self.etcd.clone(), stop.clone());
             let (replicas, status) = (self.config.segment_replicas, self.placing.clone());
-            let planning = (self.config.popularity_window, self.config.joint_work_budget);
+            let planning = (
+                self.config.popularity_window,
+                self.config.joint_work_budget,
+                self.config.placement_policy,
+            );
             std::thread::Builder::new()
                 .name("puffer-placement".into())
                 .spawn(move || place(&etcd, &candidate, replicas, planning, &stop, &status))
@@ -611,10 +641,10 @@ impl ClusterNode {
         }
         json!({
             "mode": "cluster",
-            "policy": if self.config.popularity_window.is_zero() {
-                "uniform: every shard on --segment-replicas data nodes"
-            } else {
-                "getafix: replicas and routing fractions by popularity, at least --segment-replicas each"
+            "policy": match (self.config.popularity_window.is_zero(), self.config.placement_policy) {
+                (true, _) => "uniform: every shard on --segment-replicas data nodes",
+                (false, PlacementPolicy::Getafix) => "getafix: replicas and routing fractions by popularity, at least --segment-replicas each",
+                (false, PlacementPolicy::Scarlett) => "scarlett: a replica per read in flight over the last window, at least --segment-replicas each",
             },
             "window_seconds": self.config.popularity_window.as_secs_f64(),
             "windows_recorded": book.windows_recorded,
@@ -968,7 +998,7 @@ fn place(
     etcd: &Etcd,
     candidate: &Candidate,
     replicas: usize,
-    (window, joint_work_budget): (Duration, f64),
+    (window, joint_work_budget, policy): (Duration, f64, PlacementPolicy),
     stop: &AtomicBool,
     status: &Mutex<Option<String>>,
 ) {
@@ -1005,20 +1035,28 @@ fn place(
                         book.popularity(),
                         crate::popularity::storage_of(&reports),
                         crate::popularity::curves_of(&reports),
+                        book.newest_window(),
                     ))
                 }
                 _ => None,
             };
-            let joint = popularity
-                .as_ref()
-                .filter(|_| joint_work_budget > 0.0)
-                .map(|p| crate::placement::JointInput {
-                    curves: &p.2,
-                    reads_per_second_per_popularity: 1.0 / (2.0 * window.as_secs_f64()),
-                    config: puffer_adapt::replication::joint::JointConfig {
-                        work_budget_per_node: joint_work_budget,
-                    },
-                });
+            let in_flight;
+            let planner = match (&popularity, policy) {
+                (Some(p), PlacementPolicy::Scarlett) => {
+                    in_flight = crate::popularity::reads_in_flight(&p.3, &p.2, window);
+                    crate::placement::Planner::Scarlett(&in_flight)
+                }
+                (Some(p), PlacementPolicy::Getafix) if joint_work_budget > 0.0 => {
+                    crate::placement::Planner::Joint(crate::placement::JointInput {
+                        curves: &p.2,
+                        reads_per_second_per_popularity: 1.0 / (2.0 * window.as_secs_f64()),
+                        config: puffer_adapt::replication::joint::JointConfig {
+                            work_budget_per_node: joint_work_budget,
+                        },
+                    })
+                }
+                _ => crate::placement::Planner::Getafix,
+            };
             crate::placement::coordinate(
                 etcd,
                 &leadership,
@@ -1026,7 +1064,7 @@ fn place(
                 replicas,
                 popularity.as_ref().map(|p| &p.0),
                 popularity.as_ref().map(|p| &p.1),
-                joint.as_ref(),
+                &planner,
             )?;
             Ok(())
         })();

@@ -20,7 +20,8 @@ use std::time::Duration;
 use puffer_adapt::replication::joint::{joint_plan, JointChoice, JointConfig, LayerCost};
 use puffer_adapt::replication::{
     collect_garbage, inherit_from_predecessors, lazy_transition, match_bins_to_nodes,
-    modified_best_fit, uniform_placement_keeping, GcConfig, NodeStorage, MAX_SEGMENT_SIZE_BYTES,
+    modified_best_fit, placement_keeping, scarlett_placement, uniform_placement_keeping, GcConfig,
+    NodeStorage, ScarlettConfig, MAX_SEGMENT_SIZE_BYTES,
 };
 
 use crate::popularity::NodeRoom;
@@ -98,6 +99,20 @@ pub struct JointShardDecision {
     pub memory_bytes: u64,
     /// Why.
     pub reason: String,
+}
+
+/// How a window's run chooses each shard's replicas.
+#[derive(Clone, Copy, Debug)]
+pub enum Planner<'a> {
+    /// Getafix: ModifiedBestFit on the aged popularity.
+    Getafix,
+    /// Getafix with layers: the joint plan, or Getafix where no curve is measured yet.
+    Joint(JointInput<'a>),
+    /// Scarlett, the baseline: per shard, one replica per read in flight on average
+    /// over the last window (given here, rounded up), at least the floor, placed
+    /// keeping the holders it has, each serving an equal share; then the same lazy
+    /// drops and garbage collection as Getafix.
+    Scarlett(&'a BTreeMap<(u64, u32), f64>),
 }
 
 /// What a popularity run needs to plan layers and replicas together.
@@ -431,7 +446,7 @@ pub fn plan_by_popularity(
     replicas: usize,
     popularity: Option<&BTreeMap<(u64, u32), f64>>,
     storage: Option<&BTreeMap<String, NodeRoom>>,
-    joint: Option<&JointInput<'_>>,
+    planner: &Planner<'_>,
 ) -> Result<ShardPlacement> {
     if let Some(popularity) = popularity {
         if popularity.values().all(|&p| p <= 0.0) {
@@ -482,12 +497,39 @@ pub fn plan_by_popularity(
                     largest
                 })
                 .unwrap_or_default();
-            let jointly = match joint {
-                Some(input) => joint_run(input, &shards, &loads, &footprints, nodes.len())?,
-                None => None,
+            let jointly = match planner {
+                Planner::Joint(input) => {
+                    joint_run(input, &shards, &loads, &footprints, nodes.len())?
+                }
+                Planner::Getafix | Planner::Scarlett(_) => None,
             };
-            let bins = match jointly {
-                Some((bins, layers, report)) => {
+            let target = match (planner, jointly) {
+                (Planner::Scarlett(in_flight), _) => {
+                    // Scarlett decides counts alone: one replica per read in flight
+                    // (rounded up), at least the floor; placed keeping holders.
+                    let concurrent: BTreeMap<u64, u64> = shards
+                        .iter()
+                        .enumerate()
+                        .map(|(segment, key)| {
+                            let reads = in_flight.get(key).copied().unwrap_or(0.0);
+                            let reads = if reads.is_finite() {
+                                reads.max(0.0)
+                            } else {
+                                0.0
+                            };
+                            (segment as u64, reads.ceil().min(nodes.len() as f64) as u64)
+                        })
+                        .collect();
+                    let config = ScarlettConfig {
+                        min_replicas: replicas.clamp(1, nodes.len()),
+                        ..ScarlettConfig::default()
+                    };
+                    let counts = scarlett_placement(&concurrent, nodes.len(), &config)
+                        .map_err(invalid)?
+                        .replica_counts();
+                    placement_keeping(&counts, &held).map_err(invalid)?
+                }
+                (_, Some((bins, layers, report))) => {
                     for (segment, layers) in layers {
                         let (uid, shard) = shards[segment as usize];
                         placement
@@ -497,12 +539,15 @@ pub fn plan_by_popularity(
                             [shard as usize] = layers;
                     }
                     placement.joint = Some(report);
-                    bins
+                    let matching = match_bins_to_nodes(&bins, &held, None).map_err(invalid)?;
+                    bins.place(&matching).map_err(invalid)?
                 }
-                None => modified_best_fit(&loads, nodes.len()).map_err(invalid)?,
+                (_, None) => {
+                    let bins = modified_best_fit(&loads, nodes.len()).map_err(invalid)?;
+                    let matching = match_bins_to_nodes(&bins, &held, None).map_err(invalid)?;
+                    bins.place(&matching).map_err(invalid)?
+                }
             };
-            let matching = match_bins_to_nodes(&bins, &held, None).map_err(invalid)?;
-            let target = bins.place(&matching).map_err(invalid)?;
             let transition = lazy_transition(&held, &target).map_err(invalid)?;
             let mut wanted = transition.loads.clone();
             wanted.sort_by(|a, b| {
@@ -689,7 +734,7 @@ pub fn coordinate(
     replicas: usize,
     popularity: Option<&BTreeMap<(u64, u32), f64>>,
     storage: Option<&BTreeMap<String, NodeRoom>>,
-    joint: Option<&JointInput<'_>>,
+    planner: &Planner<'_>,
 ) -> Result<ShardPlacement> {
     let tables = catalog
         .tables()
@@ -713,7 +758,7 @@ pub fn coordinate(
         replicas,
         popularity,
         storage,
-        joint,
+        planner,
     )?;
     if current.as_ref() != Some(&next) {
         let value = serde_json::to_vec(&next).expect("a placement encodes");
@@ -797,8 +842,16 @@ mod tests {
         // Loads 6, 3, 2, 1 on 3 nodes: capacity 4 each; the paper's Figure 7 example.
         let popularity: BTreeMap<(u64, u32), f64> =
             [((7, 0), 6.0), ((7, 1), 3.0), ((7, 2), 2.0), ((7, 3), 1.0)].into();
-        let placed =
-            plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None, None).unwrap();
+        let placed = plan_by_popularity(
+            &tables,
+            &three,
+            None,
+            1,
+            Some(&popularity),
+            None,
+            &Planner::Getafix,
+        )
+        .unwrap();
         // The oracle: ModifiedBestFit's replica counts on the same loads.
         let loads: BTreeMap<u64, f64> = (0..4).map(|s| (s, popularity[&(7, s as u32)])).collect();
         let oracle = modified_best_fit(&loads, 3).unwrap().replica_counts();
@@ -829,8 +882,16 @@ mod tests {
         );
 
         // A floor of 2: every shard has two holders at least, the hot one more.
-        let floored =
-            plan_by_popularity(&tables, &three, None, 2, Some(&popularity), None, None).unwrap();
+        let floored = plan_by_popularity(
+            &tables,
+            &three,
+            None,
+            2,
+            Some(&popularity),
+            None,
+            &Planner::Getafix,
+        )
+        .unwrap();
         for shard in 0..4u32 {
             assert!(holder_count(&floored, 7, shard) >= 2, "{floored:?}");
         }
@@ -839,9 +900,61 @@ mod tests {
         // No reads at all: the uniform placement.
         let cold: BTreeMap<(u64, u32), f64> = [((7, 0), 0.0)].into();
         assert_eq!(
-            plan_by_popularity(&tables, &three, None, 2, Some(&cold), None, None).unwrap(),
+            plan_by_popularity(
+                &tables,
+                &three,
+                None,
+                2,
+                Some(&cold),
+                None,
+                &Planner::Getafix
+            )
+            .unwrap(),
             plan(&tables, &three, None, 2).unwrap()
         );
+    }
+
+    #[test]
+    fn scarlett_gives_a_replica_per_read_in_flight_and_keeps_holders() {
+        let tables = [table(7, 3)];
+        let three = nodes(&["a", "b", "c"]);
+        let popularity: BTreeMap<(u64, u32), f64> =
+            [((7, 0), 100.0), ((7, 1), 10.0), ((7, 2), 1.0)].into();
+        // 2.5 reads in flight want 3 replicas, 1.2 want 2, 0.1 the floor of 1.
+        let in_flight: BTreeMap<(u64, u32), f64> =
+            [((7, 0), 2.5), ((7, 1), 1.2), ((7, 2), 0.1)].into();
+        let planner = Planner::Scarlett(&in_flight);
+        let placed =
+            plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None, &planner)
+                .unwrap();
+        for (shard, wanted) in [(0, 3), (1, 2), (2, 1)] {
+            assert_eq!(holder_count(&placed, 7, shard), wanted, "{placed:?}");
+            let fractions = placed.fractions(7, shard).unwrap();
+            assert!(
+                fractions
+                    .iter()
+                    .all(|f| (f - 1.0 / wanted as f64).abs() < 1e-9),
+                "{placed:?}"
+            );
+        }
+        assert!(placed.layers.is_empty() && placed.joint.is_none());
+        // The same reads again: nothing moves.
+        let again = plan_by_popularity(
+            &tables,
+            &three,
+            Some(&placed),
+            1,
+            Some(&popularity),
+            None,
+            &planner,
+        )
+        .unwrap();
+        assert_eq!(again.tables, placed.tables);
+        // With a floor of 2 the cold shard has two holders too.
+        let floored =
+            plan_by_popularity(&tables, &three, None, 2, Some(&popularity), None, &planner)
+                .unwrap();
+        assert_eq!(holder_count(&floored, 7, 2), 2, "{floored:?}");
     }
 
     #[test]
@@ -875,7 +988,7 @@ mod tests {
             1,
             Some(&popularity),
             None,
-            Some(&input),
+            &Planner::Joint(input),
         )
         .unwrap();
         // The oracle: the pure joint planner on the same rates and curves.
@@ -910,8 +1023,16 @@ mod tests {
         assert_eq!(report.decisions.len(), 2);
         assert!(report.decisions.iter().all(|d| !d.reason.is_empty()));
         // Replicas alone (no curves) give the hot shard more holders than layers do.
-        let alone =
-            plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None, None).unwrap();
+        let alone = plan_by_popularity(
+            &tables,
+            &three,
+            None,
+            1,
+            Some(&popularity),
+            None,
+            &Planner::Getafix,
+        )
+        .unwrap();
         assert!(holder_count(&alone, 7, 0) > 1, "{alone:?}");
         assert!(alone.layers.is_empty() && alone.joint.is_none());
         let unmeasured = BTreeMap::new();
@@ -927,14 +1048,22 @@ mod tests {
                 1,
                 Some(&popularity),
                 None,
-                Some(&without)
+                &Planner::Joint(without)
             )
             .unwrap(),
             alone
         );
         // Between windows the plan's layers and report stand.
-        let repaired =
-            plan_by_popularity(&tables, &three, Some(&placed), 1, None, None, None).unwrap();
+        let repaired = plan_by_popularity(
+            &tables,
+            &three,
+            Some(&placed),
+            1,
+            None,
+            None,
+            &Planner::Getafix,
+        )
+        .unwrap();
         assert_eq!(repaired.layers, placed.layers);
         assert_eq!(repaired.joint, placed.joint);
         // A shard without a curve is planned with replicas only and gets no layers set.
@@ -946,7 +1075,7 @@ mod tests {
             1,
             Some(&popularity),
             None,
-            Some(&JointInput {
+            &Planner::Joint(JointInput {
                 curves: &half,
                 ..input
             }),
@@ -978,7 +1107,7 @@ mod tests {
             1,
             Some(&popularity),
             None,
-            Some(&JointInput {
+            &Planner::Joint(JointInput {
                 curves: &one_step,
                 ..input
             }),
@@ -994,8 +1123,16 @@ mod tests {
         let three = nodes(&["a", "b", "c"]);
         let hot_first: BTreeMap<(u64, u32), f64> =
             [((7, 0), 9.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 1.0)].into();
-        let first =
-            plan_by_popularity(&tables, &three, None, 1, Some(&hot_first), None, None).unwrap();
+        let first = plan_by_popularity(
+            &tables,
+            &three,
+            None,
+            1,
+            Some(&hot_first),
+            None,
+            &Planner::Getafix,
+        )
+        .unwrap();
         assert_eq!(holder_count(&first, 7, 0), 3, "{first:?}");
         // Popularity moves to shard 3: shard 0 loses at most one replica this run.
         let hot_last: BTreeMap<(u64, u32), f64> =
@@ -1007,7 +1144,7 @@ mod tests {
             1,
             Some(&hot_last),
             None,
-            None,
+            &Planner::Getafix,
         )
         .unwrap();
         // Lazily: the replica this run drops is marked and still held, with no share of
@@ -1028,7 +1165,7 @@ mod tests {
             1,
             Some(&hot_last),
             None,
-            None,
+            &Planner::Getafix,
         )
         .unwrap();
         assert!(
@@ -1040,8 +1177,16 @@ mod tests {
         // Node b is lost between runs: the repair keeps the live holders, gives shards
         // left with none a replica, and scales the shares of the others back to 1.
         let two = nodes(&["a", "c"]);
-        let repaired =
-            plan_by_popularity(&tables, &two, Some(&third), 1, None, None, None).unwrap();
+        let repaired = plan_by_popularity(
+            &tables,
+            &two,
+            Some(&third),
+            1,
+            None,
+            None,
+            &Planner::Getafix,
+        )
+        .unwrap();
         for shard in 0..4u32 {
             let before: Vec<&String> = third
                 .holders(7, shard)
@@ -1058,7 +1203,16 @@ mod tests {
         }
         // A repair with nothing lost changes nothing.
         assert_eq!(
-            plan_by_popularity(&tables, &three, Some(&third), 1, None, None, None).unwrap(),
+            plan_by_popularity(
+                &tables,
+                &three,
+                Some(&third),
+                1,
+                None,
+                None,
+                &Planner::Getafix
+            )
+            .unwrap(),
             third
         );
     }
@@ -1093,7 +1247,7 @@ mod tests {
                 floor,
                 Some(&popularity),
                 Some(&storage),
-                None,
+                &Planner::Getafix,
             )
             .unwrap()
         };
@@ -1122,7 +1276,7 @@ mod tests {
             1,
             Some(&popularity),
             None,
-            None,
+            &Planner::Getafix,
         )
         .unwrap();
         assert!(

@@ -86,6 +86,46 @@ pub fn curves_of(
     curves
 }
 
+/// Per shard, its reads in flight on average over a window (Little's law: the window's
+/// reads over its length, times the seconds one read takes), which Scarlett counts
+/// replicas by. A read's time is the shard's measured curve's shallowest step (its
+/// slowest, so the count errs high), or the median of those of the measured shards for
+/// a shard with none; with no curve at all, every shard has 0 in flight.
+pub fn reads_in_flight(
+    window_reads: &BTreeMap<ShardKey, u64>,
+    curves: &BTreeMap<ShardKey, Vec<puffer_adapt::replication::joint::LayerCost>>,
+    window: Duration,
+) -> BTreeMap<ShardKey, f64> {
+    let shallowest = |curve: &Vec<puffer_adapt::replication::joint::LayerCost>| {
+        curve.first().map(|c| c.seconds_per_query)
+    };
+    let mut measured: Vec<f64> = curves
+        .values()
+        .filter_map(shallowest)
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .collect();
+    measured.sort_by(f64::total_cmp);
+    let typical = measured.get(measured.len() / 2).copied();
+    let seconds = window.as_secs_f64();
+    window_reads
+        .iter()
+        .map(|(key, &reads)| {
+            let per_read = curves
+                .get(key)
+                .and_then(shallowest)
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .or(typical)
+                .unwrap_or(0.0);
+            let rate = if seconds > 0.0 {
+                reads as f64 / seconds
+            } else {
+                0.0
+            };
+            (*key, rate * per_read)
+        })
+        .collect()
+}
+
 /// One data node's room and what its shards take.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeRoom {
@@ -321,6 +361,30 @@ mod tests {
             footprint_bytes: 1,
             curve: Vec::new(),
         }
+    }
+
+    #[test]
+    fn reads_in_flight_is_the_rate_times_the_time_of_a_read() {
+        use puffer_adapt::replication::joint::LayerCost;
+        let step = |seconds_per_query| LayerCost {
+            layers: 1,
+            footprint_bytes: 10,
+            seconds_per_query,
+        };
+        let reads: BTreeMap<ShardKey, u64> = [((1, 0), 600), ((1, 1), 60), ((1, 2), 6)].into();
+        let curves: BTreeMap<ShardKey, Vec<LayerCost>> =
+            [((1, 0), vec![step(0.5)]), ((1, 1), vec![step(0.1)])].into();
+        let in_flight = reads_in_flight(&reads, &curves, Duration::from_secs(60));
+        // 10 reads a second of 0.5 s each; 1 of 0.1 s; 0.1 a second of the median 0.5 s
+        // (the median of two is the upper one).
+        let expected: BTreeMap<ShardKey, f64> =
+            [((1, 0), 5.0), ((1, 1), 0.1), ((1, 2), 0.05)].into();
+        for (key, value) in &expected {
+            assert!((in_flight[key] - value).abs() < 1e-12, "{in_flight:?}");
+        }
+        // No curve anywhere: nothing in flight.
+        let none = reads_in_flight(&reads, &BTreeMap::new(), Duration::from_secs(60));
+        assert!(none.values().all(|&v| v == 0.0));
     }
 
     fn reports(list: &[(&str, Vec<ShardReads>)]) -> BTreeMap<String, AccessReport> {

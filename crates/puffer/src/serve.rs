@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use puffer_cluster::etcd::{EtcdConfig, Role};
-use puffer_cluster::node::{ClusterConfig, ClusterNode, DEFAULT_FOLLOW_INTERVAL};
+use puffer_cluster::node::{ClusterConfig, ClusterNode, PlacementPolicy, DEFAULT_FOLLOW_INTERVAL};
 use puffer_server::ServerConfig;
 
 /// Arguments of `puffer serve`.
@@ -78,6 +78,11 @@ pub struct ServeArgs {
     /// to 1024; 0: replicas by popularity alone, layers left to each node).
     #[arg(long, default_value_t = puffer_cluster::node::DEFAULT_JOINT_WORK_BUDGET, requires = "etcd")]
     joint_work_budget: f64,
+    /// How the coordinator chooses replicas by popularity: `getafix` (ModifiedBestFit,
+    /// with layers when --joint-work-budget is above 0) or `scarlett` (the baseline: a
+    /// replica per read in flight).
+    #[arg(long, default_value = "getafix", requires = "etcd")]
+    placement_policy: String,
 }
 
 /// Runs the server until Ctrl-C.
@@ -204,6 +209,7 @@ fn join_cluster(
         release_grace: std::time::Duration::from_secs(args.release_grace_s),
         popularity_window: std::time::Duration::from_secs(args.popularity_window_s),
         joint_work_budget: args.joint_work_budget,
+        placement_policy: PlacementPolicy::parse(&args.placement_policy)?,
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

@@ -130,19 +130,40 @@ pub fn uniform_placement_keeping(
     current: &[BTreeSet<SegmentId>],
     replication_factor: usize,
 ) -> Result<Placement, ConfigError> {
-    let nodes = current.len();
-    check_node_count("current", nodes)?;
-    check_segment_count("segments", segments.len())?;
     if replication_factor == 0 {
         return Err(config_error(
             "replication_factor",
             "a segment needs at least one replica".to_string(),
         ));
     }
-    let wanted = replication_factor.min(nodes);
+    let counts = segments.iter().map(|&s| (s, replication_factor)).collect();
+    placement_keeping(&counts, current)
+}
+
+/// Each segment of `counts` on its count of nodes (at most one replica a node), keeping
+/// what `current` holds as [`uniform_placement_keeping`] does: a segment with too many
+/// holders drops those holding the most replicas, a missing replica goes to the node
+/// holding the fewest; every holder serves an equal share. How a policy that decides
+/// counts alone (Scarlett) places them with few transfers. Segments not in `counts` are
+/// dropped. Errors: `current` not in `1..=`[`MAX_NODES`](super::MAX_NODES) nodes, more
+/// than [`MAX_SEGMENTS`](super::MAX_SEGMENTS) segments, a count of 0.
+pub fn placement_keeping(
+    counts: &BTreeMap<SegmentId, usize>,
+    current: &[BTreeSet<SegmentId>],
+) -> Result<Placement, ConfigError> {
+    let nodes = current.len();
+    check_node_count("current", nodes)?;
+    check_segment_count("counts", counts.len())?;
+    if let Some((segment, _)) = counts.iter().find(|(_, &count)| count == 0) {
+        return Err(config_error(
+            "counts",
+            format!("segment {segment} has 0 replicas; a segment needs at least one"),
+        ));
+    }
+    let wanted = |segment: &SegmentId| counts[segment].min(nodes);
     let mut holders: BTreeMap<SegmentId, Vec<NodeIndex>> = BTreeMap::new();
     for (node, held) in current.iter().enumerate() {
-        for &segment in held.iter().filter(|s| segments.contains(s)) {
+        for &segment in held.iter().filter(|s| counts.contains_key(s)) {
             holders.entry(segment).or_default().push(node);
         }
     }
@@ -153,8 +174,8 @@ pub fn uniform_placement_keeping(
             load[node] += 1;
         }
     }
-    for kept in holders.values_mut() {
-        while kept.len() > wanted {
+    for (segment, kept) in holders.iter_mut() {
+        while kept.len() > wanted(segment) {
             let (at, &node) = kept
                 .iter()
                 .enumerate()
@@ -165,9 +186,9 @@ pub fn uniform_placement_keeping(
         }
     }
     // Then the missing replicas, on the least loaded nodes.
-    for &segment in segments {
-        let kept = holders.entry(segment).or_default();
-        while kept.len() < wanted {
+    for segment in counts.keys() {
+        let kept = holders.entry(*segment).or_default();
+        while kept.len() < wanted(segment) {
             let node = (0..nodes)
                 .filter(|n| !kept.contains(n))
                 .min_by_key(|&n| (load[n], n))

@@ -43,7 +43,8 @@ pub mod popularity;
 pub mod transition;
 
 pub use baselines::{
-    scarlett_placement, uniform_placement, uniform_placement_keeping, ScarlettConfig,
+    placement_keeping, scarlett_placement, uniform_placement, uniform_placement_keeping,
+    ScarlettConfig,
 };
 pub use fit::{modified_best_fit, modified_fit, FitHeuristic, Plan};
 pub use gc::{collect_garbage, GcConfig, GcOutcome, NodeStorage};
