@@ -56,6 +56,10 @@ enum Experiment {
     /// measured on the real store: Getafix against Scarlett, uniform replication and
     /// random routing, shifting popularity, and the joint replicas-and-layers planner.
     Getafix(getafix::GetafixArgs),
+    /// Getafix against Scarlett and uniform replication on a real cluster on loopback
+    /// (etcd, a leader, data-only nodes, a broker; needs target/release/puffer), through
+    /// the broker.
+    GetafixCluster(getafix::loopback::LoopbackArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -68,5 +72,6 @@ fn main() -> anyhow::Result<()> {
         Experiment::Consistency(args) => consistency_bench::run(&args),
         Experiment::Cluster(args) => cluster_bench::run(&args),
         Experiment::Getafix(args) => getafix::run(&args),
+        Experiment::GetafixCluster(args) => getafix::loopback::run(&args),
     }
 }

@@ -280,9 +280,10 @@ impl Broker {
         }
     }
 
-    /// Has a live data node take on each of `shards` that no live node the placement
-    /// names holds (the first usable node by id; the broker then sends that shard's
-    /// reads there until the placement names a live holder).
+    /// Has a live data node take on each of `shards`, which the nodes asked did not
+    /// hold: a holder the placement names first, else the first usable node by id (the
+    /// broker then sends that shard's reads there until the placement names a live
+    /// holder).
     fn take_on_somewhere(&self, entry: &TableEntry, shards: &[u32]) -> Result<()> {
         let now = Instant::now();
         let nodes: Vec<std::sync::Arc<DataNode>> = self
@@ -299,19 +300,17 @@ impl Broker {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         for &shard in shards {
-            let placed_live = placement
+            // Called after the nodes asked answered that they do not hold the shard:
+            // the holders the placement names may not have taken it on yet (a plan
+            // that just moved it), so they are asked first to take it on now (a node
+            // that holds it already says so at once), then any other.
+            let placed: Vec<String> = placement
                 .as_ref()
                 .and_then(|p| p.holders(entry.uid, shard))
-                .is_some_and(|holders| nodes.iter().any(|n| holders.contains(&n.node_id)));
-            let loaded_live = self
-                .loaded
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&(entry.uid, shard))
-                .is_some_and(|id| nodes.iter().any(|n| &n.node_id == id));
-            if placed_live || loaded_live {
-                continue;
-            }
+                .map(<[String]>::to_vec)
+                .unwrap_or_default();
+            let mut nodes = nodes.clone();
+            nodes.sort_by_key(|n| !placed.contains(&n.node_id));
             let mut last_error = None;
             for node in &nodes {
                 match node.client.take_on(&entry.name, entry.uid, shard) {

@@ -562,13 +562,30 @@ pub fn plan_by_popularity(
             let floor = replicas.min(nodes.len());
             // What the last run marked goes now, unless the plan wants it there again;
             // what this run drops is marked, and keeps serving until the next run.
+            // A replica goes only once another node has reported holding the shard
+            // (loaded, not merely placed), so that a plan moving a shard never leaves it
+            // with no node able to answer; until then it stays marked.
+            let loaded_elsewhere = |node: usize, segment: u64| {
+                storage.is_none_or(|rooms| {
+                    rooms.iter().any(|(id, room)| {
+                        id != nodes[node]
+                            && room
+                                .footprint_bytes_by_shard
+                                .contains_key(&shards[segment as usize])
+                    })
+                })
+            };
             let wanted_by_node = target.segments_by_node();
             for (segment, going) in marked.iter().enumerate() {
                 let segment_id = segment as u64;
                 for &node in going {
                     let holders = held.iter().filter(|h| h.contains(&segment_id)).count();
                     if !wanted_by_node[node].contains(&segment_id) && holders > floor {
-                        held[node].remove(&segment_id);
+                        if loaded_elsewhere(node, segment_id) {
+                            held[node].remove(&segment_id);
+                        } else {
+                            dropping[segment].insert(node);
+                        }
                     }
                 }
             }
@@ -586,7 +603,7 @@ pub fn plan_by_popularity(
                     collect_garbage(&rooms, &loads, &GcConfig::default()).map_err(invalid)?;
                 for (node, segment) in garbage.drops {
                     let holders = held.iter().filter(|h| h.contains(&segment)).count();
-                    if holders > floor {
+                    if holders > floor && loaded_elsewhere(node, segment) {
                         held[node].remove(&segment);
                     }
                 }
@@ -1286,6 +1303,66 @@ mod tests {
         // With a floor of 2 nothing may go: both nodes keep everything.
         let floored = run(2);
         assert_eq!(held_by(&floored, "a"), vec![0, 1, 2, 3], "{floored:?}");
+    }
+
+    #[test]
+    fn a_marked_replica_goes_only_once_another_node_reports_holding_the_shard() {
+        let tables = [table(7, 2)];
+        let two = nodes(&["a", "b"]);
+        // Shard 0 was on a and b, b marked to go; shard 1 is on b. Equal loads put one
+        // shard on each node: 0 on a, 1 on b. a has not taken shard 0 on yet.
+        let current = ShardPlacement {
+            replicas: 1,
+            tables: [(7, vec![nodes(&["a", "b"]), nodes(&["b"])])].into(),
+            dropping: [(7, vec![nodes(&["b"]), Vec::new()])].into(),
+            ..ShardPlacement::default()
+        };
+        let popularity: BTreeMap<(u64, u32), f64> = [((7, 0), 1.0), ((7, 1), 1.0)].into();
+        let reported = |a_holds_shard_0: bool| -> BTreeMap<String, NodeRoom> {
+            let room = |shards: Vec<u32>| NodeRoom {
+                capacity_bytes: 0,
+                footprint_bytes_by_shard: shards.into_iter().map(|s| ((7, s), 100)).collect(),
+            };
+            let on_a = if a_holds_shard_0 { vec![0] } else { Vec::new() };
+            [
+                ("a".to_string(), room(on_a)),
+                ("b".to_string(), room(vec![0, 1])),
+            ]
+            .into()
+        };
+        let plan_with = |storage: &BTreeMap<String, NodeRoom>| {
+            plan_by_popularity(
+                &tables,
+                &two,
+                Some(&current),
+                1,
+                Some(&popularity),
+                Some(storage),
+                &Planner::Getafix,
+            )
+            .unwrap()
+        };
+        // Only b holds shard 0: b keeps it, still marked (no share of its reads).
+        let waiting = plan_with(&reported(false));
+        assert_eq!(
+            waiting.holders(7, 0).unwrap(),
+            &nodes(&["a", "b"])[..],
+            "{waiting:?}"
+        );
+        assert_eq!(waiting.dropping(7, 0), &nodes(&["b"])[..], "{waiting:?}");
+        assert_eq!(
+            waiting.fractions(7, 0).unwrap(),
+            &[1.0, 0.0][..],
+            "{waiting:?}"
+        );
+        // a reports it too: b lets it go.
+        let moved = plan_with(&reported(true));
+        assert_eq!(
+            moved.holders(7, 0).unwrap(),
+            &nodes(&["a"])[..],
+            "{moved:?}"
+        );
+        assert!(moved.dropping(7, 0).is_empty(), "{moved:?}");
     }
 
     #[test]

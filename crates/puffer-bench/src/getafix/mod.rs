@@ -29,6 +29,7 @@
 //!   with the least memory (replicas alone) against the joint planner, at equal rates.
 
 mod chart;
+pub mod loopback;
 pub mod sim;
 
 use std::io::{BufRead, Write};

@@ -181,12 +181,12 @@ impl SimOutcome {
 }
 
 /// Cumulative Zipf weights over ranks `1..=n`, for draws limited to a prefix.
-struct ZipfPrefix {
+pub(crate) struct ZipfPrefix {
     cumulative: Vec<f64>,
 }
 
 impl ZipfPrefix {
-    fn new(n: usize, skew: f64) -> ZipfPrefix {
+    pub(crate) fn new(n: usize, skew: f64) -> ZipfPrefix {
         let mut total = 0.0;
         let cumulative = (1..=n)
             .map(|rank| {
@@ -198,7 +198,7 @@ impl ZipfPrefix {
     }
 
     /// A rank in `0..limit` (0 the most likely).
-    fn draw(&self, limit: usize, rng: &mut StdRng) -> usize {
+    pub(crate) fn draw(&self, limit: usize, rng: &mut StdRng) -> usize {
         let limit = limit.min(self.cumulative.len()).max(1);
         let u = rng.gen::<f64>() * self.cumulative[limit - 1];
         self.cumulative[..limit]
