@@ -17,7 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use puffer_adapt::replication::joint::{joint_plan, JointChoice, JointConfig, LayerCost};
+use puffer_adapt::replication::joint::{
+    check_curve, joint_plan, JointChoice, JointConfig, LayerCost,
+};
 use puffer_adapt::replication::{
     collect_garbage, inherit_from_predecessors, lazy_transition, match_bins_to_nodes,
     modified_best_fit, placement_keeping, scarlett_placement, uniform_placement_keeping, GcConfig,
@@ -145,25 +147,18 @@ fn joint_run(
     input: &JointInput<'_>,
     shards: &[(u64, u32)],
     loads: &BTreeMap<u64, f64>,
-    footprints: &BTreeMap<(u64, u32), u64>,
+    storage: Option<&BTreeMap<String, NodeRoom>>,
     nodes: usize,
 ) -> Result<Option<JointRun>> {
-    let valid = |curve: &Vec<LayerCost>| {
-        !curve.is_empty()
-            && curve.len() <= puffer_adapt::replication::joint::MAX_CURVE_STEPS
-            && curve.windows(2).all(|w| w[0].layers < w[1].layers)
-            && curve.iter().all(|c| {
-                c.footprint_bytes >= 1
-                    && c.footprint_bytes <= MAX_SEGMENT_SIZE_BYTES
-                    && c.seconds_per_query.is_finite()
-                    && c.seconds_per_query > 0.0
-            })
-    };
     let measured: BTreeMap<u64, &Vec<LayerCost>> = shards
         .iter()
         .enumerate()
         .filter_map(|(segment, key)| {
-            let curve = input.curves.get(key).filter(|c| valid(c))?;
+            // A bad curve (a node's measurement gone wrong) counts as none.
+            let curve = input
+                .curves
+                .get(key)
+                .filter(|c| check_curve(segment as u64, c).is_ok())?;
             Some((segment as u64, curve))
         })
         .collect();
@@ -181,10 +176,8 @@ fn joint_run(
             Some(curve) => (*curve).clone(),
             None => vec![LayerCost {
                 layers: 1,
-                footprint_bytes: footprints
-                    .get(key)
-                    .copied()
-                    .unwrap_or(1)
+                footprint_bytes: storage
+                    .map_or(0, |rooms| largest_footprint(rooms, key))
                     .clamp(1, MAX_SEGMENT_SIZE_BYTES),
                 seconds_per_query: typical_seconds,
             }],
@@ -381,20 +374,22 @@ pub fn plan(
 /// Each node's room and the bytes of what it holds, as garbage collection takes them:
 /// a shard a node has not reported yet (loaded this run) takes what its largest report
 /// elsewhere says; a node that reported no room (or none at all) is never full.
+/// The largest footprint any node reported for shard `key` (0 if none did).
+fn largest_footprint(storage: &BTreeMap<String, NodeRoom>, key: &(u64, u32)) -> u64 {
+    storage
+        .values()
+        .filter_map(|room| room.footprint_bytes_by_shard.get(key))
+        .max()
+        .copied()
+        .unwrap_or(0)
+}
+
 fn rooms(
     nodes: &[&String],
     shards: &[(u64, u32)],
     held: &[BTreeSet<u64>],
     storage: &BTreeMap<String, NodeRoom>,
 ) -> Vec<NodeStorage> {
-    let largest = |key: &(u64, u32)| {
-        storage
-            .values()
-            .filter_map(|room| room.footprint_bytes_by_shard.get(key))
-            .max()
-            .copied()
-            .unwrap_or(0)
-    };
     nodes
         .iter()
         .zip(held)
@@ -406,7 +401,7 @@ fn rooms(
                     let key = &shards[segment as usize];
                     let size = room
                         .and_then(|r| r.footprint_bytes_by_shard.get(key).copied())
-                        .unwrap_or_else(|| largest(key));
+                        .unwrap_or_else(|| largest_footprint(storage, key));
                     (segment, size.min(MAX_SEGMENT_SIZE_BYTES))
                 })
                 .collect();
@@ -485,22 +480,8 @@ pub fn plan_by_popularity(
             let invalid = |e: puffer_adapt::ConfigError| ClusterError::Invalid(e.to_string());
             // With measured curves, the bins are the joint plan's (works, not reads,
             // and layers chosen with the replicas); without, Getafix's on the loads.
-            let footprints: BTreeMap<(u64, u32), u64> = storage
-                .map(|rooms| {
-                    let mut largest = BTreeMap::new();
-                    for room in rooms.values() {
-                        for (&key, &bytes) in &room.footprint_bytes_by_shard {
-                            let at: &mut u64 = largest.entry(key).or_default();
-                            *at = (*at).max(bytes);
-                        }
-                    }
-                    largest
-                })
-                .unwrap_or_default();
             let jointly = match planner {
-                Planner::Joint(input) => {
-                    joint_run(input, &shards, &loads, &footprints, nodes.len())?
-                }
+                Planner::Joint(input) => joint_run(input, &shards, &loads, storage, nodes.len())?,
                 Planner::Getafix | Planner::Scarlett(_) => None,
             };
             let target = match (planner, jointly) {
@@ -511,13 +492,10 @@ pub fn plan_by_popularity(
                         .iter()
                         .enumerate()
                         .map(|(segment, key)| {
+                            // The cast saturates; Scarlett caps counts at the nodes.
                             let reads = in_flight.get(key).copied().unwrap_or(0.0);
-                            let reads = if reads.is_finite() {
-                                reads.max(0.0)
-                            } else {
-                                0.0
-                            };
-                            (segment as u64, reads.ceil().min(nodes.len() as f64) as u64)
+                            let reads = if reads.is_finite() { reads } else { 0.0 };
+                            (segment as u64, reads.max(0.0).ceil() as u64)
                         })
                         .collect();
                     let config = ScarlettConfig {
@@ -848,6 +826,26 @@ mod tests {
         assert!(plan(&tables, &nodes(&["a"]), None, 0).is_err());
     }
 
+    /// Getafix's plan with no storage reports and no joint planner.
+    fn getafix(
+        tables: &[TableEntry],
+        nodes: &[String],
+        current: Option<&ShardPlacement>,
+        floor: usize,
+        popularity: &BTreeMap<(u64, u32), f64>,
+    ) -> ShardPlacement {
+        plan_by_popularity(
+            tables,
+            nodes,
+            current,
+            floor,
+            Some(popularity),
+            None,
+            &Planner::Getafix,
+        )
+        .unwrap()
+    }
+
     fn holder_count(p: &ShardPlacement, uid: u64, shard: u32) -> usize {
         p.holders(uid, shard).unwrap().len()
     }
@@ -859,16 +857,7 @@ mod tests {
         // Loads 6, 3, 2, 1 on 3 nodes: capacity 4 each; the paper's Figure 7 example.
         let popularity: BTreeMap<(u64, u32), f64> =
             [((7, 0), 6.0), ((7, 1), 3.0), ((7, 2), 2.0), ((7, 3), 1.0)].into();
-        let placed = plan_by_popularity(
-            &tables,
-            &three,
-            None,
-            1,
-            Some(&popularity),
-            None,
-            &Planner::Getafix,
-        )
-        .unwrap();
+        let placed = getafix(&tables, &three, None, 1, &popularity);
         // The oracle: ModifiedBestFit's replica counts on the same loads.
         let loads: BTreeMap<u64, f64> = (0..4).map(|s| (s, popularity[&(7, s as u32)])).collect();
         let oracle = modified_best_fit(&loads, 3).unwrap().replica_counts();
@@ -899,16 +888,7 @@ mod tests {
         );
 
         // A floor of 2: every shard has two holders at least, the hot one more.
-        let floored = plan_by_popularity(
-            &tables,
-            &three,
-            None,
-            2,
-            Some(&popularity),
-            None,
-            &Planner::Getafix,
-        )
-        .unwrap();
+        let floored = getafix(&tables, &three, None, 2, &popularity);
         for shard in 0..4u32 {
             assert!(holder_count(&floored, 7, shard) >= 2, "{floored:?}");
         }
@@ -917,16 +897,7 @@ mod tests {
         // No reads at all: the uniform placement.
         let cold: BTreeMap<(u64, u32), f64> = [((7, 0), 0.0)].into();
         assert_eq!(
-            plan_by_popularity(
-                &tables,
-                &three,
-                None,
-                2,
-                Some(&cold),
-                None,
-                &Planner::Getafix
-            )
-            .unwrap(),
+            getafix(&tables, &three, None, 2, &cold),
             plan(&tables, &three, None, 2).unwrap()
         );
     }
@@ -998,16 +969,12 @@ mod tests {
                 work_budget_per_node: 4.0,
             },
         };
-        let placed = plan_by_popularity(
-            &tables,
-            &three,
-            None,
-            1,
-            Some(&popularity),
-            None,
-            &Planner::Joint(input),
-        )
-        .unwrap();
+        // A run from nothing, floor 1, with the given curves.
+        let jointly = |curves: &BTreeMap<(u64, u32), Vec<LayerCost>>| {
+            let planner = Planner::Joint(JointInput { curves, ..input });
+            plan_by_popularity(&tables, &three, None, 1, Some(&popularity), None, &planner).unwrap()
+        };
+        let placed = jointly(&curves);
         // The oracle: the pure joint planner on the same rates and curves.
         let rates: BTreeMap<u64, f64> = [(0, 1000.0), (1, 1000.0)].into();
         let by_segment: BTreeMap<u64, Vec<LayerCost>> =
@@ -1040,36 +1007,11 @@ mod tests {
         assert_eq!(report.decisions.len(), 2);
         assert!(report.decisions.iter().all(|d| !d.reason.is_empty()));
         // Replicas alone (no curves) give the hot shard more holders than layers do.
-        let alone = plan_by_popularity(
-            &tables,
-            &three,
-            None,
-            1,
-            Some(&popularity),
-            None,
-            &Planner::Getafix,
-        )
-        .unwrap();
+        let alone = getafix(&tables, &three, None, 1, &popularity);
         assert!(holder_count(&alone, 7, 0) > 1, "{alone:?}");
         assert!(alone.layers.is_empty() && alone.joint.is_none());
         let unmeasured = BTreeMap::new();
-        let without = JointInput {
-            curves: &unmeasured,
-            ..input
-        };
-        assert_eq!(
-            plan_by_popularity(
-                &tables,
-                &three,
-                None,
-                1,
-                Some(&popularity),
-                None,
-                &Planner::Joint(without)
-            )
-            .unwrap(),
-            alone
-        );
+        assert_eq!(jointly(&unmeasured), alone);
         // Between windows the plan's layers and report stand.
         let repaired = plan_by_popularity(
             &tables,
@@ -1085,19 +1027,7 @@ mod tests {
         assert_eq!(repaired.joint, placed.joint);
         // A shard without a curve is planned with replicas only and gets no layers set.
         let half: BTreeMap<(u64, u32), Vec<LayerCost>> = [((7, 0), curves[&(7, 0)].clone())].into();
-        let partly = plan_by_popularity(
-            &tables,
-            &three,
-            None,
-            1,
-            Some(&popularity),
-            None,
-            &Planner::Joint(JointInput {
-                curves: &half,
-                ..input
-            }),
-        )
-        .unwrap();
+        let partly = jointly(&half);
         assert_eq!(partly.planned_layers(7, 1), None, "{partly:?}");
         let decision = |p: &ShardPlacement, shard: u32| {
             p.joint
@@ -1117,19 +1047,7 @@ mod tests {
             ((7, 1), curves[&(7, 1)][..1].to_vec()),
         ]
         .into();
-        let short = plan_by_popularity(
-            &tables,
-            &three,
-            None,
-            1,
-            Some(&popularity),
-            None,
-            &Planner::Joint(JointInput {
-                curves: &one_step,
-                ..input
-            }),
-        )
-        .unwrap();
+        let short = jointly(&one_step);
         assert_eq!(short.planned_layers(7, 0), Some(2), "{short:?}");
         assert_eq!(short.planned_layers(7, 1), None, "{short:?}");
     }
@@ -1140,30 +1058,12 @@ mod tests {
         let three = nodes(&["a", "b", "c"]);
         let hot_first: BTreeMap<(u64, u32), f64> =
             [((7, 0), 9.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 1.0)].into();
-        let first = plan_by_popularity(
-            &tables,
-            &three,
-            None,
-            1,
-            Some(&hot_first),
-            None,
-            &Planner::Getafix,
-        )
-        .unwrap();
+        let first = getafix(&tables, &three, None, 1, &hot_first);
         assert_eq!(holder_count(&first, 7, 0), 3, "{first:?}");
         // Popularity moves to shard 3: shard 0 loses at most one replica this run.
         let hot_last: BTreeMap<(u64, u32), f64> =
             [((7, 0), 1.0), ((7, 1), 1.0), ((7, 2), 1.0), ((7, 3), 9.0)].into();
-        let second = plan_by_popularity(
-            &tables,
-            &three,
-            Some(&first),
-            1,
-            Some(&hot_last),
-            None,
-            &Planner::Getafix,
-        )
-        .unwrap();
+        let second = getafix(&tables, &three, Some(&first), 1, &hot_last);
         // Lazily: the replica this run drops is marked and still held, with no share of
         // the reads; nothing was marked before, so nothing goes yet.
         assert_eq!(holder_count(&second, 7, 0), 3, "{second:?}");
@@ -1175,16 +1075,7 @@ mod tests {
         assert_eq!(holder_count(&second, 7, 3), 3, "{second:?}");
         // The next run lets the marked one go (the plan does not want it back) and
         // marks at most one more.
-        let third = plan_by_popularity(
-            &tables,
-            &three,
-            Some(&second),
-            1,
-            Some(&hot_last),
-            None,
-            &Planner::Getafix,
-        )
-        .unwrap();
+        let third = getafix(&tables, &three, Some(&second), 1, &hot_last);
         assert!(
             !third.holders(7, 0).unwrap().contains(&marked[0]),
             "{third:?}"
@@ -1286,16 +1177,7 @@ mod tests {
             "{placed:?}"
         );
         // Without the rooms nothing is collected: a keeps more than its room allows.
-        let unbounded = plan_by_popularity(
-            &tables,
-            &two,
-            Some(&everything),
-            1,
-            Some(&popularity),
-            None,
-            &Planner::Getafix,
-        )
-        .unwrap();
+        let unbounded = getafix(&tables, &two, Some(&everything), 1, &popularity);
         assert!(
             held_by(&unbounded, "a").len() >= on_a.len(),
             "{unbounded:?}"

@@ -566,7 +566,11 @@ impl<'a> Problem<'a> {
     }
 }
 
-fn check_curve(segment: SegmentId, curve: &[LayerCost]) -> Result<(), ConfigError> {
+/// Checks segment `segment`'s curve as [`joint_plan`] does: 1 to [`MAX_CURVE_STEPS`]
+/// steps, layers increasing, footprints in `1..=`[`MAX_SEGMENT_SIZE_BYTES`], seconds per
+/// query finite and positive. A caller holding curves from elsewhere (measured on the
+/// nodes) uses it to leave out a bad one instead of failing the whole plan.
+pub fn check_curve(segment: SegmentId, curve: &[LayerCost]) -> Result<(), ConfigError> {
     if curve.is_empty() || curve.len() > MAX_CURVE_STEPS {
         let reason = format!("{} steps is not in 1..={MAX_CURVE_STEPS}", curve.len());
         return Err(config_error(
