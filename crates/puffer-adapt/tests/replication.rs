@@ -992,6 +992,32 @@ fn brute_force_least_max_load(
     best
 }
 
+/// Every segment of `counts` on `min(count, nodes)` nodes of `held`, as many of its
+/// holders in `current` kept as that allows, and no other segment held.
+fn assert_counts_kept(
+    counts: &BTreeMap<SegmentId, usize>,
+    current: &[BTreeSet<SegmentId>],
+    held: &[BTreeSet<SegmentId>],
+    context: &str,
+) {
+    let nodes = current.len();
+    for (segment, &count) in counts {
+        let wanted = count.min(nodes);
+        let holders: Vec<usize> = (0..nodes).filter(|&n| held[n].contains(segment)).collect();
+        assert_eq!(holders.len(), wanted, "{context}");
+        let before = (0..nodes).filter(|&n| current[n].contains(segment)).count();
+        let kept = holders
+            .iter()
+            .filter(|&&n| current[n].contains(segment))
+            .count();
+        assert_eq!(kept, before.min(wanted), "{context}");
+    }
+    assert!(
+        held.iter().flatten().all(|s| counts.contains_key(s)),
+        "{context}"
+    );
+}
+
 #[test]
 fn uniform_placement_keeping_moves_only_lost_replicas_and_balances_like_brute_force() {
     let mut rng = StdRng::seed_from_u64(17);
@@ -1013,20 +1039,8 @@ fn uniform_placement_keeping_moves_only_lost_replicas_and_balances_like_brute_fo
         let held = placement.segments_by_node();
         let wanted = factor.min(nodes);
         let context = format!("case {case}: {current:?} factor {factor} -> {held:?}");
-        for segment in &segments {
-            let holders: Vec<usize> = (0..nodes).filter(|&n| held[n].contains(segment)).collect();
-            assert_eq!(holders.len(), wanted, "{context}");
-            let before = (0..nodes).filter(|&n| current[n].contains(segment)).count();
-            let kept = holders
-                .iter()
-                .filter(|&&n| current[n].contains(segment))
-                .count();
-            assert_eq!(kept, before.min(wanted), "{context}");
-        }
-        assert!(
-            held.iter().flatten().all(|s| segments.contains(s)),
-            "{context}"
-        );
+        let counts = segments.iter().map(|&s| (s, factor)).collect();
+        assert_counts_kept(&counts, &current, &held, &context);
         for (segment, shares) in placement.routing_table() {
             assert!(
                 shares
@@ -1080,21 +1094,7 @@ fn placement_keeping_gives_each_segment_its_count_keeping_holders() {
         let placement = placement_keeping(&counts, &current).unwrap();
         let held = placement.segments_by_node();
         let context = format!("case {case}: {current:?} counts {counts:?} -> {held:?}");
-        for (segment, &count) in &counts {
-            let wanted = count.min(nodes);
-            let holders: Vec<usize> = (0..nodes).filter(|&n| held[n].contains(segment)).collect();
-            assert_eq!(holders.len(), wanted, "{context}");
-            let before = (0..nodes).filter(|&n| current[n].contains(segment)).count();
-            let kept = holders
-                .iter()
-                .filter(|&&n| current[n].contains(segment))
-                .count();
-            assert_eq!(kept, before.min(wanted), "{context}");
-        }
-        assert!(
-            held.iter().flatten().all(|s| counts.contains_key(s)),
-            "{context}"
-        );
+        assert_counts_kept(&counts, &current, &held, &context);
         // With one count for all, it is uniform replication that keeps what is placed.
         if let Some(&first) = counts.values().next() {
             if counts.values().all(|&c| c == first) {
