@@ -260,7 +260,8 @@ pub fn apply_planned_layers(
 ) -> Result<()> {
     let mut first_error = None;
     let mut seen = Vec::new();
-    for table in held_tables(database) {
+    let tables = held_tables(database);
+    for table in &tables {
         for shard in (0..table.held.len() as u32).filter(|&s| table.held[s as usize]) {
             let key = (table.uid, shard);
             seen.push(key);
@@ -285,16 +286,13 @@ pub fn apply_planned_layers(
     }
     // A shard let go takes its setting with it.
     memory.planned_layers.retain(|key, _| seen.contains(key));
-    let names: HashMap<u64, String> = held_tables(database)
-        .into_iter()
-        .map(|t| (t.uid, t.name))
-        .collect();
+    let names: HashMap<u64, &str> = tables.iter().map(|t| (t.uid, t.name.as_str())).collect();
     status.planned_layers = BTreeMap::new();
     for (&(uid, shard), &layers) in &memory.planned_layers {
         if let Some(name) = names.get(&uid) {
             status
                 .planned_layers
-                .entry(name.clone())
+                .entry(name.to_string())
                 .or_default()
                 .push((shard, layers));
         }

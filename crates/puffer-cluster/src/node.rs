@@ -967,7 +967,9 @@ fn hold(
             .clone();
         let round = (|| -> puffer_query::Result<()> {
             let placement = crate::placement::read_placement(&etcd)?;
-            if only_placed {
+            // Both run every round, whatever the other did: a take-on that keeps
+            // failing must not keep the planned layers from being set.
+            let held = if only_placed {
                 hold_round(
                     &etcd,
                     &deep,
@@ -977,12 +979,17 @@ fn hold(
                     (node_id, grace),
                     &mut memory,
                     &mut current,
-                )?;
-            }
-            if let Some(placement) = &placement {
-                apply_planned_layers(placement, database, &mut memory, &mut current)?;
-            }
-            Ok(())
+                )
+            } else {
+                Ok(())
+            };
+            let layered = match &placement {
+                Some(placement) => {
+                    apply_planned_layers(placement, database, &mut memory, &mut current)
+                }
+                None => Ok(()),
+            };
+            held.and(layered)
         })();
         current.error = round.err().map(|e| e.to_string());
         *status.lock().unwrap_or_else(PoisonError::into_inner) = current;
