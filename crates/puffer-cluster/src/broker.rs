@@ -39,8 +39,8 @@ pub const MAX_DATA_NODES: usize = 1024;
 struct DataNode {
     node_id: String,
     client: NodeClient,
-    /// Until when it is skipped after a failure.
-    suspect_until: Mutex<Option<Instant>>,
+    /// Until when it is skipped after a failure, and the failure.
+    suspect_until: Mutex<Option<(Instant, String)>>,
 }
 
 impl DataNode {
@@ -48,14 +48,25 @@ impl DataNode {
         self.suspect_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .is_none_or(|until| now >= until)
+            .as_ref()
+            .is_none_or(|(until, _)| now >= *until)
     }
 
-    fn suspect(&self) {
+    fn suspect(&self, failure: String) {
         *self
             .suspect_until
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + SUSPECT_FOR);
+            .unwrap_or_else(PoisonError::into_inner) =
+            Some((Instant::now() + SUSPECT_FOR, failure));
+    }
+
+    /// The failure it was last skipped for.
+    fn last_failure(&self) -> Option<String> {
+        self.suspect_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, failure)| failure.clone())
     }
 }
 
@@ -94,7 +105,6 @@ fn is_node_failure(error: &QueryError) -> bool {
                 | StoreError::NotHeld(_)
                 | StoreError::Stopped(_)
                 | StoreError::Overloaded(_)
-                | StoreError::SnapshotGone { .. }
         )
     )
 }
@@ -209,6 +219,7 @@ impl Broker {
                     "rpc_address": n.client.address(),
                     "queue_length": n.client.queue_length(),
                     "skipped": !n.usable(now),
+                    "last_failure": n.last_failure(),
                 })
             })
             .collect()
@@ -349,6 +360,7 @@ impl Broker {
         let mut failed: Vec<String> = Vec::new();
         let mut only_not_held = true;
         let mut last_error = None;
+        let mut request = request.clone();
         for _ in 0..MAX_TRIES {
             let now = Instant::now();
             let candidates: Vec<std::sync::Arc<DataNode>> = self
@@ -414,14 +426,24 @@ impl Broker {
                     .into_iter()
                     .map(|i| candidates[i].clone())
                     .collect();
-            match self.read_on(entry, request, shards, &chosen) {
+            match self.read_on(entry, &request, shards, &chosen) {
                 Ok(answer) => return Ok(answer),
+                // A shard sealed past the snapshot this broker chose, between the
+                // choice and the read: the node is well; choose again, at least that.
+                // (A snapshot the caller chose goes back to it: it chooses again.)
+                Err((_, QueryError::Store(StoreError::SnapshotGone { sealed, asked })))
+                    if request.read_options().at.is_none() =>
+                {
+                    request = request.at_least(sealed);
+                    only_not_held = false;
+                    last_error = Some(StoreError::SnapshotGone { asked, sealed }.into());
+                }
                 Err((node, error)) if is_node_failure(&error) => {
                     // A node that does not hold a shard (yet, or any more) is fine for
                     // other reads: only this one passes it over.
                     let not_held = puffer_node::shards::is_not_held(&error);
                     if !not_held {
-                        node.suspect();
+                        node.suspect(error.to_string());
                     }
                     only_not_held &= not_held;
                     failed.push(node.node_id.clone());

@@ -33,6 +33,9 @@ pub const MAX_TABLES: usize = 1024;
 /// Longest a follower waits, after the leader wrote an SCU handed on to it, to have
 /// applied it too (past it, the write is still acknowledged: it is durable).
 pub const MAX_WAIT_FOR_OWN_WRITE: Duration = Duration::from_secs(2);
+/// Most tries of a read of a time-partitioned table, each at a newer snapshot after a
+/// chunk was sealed past the one chosen.
+const MAX_PARTITIONED_TRIES: usize = 8;
 
 /// What a statement returns.
 #[derive(Clone, Debug, PartialEq)]
@@ -1017,6 +1020,11 @@ impl Database {
     /// the key, a search or count over the chunks its time condition can match; every
     /// chunk at the snapshot the first one read. The table itself (empty) answers when
     /// no chunk is read.
+    ///
+    /// Chunks are read newest first: the newest is usually the one written last, so
+    /// its snapshot is one the older chunks can still be read at. A chunk sealed past
+    /// the snapshot chosen (written to since, or compacted) starts the read over at
+    /// its sealed SCU or later, a bounded number of times.
     fn read_partitioned(
         &self,
         table: &Table,
@@ -1029,8 +1037,31 @@ impl Database {
             self.sync_tables()?;
         }
         let chunks = self.chunks_of(table.name());
+        let mut request = request.clone();
+        let mut tries = 0;
+        loop {
+            match self.read_chunks(table, partitioning, &chunks, &request) {
+                Err(QueryError::Store(puffer_store::StoreError::SnapshotGone {
+                    sealed, ..
+                })) if tries + 1 < MAX_PARTITIONED_TRIES => {
+                    tries += 1;
+                    request = request.at_least(sealed);
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// One try of [`Database::read_partitioned`] over `chunks` (oldest first).
+    fn read_chunks(
+        &self,
+        table: &Table,
+        partitioning: &crate::catalog::Partitioning,
+        chunks: &[(i64, Arc<Table>)],
+        request: &ReadRequest,
+    ) -> Result<ReadAnswer> {
         let mut snapshot: Option<u64> = None;
-        let mut read = |table: &Table| -> Result<ReadAnswer> {
+        let mut read = |table: &Table, request: &ReadRequest| -> Result<ReadAnswer> {
             let request = match snapshot {
                 Some(at) => request.at(at),
                 None => request.clone(),
@@ -1049,7 +1080,7 @@ impl Database {
             ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {
                 let mut newest_miss = None;
                 for (_, chunk) in chunks.iter().rev() {
-                    let answer = read(chunk)?;
+                    let answer = read(chunk, request)?;
                     let found = match &answer {
                         ReadAnswer::Record { record, .. } => record.is_some(),
                         ReadAnswer::Raw { record, .. } => record.is_some(),
@@ -1062,7 +1093,7 @@ impl Database {
                 }
                 return match newest_miss {
                     Some(answer) => Ok(answer),
-                    None => read(table),
+                    None => read(table, request),
                 };
             }
             ReadRequest::Search { query } => &query.predicate,
@@ -1070,13 +1101,21 @@ impl Database {
         };
         let range = crate::partition::time_range(predicate, &partitioning.attribute);
         let mut answers = Vec::new();
-        for (start, chunk) in &chunks {
+        for (start, chunk) in chunks.iter().rev() {
             if crate::partition::overlaps(partitioning.granularity, *start, range) {
-                answers.push(read(chunk)?);
+                let on_chunk = crate::partition::within_chunk(
+                    predicate,
+                    &partitioning.attribute,
+                    partitioning.granularity,
+                    *start,
+                );
+                answers.push(read(chunk, &request.with_predicate(on_chunk))?);
             }
         }
+        // Oldest first again, as the merge has always seen them.
+        answers.reverse();
         match answers.len() {
-            0 => read(table),
+            0 => read(table, request),
             1 => Ok(answers.pop().expect("one answer")),
             _ => crate::table::merged(request, answers),
         }

@@ -64,6 +64,17 @@ impl ReadRequest {
         request
     }
 
+    /// The same search or count under condition `predicate` (a get is unchanged).
+    pub fn with_predicate(&self, predicate: Predicate) -> ReadRequest {
+        let mut request = self.clone();
+        match &mut request {
+            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {}
+            ReadRequest::Count { predicate: p, .. } => *p = predicate,
+            ReadRequest::Search { query } => query.predicate = predicate,
+        }
+        request
+    }
+
     /// The same read at exactly snapshot `at`.
     pub fn at(&self, at: u64) -> ReadRequest {
         let mut request = self.clone();

@@ -184,6 +184,43 @@ pub fn overlaps(granularity: Granularity, start: i64, (lo, hi): (i64, i64)) -> b
     lo <= hi && start <= hi && chunk_end(granularity, start) > lo
 }
 
+/// `predicate` as it reads on the chunk of `granularity` starting at `start`: its
+/// conditions on time attribute `attribute` that every timestamp of the chunk meets
+/// (a range covering the chunk, as most of a time-ranged read's chunks are) become
+/// `All`. Every record of the chunk has a timestamp in it, so the answer is the same;
+/// the store then answers the rest from its index alone, and checks no record's time.
+pub fn within_chunk(
+    predicate: &Predicate,
+    attribute: &str,
+    granularity: Granularity,
+    start: i64,
+) -> Predicate {
+    let last = chunk_end(granularity, start) - 1;
+    let covers_chunk = |p: &Predicate| match p {
+        Predicate::Range { attribute: a, .. } if a == attribute => {
+            let (lo, hi) = time_range(p, attribute);
+            lo <= start && last <= hi
+        }
+        _ => false,
+    };
+    match predicate {
+        p if covers_chunk(p) => Predicate::All,
+        Predicate::And(parts) => {
+            let mut kept: Vec<Predicate> = parts
+                .iter()
+                .map(|p| within_chunk(p, attribute, granularity, start))
+                .filter(|p| !matches!(p, Predicate::All))
+                .collect();
+            match kept.len() {
+                0 => Predicate::All,
+                1 => kept.pop().expect("one part"),
+                _ => Predicate::And(kept),
+            }
+        }
+        other => other.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +330,96 @@ mod tests {
             (day + DAY_MICROS, i64::MAX)
         ));
         assert!(!overlaps(Granularity::Day, day, (5, 4)));
+    }
+
+    /// The oracle: `predicate` on a record with timestamp `ts` in `ts` and `city`
+    /// (the conditions the test draws).
+    fn holds(predicate: &Predicate, ts: i64, city: &str) -> bool {
+        let stamp = |v: &Value| match v {
+            Value::Timestamp(t) => *t,
+            other => panic!("not drawn: {other:?}"),
+        };
+        match predicate {
+            Predicate::All => true,
+            Predicate::Eq(a, Value::String(c)) if a == "city" => c == city.as_bytes(),
+            Predicate::Range { lower, upper, .. } => {
+                let above = match lower {
+                    Bound::Included(v) => ts >= stamp(v),
+                    Bound::Excluded(v) => ts > stamp(v),
+                    Bound::Unbounded => true,
+                };
+                let below = match upper {
+                    Bound::Included(v) => ts <= stamp(v),
+                    Bound::Excluded(v) => ts < stamp(v),
+                    Bound::Unbounded => true,
+                };
+                above && below
+            }
+            Predicate::And(parts) => parts.iter().all(|p| holds(p, ts, city)),
+            Predicate::Or(parts) => parts.iter().any(|p| holds(p, ts, city)),
+            other => panic!("not drawn: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_predicate_within_a_chunk_answers_as_the_whole_one_does_on_its_records() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let base = at("2015-09-12T00:00:00Z");
+        let mut simplified = 0;
+        for _ in 0..3000 {
+            let granularity =
+                [Granularity::Hour, Granularity::Day, Granularity::Month][rng.gen_range(0..3)];
+            let start = chunk_start(granularity, base + rng.gen_range(0..40) * DAY_MICROS).unwrap();
+            let end = chunk_end(granularity, start);
+            let span = end - start;
+            // Bounds near the chunk's edges, inside and out, to the microsecond.
+            let edge = |rng: &mut rand::rngs::StdRng| {
+                let near = [start, end, start + span / 2][rng.gen_range(0..3)];
+                let t = near + rng.gen_range(-2..=2) * [1, HOUR_MICROS][rng.gen_range(0..2)];
+                match rng.gen_range(0..3) {
+                    0 => Bound::Included(Value::Timestamp(t)),
+                    1 => Bound::Excluded(Value::Timestamp(t)),
+                    _ => Bound::Unbounded,
+                }
+            };
+            let condition = |rng: &mut rand::rngs::StdRng| match rng.gen_range(0..4) {
+                0 => Predicate::Eq("city".into(), Value::String(b"Oslo".to_vec())),
+                1 => Predicate::Or(vec![
+                    Predicate::Range {
+                        attribute: "ts".into(),
+                        lower: edge(rng),
+                        upper: edge(rng),
+                    },
+                    Predicate::Eq("city".into(), Value::String(b"Lima".to_vec())),
+                ]),
+                _ => Predicate::Range {
+                    attribute: "ts".into(),
+                    lower: edge(rng),
+                    upper: edge(rng),
+                },
+            };
+            let predicate = match rng.gen_range(0..3) {
+                0 => condition(&mut rng),
+                _ => Predicate::And(
+                    (0..rng.gen_range(1..4))
+                        .map(|_| condition(&mut rng))
+                        .collect(),
+                ),
+            };
+            let on_chunk = within_chunk(&predicate, "ts", granularity, start);
+            simplified += usize::from(on_chunk != predicate);
+            for _ in 0..20 {
+                let ts = [start, end - 1, rng.gen_range(start..end)][rng.gen_range(0..3)];
+                let city = ["Oslo", "Lima"][rng.gen_range(0..2)];
+                assert_eq!(
+                    holds(&on_chunk, ts, city),
+                    holds(&predicate, ts, city),
+                    "{predicate:?} became {on_chunk:?}, at {ts} in the chunk from {start}"
+                );
+            }
+        }
+        // The test draws ranges covering their chunk often enough to mean something.
+        assert!(simplified > 300, "only {simplified} predicates simplified");
     }
 }

@@ -82,6 +82,9 @@ error_codes! {
     Unavailable => "unavailable",
     /// The node asked does not hold the shard; another node may answer.
     NotHeld => "not_held",
+    /// A read's snapshot is no longer kept apart (sealed or compacted past); read a
+    /// newer one.
+    SnapshotGone => "snapshot_gone",
     /// A file operation failed.
     IoError => "io_error",
     /// A file's content is damaged.
@@ -184,9 +187,8 @@ impl QueryError {
                     ErrorCode::InvalidRequest
                 }
                 StoreError::Overloaded(_) => ErrorCode::Overloaded,
-                StoreError::Stopped(_)
-                | StoreError::Unavailable(_)
-                | StoreError::SnapshotGone { .. } => ErrorCode::Unavailable,
+                StoreError::Stopped(_) | StoreError::Unavailable(_) => ErrorCode::Unavailable,
+                StoreError::SnapshotGone { .. } => ErrorCode::SnapshotGone,
                 StoreError::NotHeld(_) => ErrorCode::NotHeld,
                 StoreError::InvalidSetting(_) => ErrorCode::InvalidSetting,
                 StoreError::InUse { .. } => ErrorCode::InUse,
@@ -207,7 +209,10 @@ impl QueryError {
                 | QueryError::Store(StoreError::NotHeld(_))
                 | QueryError::Store(StoreError::SnapshotGone { .. })
                 | QueryError::Remote {
-                    code: ErrorCode::Overloaded | ErrorCode::Unavailable | ErrorCode::NotHeld,
+                    code: ErrorCode::Overloaded
+                        | ErrorCode::Unavailable
+                        | ErrorCode::NotHeld
+                        | ErrorCode::SnapshotGone,
                     ..
                 }
         )

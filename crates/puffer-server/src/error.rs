@@ -28,7 +28,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::TableExists | C::TextExists => StatusCode::CONFLICT,
         C::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
         C::Overloaded => StatusCode::TOO_MANY_REQUESTS,
-        C::Unavailable | C::NotHeld => StatusCode::SERVICE_UNAVAILABLE,
+        C::Unavailable | C::NotHeld | C::SnapshotGone => StatusCode::SERVICE_UNAVAILABLE,
         C::IoError | C::Corrupt | C::IndexError | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -1,5 +1,5 @@
 //! Substring predicates (contains, suffix, whole-record contains, and conjunctions of
-//! them) against a naive scan,
+//! them with each other, equality, ranges and existence) against a naive scan,
 //! on records built to trip the occurrence placement: 40 attributes, so that attribute
 //! bytes are also digits; integers, whose encodings are letters and digits; values with
 //! escaped bytes and the letters that follow escapes; short fields and fields long enough
@@ -7,6 +7,7 @@
 //! segment, a segment with a log on top, and a segment written without the directory.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::Path;
 
 use puffer_store::container::{decode_sections, encode_sections};
@@ -96,25 +97,81 @@ fn holds(predicate: &Predicate, record: &Record) -> bool {
             _ => false,
         }),
         Predicate::Exists(a) => record.values.contains_key(a),
+        Predicate::Eq(a, v) => record.values.get(a) == Some(v),
+        Predicate::Range {
+            attribute,
+            lower,
+            upper,
+        } => match record.values.get(attribute) {
+            Some(Value::Int(x)) => {
+                let above = match lower {
+                    Bound::Included(Value::Int(l)) => x >= l,
+                    Bound::Excluded(Value::Int(l)) => x > l,
+                    _ => true,
+                };
+                let below = match upper {
+                    Bound::Included(Value::Int(u)) => x <= u,
+                    Bound::Excluded(Value::Int(u)) => x < u,
+                    _ => true,
+                };
+                above && below
+            }
+            _ => false,
+        },
         Predicate::And(children) => children.iter().all(|c| holds(c, record)),
         other => unreachable!("not generated: {other:?}"),
     }
 }
 
-/// A substring condition, or (one time in four) a conjunction of one with another
-/// substring condition or an attribute's existence, planned on one of its substring
-/// conditions and verified on the decoded record.
+/// A substring condition, or (one time in two) a conjunction of two or three
+/// conditions: substrings, an attribute's existence, equality with a stored value, an
+/// integer range. Planned on one of them and the others checked on the decoded record,
+/// or answered by intersecting what the index finds for each.
 fn random_predicate(rng: &mut Rng, records: &BTreeMap<Vec<u8>, Record>) -> Predicate {
     let first = random_substring_predicate(rng, records);
-    if rng.below(4) != 0 {
+    if rng.below(2) != 0 {
         return first;
     }
-    let second = if rng.below(2) == 0 {
-        random_substring_predicate(rng, records)
-    } else {
-        Predicate::Exists(name(rng.below(ATTRIBUTES as u64) as usize))
+    let mut children = vec![first];
+    for _ in 0..1 + rng.below(2) {
+        children.push(match rng.below(4) {
+            0 => random_substring_predicate(rng, records),
+            1 => Predicate::Exists(name(rng.below(ATTRIBUTES as u64) as usize)),
+            2 => random_equality(rng, records),
+            _ => random_range(rng),
+        });
+    }
+    Predicate::And(children)
+}
+
+/// An attribute equal to a value some record holds (or, without records, to nothing).
+fn random_equality(rng: &mut Rng, records: &BTreeMap<Vec<u8>, Record>) -> Predicate {
+    let attribute = name(rng.below(ATTRIBUTES as u64) as usize);
+    let held: Vec<&Value> = records
+        .values()
+        .filter_map(|r| r.values.get(&attribute))
+        .collect();
+    match held.get(rng.below(held.len() as u64) as usize) {
+        Some(&value) => Predicate::Eq(attribute, value.clone()),
+        None => Predicate::Eq(attribute, Value::String(b"absent".to_vec())),
+    }
+}
+
+/// An integer attribute within bounds that hold about a quarter to all of its values.
+fn random_range(rng: &mut Rng) -> Predicate {
+    let attribute = (rng.below((ATTRIBUTES / 5) as u64) as usize) * 5 + 4;
+    let low = rng.below(2_000_000) as i64 - 1_000_000;
+    let high = low + rng.below(2_000_000) as i64;
+    let bound = |value: i64, rng: &mut Rng| match rng.below(3) {
+        0 => Bound::Included(Value::Int(value)),
+        1 => Bound::Excluded(Value::Int(value)),
+        _ => Bound::Unbounded,
     };
-    Predicate::And(vec![first, second])
+    Predicate::Range {
+        attribute: name(attribute),
+        lower: bound(low, rng),
+        upper: bound(high, rng),
+    }
 }
 
 fn random_substring_predicate(rng: &mut Rng, records: &BTreeMap<Vec<u8>, Record>) -> Predicate {

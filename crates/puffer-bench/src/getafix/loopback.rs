@@ -75,6 +75,9 @@ pub struct LoopbackArgs {
     /// Uniform replication factors run (each at most the data nodes).
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     uniform: Vec<usize>,
+    /// The policies run, among getafix, scarlett and uniform-K (default: all).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
     /// Random seed of the clients.
     #[arg(long, default_value_t = 11)]
     seed: u64,
@@ -103,9 +106,18 @@ impl Drop for Node {
 }
 
 impl Node {
-    fn start(puffer: &Path, dir: &Path, name: &str, args: &[String]) -> anyhow::Result<Node> {
+    /// Starts `puffer serve` with its data under `dir` and its log in `logs`.
+    fn start(
+        puffer: &Path,
+        dir: &Path,
+        logs: &Path,
+        name: &str,
+        args: &[String],
+    ) -> anyhow::Result<Node> {
         let port = puffer_cluster::etcd::local::free_port()?;
         let data = dir.join(name);
+        std::fs::create_dir_all(logs)?;
+        let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
         let mut child = Command::new(puffer)
             .arg("serve")
             .args(args)
@@ -115,7 +127,7 @@ impl Node {
             .arg(&data)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", puffer.display()))?;
         let stdout = child.stdout.take().context("piped stdout")?;
@@ -273,6 +285,8 @@ fn run_policy(
     policy: &Policy,
 ) -> anyhow::Result<RunOutcome> {
     let dir = tempfile::tempdir()?;
+    // Each node's log, kept after the run.
+    let logs = args.out_dir.join("logs").join(&policy.name);
     let etcd = LocalEtcd::start(&dir.path().join("etcd"))?;
     let deep = dir.path().join("deep");
     let common = |roles: &str| -> Vec<String> {
@@ -308,6 +322,7 @@ fn run_policy(
     let leader = Node::start(
         puffer,
         dir.path(),
+        &logs,
         "lead",
         &with_rpc("coordinator,ingest,indexer")?,
     )?;
@@ -321,11 +336,12 @@ fn run_policy(
         data.push(Node::start(
             puffer,
             dir.path(),
+            &logs,
             &format!("d{n}"),
             &with_rpc("data")?,
         )?);
     }
-    let broker = Node::start(puffer, dir.path(), "broker", &with_rpc("broker")?)?;
+    let broker = Node::start(puffer, dir.path(), &logs, "broker", &with_rpc("broker")?)?;
     let table = json!({"name": "wiki", "key": "id", "shards": 1,
         "attributes": [
             {"name": "time", "type": "timestamp"}, {"name": "channel", "type": "string"},
@@ -360,7 +376,13 @@ fn run_policy(
                 &format!("{}/v1/sql", broker.base),
                 &json!({"query": "SELECT COUNT(*) FROM wiki"}),
             );
-            seen = format!("all placed; the broker counts {answer:?} of {total}");
+            seen = match &answer {
+                Ok(answer) => format!(
+                    "all placed; the broker counts {} of {total}",
+                    answer["count"]
+                ),
+                Err(e) => format!("all placed; the broker's count failed: {e}"),
+            };
             (answer.ok()?["count"].as_u64() == Some(total)).then_some(())
         },
     );
@@ -369,12 +391,17 @@ fn run_policy(
             .iter()
             .map(|node| {
                 get(&format!("{}/v1/admin/cluster", node.base))
-                    .map(|s| s["holding"].to_string())
+                    .map(|s| {
+                        format!(
+                            "published {}, log tail {}, holding {}",
+                            s["published"], s["log_tail"], s["holding"]
+                        )
+                    })
                     .unwrap_or_else(|e| e.to_string())
             })
             .collect();
         let members = get(&format!("{}/v1/admin/cluster", broker.base))
-            .map(|s| s["members"].to_string())
+            .map(|s| format!("{}; its routing: {}", s["members"], s["reads"]))
             .unwrap_or_else(|e| e.to_string());
         bail!("{e} (last seen: {seen}; the data nodes' holding: {holding:?}; members seen by the broker: {members})");
     }
@@ -549,6 +576,13 @@ pub fn run(args: &LoopbackArgs) -> anyhow::Result<()> {
             ]),
         });
     }
+    if !args.policies.is_empty() {
+        let known: Vec<String> = policies.iter().map(|p| p.name.clone()).collect();
+        if let Some(unknown) = args.policies.iter().find(|p| !known.contains(p)) {
+            bail!("--policies: no policy {unknown:?}; there are {known:?}");
+        }
+        policies.retain(|p| args.policies.contains(&p.name));
+    }
     println!(
         "Getafix on a loopback cluster: {} data nodes, a broker, {} rows of wikiticker in {} \
          hourly chunks; {} clients, {} s per policy ({} s warm-up), {} s windows",
@@ -583,17 +617,19 @@ pub fn run(args: &LoopbackArgs) -> anyhow::Result<()> {
     );
     for outcome in &outcomes {
         let j = outcome.json();
+        // JSON values print their text only: widths apply to strings.
+        let cell = |name: &str| j[name].to_string();
         println!(
             "{:<12} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>8} {:>7}",
             outcome.policy,
-            j["segments"],
-            j["replicas_per_segment_median"],
-            j["replicas_per_segment_p99"],
-            j["total_replicas_median"],
-            j["latency_mean_ms"],
-            j["latency_p50_ms"],
-            j["latency_p99_ms"],
-            j["failed"]
+            cell("segments"),
+            cell("replicas_per_segment_median"),
+            cell("replicas_per_segment_p99"),
+            cell("total_replicas_median"),
+            cell("latency_mean_ms"),
+            cell("latency_p50_ms"),
+            cell("latency_p99_ms"),
+            cell("failed")
         );
         csv.push_str(&format!(
             "{},{},{},{},{},{},{},{},{},{}\n",

@@ -70,7 +70,10 @@ pub fn status_of(error: &QueryError) -> Status {
         ErrorCode::UnknownTable | ErrorCode::UnknownReplica | ErrorCode::NotFound => Code::NotFound,
         ErrorCode::TableExists => Code::AlreadyExists,
         ErrorCode::LimitExceeded | ErrorCode::Overloaded => Code::ResourceExhausted,
-        ErrorCode::Unavailable | ErrorCode::NotHeld | ErrorCode::IoError => Code::Unavailable,
+        ErrorCode::Unavailable
+        | ErrorCode::NotHeld
+        | ErrorCode::SnapshotGone
+        | ErrorCode::IoError => Code::Unavailable,
         ErrorCode::Corrupt | ErrorCode::IndexError => Code::DataLoss,
         ErrorCode::Internal => Code::Internal,
         _ => Code::InvalidArgument,
@@ -79,7 +82,25 @@ pub fn status_of(error: &QueryError) -> Status {
     if let Ok(value) = code.as_str().parse() {
         status.metadata_mut().insert(CODE_KEY, value);
     }
+    if let QueryError::Store(StoreError::SnapshotGone { asked, sealed }) = error {
+        // The numbers, so that the caller can choose a snapshot the replica keeps.
+        if let Ok(value) = format!("{asked} {sealed}").parse() {
+            status.metadata_mut().insert(SNAPSHOT_GONE_KEY, value);
+        }
+    }
     status
+}
+
+/// The metadata key of a `snapshot_gone` status: the snapshot asked for and the SCU
+/// sealed up to, as two decimal numbers.
+pub const SNAPSHOT_GONE_KEY: &str = "puffer-snapshot-gone";
+
+/// The snapshot asked for and the SCU sealed up to that a `snapshot_gone` status
+/// carries.
+fn snapshot_gone_of(status: &Status) -> Option<(u64, u64)> {
+    let text = status.metadata().get(SNAPSHOT_GONE_KEY)?.to_str().ok()?;
+    let (asked, sealed) = text.split_once(' ')?;
+    Some((asked.parse().ok()?, sealed.parse().ok()?))
 }
 
 /// The error a status stands for, as near to the remote one as the shard's error
@@ -96,6 +117,10 @@ pub fn error_of(status: &Status, who: &str) -> StoreError {
     match code {
         "overloaded" => StoreError::Overloaded(message),
         "not_held" => StoreError::NotHeld(message),
+        "snapshot_gone" => match snapshot_gone_of(status) {
+            Some((asked, sealed)) => StoreError::SnapshotGone { asked, sealed },
+            None => StoreError::Unavailable(message),
+        },
         "corrupt" | "index_error" => StoreError::Corrupt {
             path: who.into(),
             detail: status.message().to_string(),
@@ -130,6 +155,7 @@ pub fn query_error_of(status: &Status, who: &str) -> QueryError {
                 code,
                 ErrorCode::Unavailable
                     | ErrorCode::NotHeld
+                    | ErrorCode::SnapshotGone
                     | ErrorCode::Overloaded
                     | ErrorCode::IoError
             ) =>
@@ -240,5 +266,63 @@ mod tests {
                 granularity: puffer_query::Granularity::Day,
             }),
         });
+    }
+
+    #[test]
+    fn errors_cross_the_wire_with_their_codes() {
+        let cases: Vec<(QueryError, ErrorCode)> = vec![
+            (StoreError::NotHeld("x".into()).into(), ErrorCode::NotHeld),
+            (
+                StoreError::Overloaded("x".into()).into(),
+                ErrorCode::Overloaded,
+            ),
+            (
+                StoreError::Unavailable("x".into()).into(),
+                ErrorCode::Unavailable,
+            ),
+            (
+                StoreError::SnapshotGone {
+                    asked: 7,
+                    sealed: 12,
+                }
+                .into(),
+                ErrorCode::SnapshotGone,
+            ),
+            (
+                StoreError::InvalidQuery("x".into()).into(),
+                ErrorCode::InvalidRequest,
+            ),
+        ];
+        for (error, code) in cases {
+            let status = status_of(&error);
+            let back = QueryError::from(error_of(&status, "node a"));
+            // The kind a caller decides on: retry elsewhere, choose again, or give up.
+            assert_eq!(back.code(), code, "{error} came back as {back}");
+            assert_eq!(back.retryable(), error.retryable(), "{error}");
+            assert_eq!(query_error_of(&status, "node a").code(), code);
+        }
+        // The numbers come back too: the caller reads at the sealed SCU or later.
+        let gone = status_of(
+            &StoreError::SnapshotGone {
+                asked: 7,
+                sealed: 12,
+            }
+            .into(),
+        );
+        assert!(matches!(
+            error_of(&gone, "node a"),
+            StoreError::SnapshotGone {
+                asked: 7,
+                sealed: 12
+            }
+        ));
+        // A status without them (another version's) is still a retryable refusal.
+        let mut bare = Status::unavailable("gone");
+        bare.metadata_mut()
+            .insert(CODE_KEY, "snapshot_gone".parse().unwrap());
+        assert!(matches!(
+            error_of(&bare, "node a"),
+            StoreError::Unavailable(_)
+        ));
     }
 }
