@@ -416,7 +416,7 @@ fn run_dataset(
         for _ in 0..args.reads / 4 {
             floors[0].push(tcp.round_trip()?);
         }
-        let cpu_before = process_cpu_time();
+        let cpu_before = crate::stats::cpu_time("self");
         for _ in 0..args.reads / 4 {
             let started = Instant::now();
             client
@@ -425,7 +425,7 @@ fn run_dataset(
                 .context("no published answer")??;
             floors[1].push(started.elapsed());
         }
-        round_trip_cpu += process_cpu_time().saturating_sub(cpu_before);
+        round_trip_cpu += crate::stats::cpu_time("self").saturating_sub(cpu_before);
         for _ in 0..args.reads / 4 {
             let key = records[rng.gen_range(0..records.len())].key.clone();
             let shard = puffer_node::layout::shard_of(&key, shards);
@@ -744,27 +744,6 @@ fn print_table(results: &[Json], failover: &Json) {
         "\ncoordinator leader failover: {} s with a {} s lease TTL",
         failover["failover_s"], failover["ttl_s"]
     );
-}
-
-/// CPU time this process has used, user and system, from `/proc/self/stat` (zero
-/// where there is none: then the CPU figure reads 0).
-fn process_cpu_time() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
-    // Fields after the command name (which may hold spaces) ends with ')': user and
-    // system time are the 12th and 13th, in clock ticks (100 a second on Linux).
-    let Some(after_name) = stat.rsplit(')').next() else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// A TCP echo on loopback between this thread and another: the least a remote call

@@ -63,3 +63,24 @@ pub fn dataset_label(paths: &[std::path::PathBuf]) -> String {
         }
     }
 }
+
+/// CPU time a process has used, user and system, from `/proc/<process>/stat`
+/// (`process` a pid, or `self`); zero where there is none: then the figure reads 0.
+pub fn cpu_time(process: &str) -> std::time::Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{process}/stat")) else {
+        return std::time::Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces) ends with ')': user and
+    // system time are the 12th and 13th, in clock ticks (100 a second on Linux).
+    let Some(after_name) = stat.rsplit(')').next() else {
+        return std::time::Duration::ZERO;
+    };
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    std::time::Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}

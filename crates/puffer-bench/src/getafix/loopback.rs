@@ -9,22 +9,14 @@
 //! through the broker: a count over the hours ending at the latest, the interval's
 //! length Zipfian. Every second the broker's `/v1/admin/placement` is sampled for the
 //! replicas of every chunk. Reported per policy: replicas per segment (median and p99
-//! over the samples after the warm-up), total replicas, and query latency (mean, median,
-//! p99) after the warm-up.
+//! over the samples after the warm-up), total replicas, queries a second, query latency
+//! (mean, median, p99) after the warm-up, and the load imbalance: the busiest data
+//! node's CPU time over the mean (from `/proc/<pid>/stat`).
 //!
 //! What it can show on this machine: every process shares the same 2 cores, so more
-//! replicas add no CPU; what they add is serving threads (each data node answers a shard
-//! with its own replica workers), so a hot chunk on one node queues behind that node's
-//! workers while replicas on three do not. Latency differences are therefore smaller
-//! than on the paper's separate machines, and storage differences are the policy's.
-//!
-//! Status (2026-11-26): not finished. The run stops with an error before its workload:
-//! within 120 s the broker cannot count every row of the 24 chunks. Every chunk is
-//! placed, but the broker has suspected all three data nodes ("no data node is
-//! known"); the likely cause is reads of the partitioned table at one snapshot waiting
-//! for data nodes still busy taking chunks on, timing out as unavailable. The error
-//! says what was last seen, each data node's holding and the broker's members. It
-//! never prints figures.
+//! replicas add no CPU, and a query's latency is the same whichever node serves it.
+//! What differs between policies is the storage they spend and how evenly the data
+//! nodes' load is spread, which is what Getafix plans for.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -258,6 +250,10 @@ struct RunOutcome {
     replicas_per_segment: Vec<f64>,
     total_replicas: Vec<f64>,
     segments: usize,
+    /// Seconds measured (after the warm-up).
+    measured_s: f64,
+    /// CPU seconds each data node used while measured: the load the plan spreads.
+    data_node_cpu_s: Vec<f64>,
 }
 
 impl RunOutcome {
@@ -266,6 +262,14 @@ impl RunOutcome {
             "policy": self.policy,
             "segments": self.segments,
             "queries": self.latencies_ms.len(),
+            "queries_per_s": round(self.latencies_ms.len() as f64 / self.measured_s.max(1e-9), 1),
+            "data_node_cpu_s": self.data_node_cpu_s.iter().map(|&s| round(s, 2)).collect::<Vec<_>>(),
+            // The busiest data node's CPU over the mean: 1 is perfectly balanced.
+            "load_imbalance": round(
+                self.data_node_cpu_s.iter().copied().fold(0.0, f64::max)
+                    / mean(&self.data_node_cpu_s).max(1e-9),
+                3,
+            ),
             "failed": self.failed,
             "replicas_per_segment_median": quantile(&self.replicas_per_segment, 0.5),
             "replicas_per_segment_p99": quantile(&self.replicas_per_segment, 0.99),
@@ -454,11 +458,14 @@ fn run_policy(
     }
     let (mut per_segment, mut totals) = (Vec::new(), Vec::new());
     let mut segments = 0;
+    let cpu_of = |node: &Node| crate::stats::cpu_time(&node.child.id().to_string());
+    let mut measured_from: Option<Vec<Duration>> = None;
     while started.elapsed() < Duration::from_secs(args.seconds) {
         std::thread::sleep(Duration::from_secs(1));
         if started.elapsed() < warmup {
             continue;
         }
+        measured_from.get_or_insert_with(|| data.iter().map(cpu_of).collect());
         if let Ok(view) = get(&format!("{}/v1/admin/placement", broker.base)) {
             let replicas = chunk_replicas(&view);
             segments = replicas.len();
@@ -466,6 +473,17 @@ fn run_policy(
             per_segment.extend(replicas.iter().map(|&r| r as f64));
         }
     }
+    let (measured_s, data_node_cpu_s) = match &measured_from {
+        // Queries count from the warm-up's end; CPU from the first look after it.
+        Some(cpu_before) => (
+            started.elapsed().saturating_sub(warmup).as_secs_f64(),
+            data.iter()
+                .zip(cpu_before)
+                .map(|(node, before)| cpu_of(node).saturating_sub(*before).as_secs_f64())
+                .collect(),
+        ),
+        None => (0.0, Vec::new()),
+    };
     stop.store(true, Ordering::Relaxed);
     for client in clients {
         let _ = client.join();
@@ -488,6 +506,8 @@ fn run_policy(
         replicas_per_segment: per_segment,
         total_replicas: totals,
         segments,
+        measured_s,
+        data_node_cpu_s,
     })
 }
 
@@ -600,49 +620,56 @@ pub fn run(args: &LoopbackArgs) -> anyhow::Result<()> {
         outcomes.push(run_policy(args, &puffer, &rows, &hours, policy)?);
     }
     println!(
-        "\n{:<12} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>8} {:>7}",
+        "\n{:<12} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10} {:>7}",
         "policy",
         "segments",
         "repl p50",
         "repl p99",
         "total",
+        "queries/s",
         "mean ms",
         "p50 ms",
         "p99 ms",
+        "imbalance",
         "failed"
     );
     let mut csv = String::from(
-        "policy,segments,queries,failed,replicas_per_segment_median,replicas_per_segment_p99,\
-         total_replicas_median,latency_mean_ms,latency_p50_ms,latency_p99_ms\n",
+        "policy,segments,queries,queries_per_s,failed,replicas_per_segment_median,\
+         replicas_per_segment_p99,total_replicas_median,latency_mean_ms,latency_p50_ms,\
+         latency_p99_ms,load_imbalance\n",
     );
     for outcome in &outcomes {
         let j = outcome.json();
         // JSON values print their text only: widths apply to strings.
         let cell = |name: &str| j[name].to_string();
         println!(
-            "{:<12} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>8} {:>7}",
+            "{:<12} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10} {:>7}",
             outcome.policy,
             cell("segments"),
             cell("replicas_per_segment_median"),
             cell("replicas_per_segment_p99"),
             cell("total_replicas_median"),
+            cell("queries_per_s"),
             cell("latency_mean_ms"),
             cell("latency_p50_ms"),
             cell("latency_p99_ms"),
+            cell("load_imbalance"),
             cell("failed")
         );
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{}\n",
             outcome.policy,
             j["segments"],
             j["queries"],
+            j["queries_per_s"],
             j["failed"],
             j["replicas_per_segment_median"],
             j["replicas_per_segment_p99"],
             j["total_replicas_median"],
             j["latency_mean_ms"],
             j["latency_p50_ms"],
-            j["latency_p99_ms"]
+            j["latency_p99_ms"],
+            j["load_imbalance"]
         ));
     }
     let csv_path = args.out_dir.join("loopback.csv");
