@@ -10,7 +10,7 @@
 //! segments on fewer nodes (Getafix) narrows the candidates per shard later.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,8 @@ pub struct Broker {
     deadline: Duration,
     /// The coordinator's placement: which data nodes hold each shard.
     placement: RwLock<Option<Arc<ShardPlacement>>>,
+    /// Set when a read meets a shard the placement does not name (a new segment).
+    placement_wanted: AtomicBool,
     /// Shards this broker had a node take on (held by no live node then), by (table
     /// uid, shard): reads go there while no live holder is placed (at most
     /// [`MAX_LOADED`] remembered).
@@ -166,6 +168,7 @@ impl Broker {
             deadline,
             placement: RwLock::new(None),
             loaded: Mutex::new(HashMap::new()),
+            placement_wanted: AtomicBool::new(false),
         }
     }
 
@@ -176,6 +179,12 @@ impl Broker {
             .placement
             .write()
             .unwrap_or_else(PoisonError::into_inner) = placement.map(Arc::new);
+        self.placement_wanted.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether a read met a shard the placement does not name since it was set.
+    pub fn wants_placement(&self) -> bool {
+        self.placement_wanted.load(Ordering::Relaxed)
     }
 
     /// Routes to these data nodes, `(node id, gRPC address)` (from membership);
@@ -386,6 +395,9 @@ impl Broker {
                 .iter()
                 .map(|&shard| {
                     let holders = placement.as_ref().and_then(|p| p.holders(entry.uid, shard));
+                    if holders.is_none() && placement.is_some() {
+                        self.placement_wanted.store(true, Ordering::Relaxed);
+                    }
                     let fractions = placement
                         .as_ref()
                         .and_then(|p| p.fractions(entry.uid, shard));

@@ -98,6 +98,10 @@ pub struct ClusterConfig {
     pub joint_work_budget: f64,
     /// How the coordinator chooses replicas by popularity (Getafix by default).
     pub placement_policy: PlacementPolicy,
+    /// How often a broker reads the routing table (the coordinator's placement) again
+    /// ([`DEFAULT_ROUTING_POLL`] by default); sooner when a read meets a shard the
+    /// table does not place.
+    pub routing_poll: Duration,
 }
 
 /// How the coordinator chooses each shard's replicas every popularity window.
@@ -123,6 +127,13 @@ impl PlacementPolicy {
         }
     }
 }
+
+/// How often a broker reads the routing table by default (Getafix's brokers poll every
+/// 20 s; a replica dropped lazily is kept a whole popularity window, 60 s by default,
+/// so a table up to one poll old never routes to a dropped replica).
+pub const DEFAULT_ROUTING_POLL: Duration = Duration::from_secs(20);
+/// The soonest a broker reads the routing table again.
+pub const MIN_ROUTING_POLL: Duration = DATA_NODES_INTERVAL;
 
 /// The work a data node takes on in the joint plan by default: one thread busy all the
 /// time.
@@ -158,6 +169,12 @@ impl ClusterConfig {
             return Err(ClusterError::Invalid(
                 "the log collection interval is between 1 s and 86400 s".into(),
             ));
+        }
+        if !(MIN_ROUTING_POLL..=Duration::from_secs(3600)).contains(&self.routing_poll) {
+            return Err(ClusterError::Invalid(format!(
+                "the routing poll is between {} s and 3600 s",
+                MIN_ROUTING_POLL.as_secs_f64()
+            )));
         }
         if self.popularity_window > Duration::from_secs(3600) {
             return Err(ClusterError::Invalid(
@@ -434,6 +451,7 @@ impl ClusterNode {
         })));
         // Failing (etcd away), the watch thread tries again every half second.
         let _ = self.remote.refresh_data_nodes();
+        let _ = self.remote.refresh_routing();
         let coordinator = self.config.has(Role::Coordinator).then(|| {
             Arc::new(Candidate::stand(
                 &self.etcd,
@@ -456,6 +474,7 @@ impl ClusterNode {
             let (leads, lost) = (self.leads_ingest.clone(), self.lost.clone());
             let (remote, database) = (self.remote.clone(), database.clone());
             let (etcd, node_id) = (self.etcd.clone(), self.config.node_id.clone());
+            let routing_poll = self.config.routing_poll;
             std::thread::Builder::new()
                 .name("puffer-cluster-watch".into())
                 .spawn(move || {
@@ -473,6 +492,7 @@ impl ClusterNode {
                         holds_data: follows,
                         etcd,
                         node_id,
+                        routing_poll,
                     })
                 })
                 .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?
@@ -774,6 +794,7 @@ struct WatchParts {
     holds_data: bool,
     etcd: Etcd,
     node_id: String,
+    routing_poll: Duration,
 }
 
 /// How often a node that follows the log reports how far it has applied it.
@@ -800,6 +821,7 @@ fn report_progress(etcd: &Etcd, node_id: &str, lease: i64, applied: u64) -> Resu
 /// (with no log followed) the tables up to date.
 fn watch(parts: WatchParts) {
     let mut data_nodes_at = Instant::now();
+    let mut routing_at: Option<Instant> = None;
     let mut tables_at = Instant::now();
     let mut progress_at = Instant::now();
     let mut reported = None;
@@ -819,6 +841,12 @@ fn watch(parts: WatchParts) {
             data_nodes_at = Instant::now();
             // etcd away: routing stays as it was.
             let _ = parts.remote.refresh_data_nodes();
+            let due = routing_at.is_none_or(|at| {
+                at.elapsed() >= parts.routing_poll || parts.remote.wants_routing()
+            });
+            if due && parts.remote.refresh_routing().is_ok() {
+                routing_at = Some(Instant::now());
+            }
         }
         if !parts.holds_data && tables_at.elapsed() >= TABLES_INTERVAL {
             tables_at = Instant::now();

@@ -83,8 +83,21 @@ impl ClusterRemote {
             .filter_map(|card| card.rpc_address.map(|address| (card.node_id, address)))
             .collect();
         broker.set_data_nodes(&nodes)?;
-        broker.set_placement(crate::placement::read_placement(&self.etcd)?);
         Ok(())
+    }
+
+    /// Reads the routing table (the coordinator's placement) again.
+    pub fn refresh_routing(&self) -> crate::Result<()> {
+        if let Some(broker) = &self.broker {
+            broker.set_placement(crate::placement::read_placement(&self.etcd)?);
+        }
+        Ok(())
+    }
+
+    /// Whether a read met a shard the routing table does not place (a new one): then
+    /// the table is read again before its poll is due.
+    pub fn wants_routing(&self) -> bool {
+        self.broker.as_ref().is_some_and(Broker::wants_placement)
     }
 
     /// A client of the ingest leader (looked up in etcd when not known or old).

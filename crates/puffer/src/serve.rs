@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// replica per read in flight).
     #[arg(long, default_value = "getafix", requires = "etcd")]
     placement_policy: String,
+    /// How often a broker reads the coordinator's routing table again, in seconds (0.5
+    /// to 3600); sooner when a read meets a shard the table does not place yet.
+    #[arg(long, default_value_t = puffer_cluster::node::DEFAULT_ROUTING_POLL.as_secs_f64(), requires = "etcd")]
+    routing_poll_s: f64,
 }
 
 /// Runs the server until Ctrl-C.
@@ -210,6 +214,8 @@ fn join_cluster(
         popularity_window: std::time::Duration::from_secs(args.popularity_window_s),
         joint_work_budget: args.joint_work_budget,
         placement_policy: PlacementPolicy::parse(&args.placement_policy)?,
+        routing_poll: std::time::Duration::try_from_secs_f64(args.routing_poll_s)
+            .map_err(|e| anyhow::anyhow!("--routing-poll-s {}: {e}", args.routing_poll_s))?,
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

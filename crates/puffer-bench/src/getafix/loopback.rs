@@ -305,6 +305,9 @@ fn run_policy(
             "1",
             "--publish-interval-s",
             "1",
+            // A third of the 3 s window, as Getafix's 20 s polls of 60 s windows.
+            "--routing-poll-s",
+            "1",
             "--roles",
             roles,
         ]
