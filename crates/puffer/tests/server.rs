@@ -2130,3 +2130,303 @@ fn unknown_routes_and_methods_answer_json_errors() {
     // The API still answers afterwards.
     api.get("/health").expect(200);
 }
+
+// ---------------------------------------------------------------------------------------
+// Hostile requests
+// ---------------------------------------------------------------------------------------
+
+/// The least role a route of the OpenAPI document needs, as docs/http.md says (`None`:
+/// no token). SQL is sent as a SELECT (statements' own roles: see
+/// `tokens_grant_roles_and_refusals_change_nothing`).
+fn role_needed(method: &str, path: &str) -> Option<usize> {
+    const READ: usize = 1;
+    const WRITE: usize = 2;
+    const ADMIN: usize = 3;
+    Some(match (method, path) {
+        (_, "/" | "/health" | "/ready" | "/metrics" | "/openapi.json") => return None,
+        ("get", _) | ("post", "/v1/sql" | "/v1/tables/{table}/search") => READ,
+        ("post", "/v1/tables/{table}/records" | "/v1/batches")
+        | ("delete", "/v1/tables/{table}/records/{key}") => WRITE,
+        _ => ADMIN,
+    })
+}
+
+/// A request to `path` of the document (parameters filled in) with a body that would
+/// change something if it were let through.
+fn route_request(client: &Client, method: &str, path: &str, table: &str) -> Reply {
+    let path = path
+        .replace("{table}", table)
+        .replace("{key}", "a000")
+        .replace("{name}", "doc")
+        .replace("{id}", "0");
+    let body: Option<Value> = match (method, path.as_str()) {
+        ("post", "/v1/sql") => Some(json!({"query": format!("SELECT COUNT(*) FROM {table}")})),
+        ("post", "/v1/tables") => Some(table_request("u")),
+        ("post", "/v1/batches") => {
+            Some(json!({"operations": [{"table": table, "delete": "a001"}]}))
+        }
+        ("post", p) if p.ends_with("/records") => Some(json!([{"id": "evil", "qty": 1}])),
+        ("post", p) if p.ends_with("/search") => Some(json!({"count": true})),
+        ("post", p) if p.ends_with("/layers") => Some(json!({"action": "drop"})),
+        ("put", "/v1/admin/budget") => Some(json!({"memory_budget_bytes": 1u64 << 30})),
+        _ => None,
+    };
+    match (method, body) {
+        ("post", None) => client.post(&path, "text/plain", b"some text"),
+        (method, Some(body)) => client.send(
+            &method.to_uppercase(),
+            &path,
+            Some(("application/json", body.to_string().as_bytes())),
+        ),
+        (method, None) => client.send(&method.to_uppercase(), &path, None),
+    }
+}
+
+/// Every route of the server's own OpenAPI document, with no token, a wrong one and each
+/// role: refused (401, 403) exactly where the role is short, and a refusal changes
+/// nothing; let through everywhere else.
+#[test]
+fn every_documented_route_refuses_exactly_the_roles_it_must() {
+    let server = Server::start(&[
+        ("PUFFER_READ_TOKEN", READ_TOKEN),
+        ("PUFFER_WRITE_TOKEN", WRITE_TOKEN),
+        ("PUFFER_ADMIN_TOKEN", ADMIN_TOKEN),
+    ]);
+    let clients = [
+        ("no token", server.client_without_keep_alive(None), 0),
+        (
+            "a wrong token",
+            server.client_without_keep_alive(Some("nope")),
+            0,
+        ),
+        ("read", server.client(Some(READ_TOKEN)), 1),
+        ("write", server.client(Some(WRITE_TOKEN)), 2),
+        ("admin", server.client(Some(ADMIN_TOKEN)), 3),
+    ];
+    let admin = &clients[4].1;
+    admin
+        .post_json("/v1/tables", &table_request("t"))
+        .expect(201);
+    put_rows(&clients[3].1, &random_rows(9, "a", 10));
+    let before = table_state(admin);
+    let document = clients[0].1.get("/openapi.json").expect(200);
+    let mut routes: Vec<(String, String)> = Vec::new();
+    for (path, methods) in document["paths"].as_object().unwrap() {
+        for method in methods.as_object().unwrap().keys() {
+            routes.push((method.clone(), path.clone()));
+        }
+    }
+    assert!(
+        routes.len() >= 25,
+        "the document lists {} routes",
+        routes.len()
+    );
+    let mut refused = 0;
+    for (who, client, level) in &clients {
+        for (method, path) in &routes {
+            let needed = role_needed(method, path);
+            let short = needed.is_some_and(|n| *level < n);
+            // Let through, a request goes to a table that does not exist: it is not
+            // refused for its token, and changes nothing either.
+            let table = if short { "t" } else { "nosuch" };
+            let reply = route_request(client, method, path, table);
+            let context = format!("{method} {path} with {who}: {}", reply.status);
+            if short {
+                let code = if *level == 0 {
+                    "unauthorized"
+                } else {
+                    "forbidden"
+                };
+                let status = if *level == 0 { 401 } else { 403 };
+                expect_error(&reply, status, code);
+                refused += 1;
+            } else {
+                assert!(
+                    ![401, 403].contains(&reply.status),
+                    "{context}: {}",
+                    reply.text()
+                );
+            }
+        }
+        if *level < 3 {
+            // (The admin is refused nothing: its requests go through, a table made.)
+            assert_eq!(
+                table_state(admin),
+                before,
+                "a refused request with {who} changed the data"
+            );
+            expect_error(
+                &admin.get("/v1/texts/doc/count?pattern=a"),
+                404,
+                "unknown_text",
+            );
+        }
+    }
+    // 23 routes need a token; the read and write tokens fall short on some.
+    assert!(refused > 2 * 23, "only {refused} refusals");
+}
+
+/// Every file under `dir` (its path from `dir`).
+fn files_under(dir: &std::path::Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            out.insert(path.strip_prefix(dir).unwrap().display().to_string());
+        }
+    }
+    out
+}
+
+/// Names that reach for the file system (`..`, `/`, NUL, control characters, 10,000
+/// bytes) are refused before any file is made; JSON, SQL and predicates nested without
+/// end, and headers and URLs past a limit, are refused with an error, never a crash.
+#[test]
+fn hostile_names_nesting_and_sizes_are_refused_and_touch_nothing() {
+    let holder = TempDir::new().unwrap();
+    let data = holder.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let server = Server::start_in(TempDir::new_in(&data).unwrap(), &[]);
+    let api = server.client(None);
+    api.post_json("/v1/tables", &table_request("t")).expect(201);
+    put_rows(&api, &random_rows(10, "a", 10));
+    let before = table_state(&api);
+    let files_before = files_under(holder.path());
+
+    let long = "z".repeat(10_000);
+    let names = [
+        "..",
+        ".",
+        "../zz9",
+        "zz9/../../zz9",
+        "zz9/x",
+        "/zz9",
+        "zz9\0",
+        "zz9\u{1}",
+        "zz9\n",
+        "zz9\\..",
+        "",
+        &long,
+    ];
+    for name in names {
+        let reply = api.post_json("/v1/tables", &table_request(name));
+        let message = expect_error(&reply, 400, "invalid_request");
+        assert!(!message.is_empty(), "{name:?}");
+        let sql = format!(
+            "CREATE TABLE \"{}\" (id TEXT PRIMARY KEY, n INT)",
+            name.replace('"', "\"\"")
+        );
+        let reply = api.sql(&sql);
+        assert!(
+            [400, 413].contains(&reply.status),
+            "CREATE TABLE {name:?}: {} {}",
+            reply.status,
+            reply.text()
+        );
+    }
+    // Text names arrive in the path, percent-encoded.
+    for name in [
+        "..",
+        "%2E%2E",
+        "zz9%2F..%2F..%2Fzz9",
+        "zz9%00",
+        "zz9%01",
+        "zz9%0A",
+        &long,
+    ] {
+        let reply = api.post(&format!("/v1/texts/{name}"), "text/plain", b"abc");
+        assert!(
+            [400, 404, 414, 431].contains(&reply.status),
+            "text {name:?}: {} {}",
+            reply.status,
+            reply.text()
+        );
+        assert_ne!(reply.status, 201, "text {name:?} was made");
+    }
+    let files_after = files_under(holder.path());
+    assert_eq!(
+        files_after.iter().filter(|f| f.contains("zz9")).count(),
+        0,
+        "{files_after:?}"
+    );
+    assert!(
+        files_after
+            .difference(&files_before)
+            .all(|f| !f.contains("texts")),
+        "a text was stored: {:?}",
+        files_after.difference(&files_before).collect::<Vec<_>>()
+    );
+
+    // Nesting past what any parser should follow.
+    let deep_json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let reply = api.post(
+        "/v1/tables/t/records",
+        "application/json",
+        deep_json.as_bytes(),
+    );
+    expect_error(&reply, 400, "bad_json");
+    // Written out as text: a `Value` that deep would overflow this test's own stack.
+    let body = format!(
+        "{{\"count\": true, \"where\": {}{{\"eq\": {{\"qty\": 1}}}}{}}}",
+        "{\"not\": ".repeat(100_000),
+        "}".repeat(100_000)
+    );
+    let reply = api.post("/v1/tables/t/search", "application/json", body.as_bytes());
+    assert!(
+        [400, 413].contains(&reply.status),
+        "a deep predicate: {}",
+        reply.status
+    );
+    for depth in [100, 10_000, 200_000] {
+        let sql = format!(
+            "SELECT COUNT(*) FROM t WHERE {}qty = 1{}",
+            "(".repeat(depth),
+            ")".repeat(depth)
+        );
+        let reply = api.sql(&sql);
+        assert!(
+            [400, 413].contains(&reply.status),
+            "SQL nested {depth} deep: {} {}",
+            reply.status,
+            reply.text()
+        );
+        let code = reply.json()["code"].as_str().unwrap_or("").to_string();
+        assert!(
+            ["syntax_error", "limit_exceeded", "unsupported"].contains(&code.as_str()),
+            "SQL nested {depth} deep: {code}"
+        );
+    }
+
+    // A header and a URL of a megabyte: refused at the door.
+    let huge = "h".repeat(1 << 20);
+    let reply = api
+        .agent
+        .get(&format!("{}/v1/tables", server.base))
+        .set("X-Huge", &huge)
+        .call();
+    let status = match reply {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r.status(),
+        Err(e) => panic!("a huge header got no answer: {e}"),
+    };
+    assert_eq!(status, 431, "a 1 MB header");
+    let reply = api
+        .agent
+        .get(&format!("{}/v1/tables/{huge}", server.base))
+        .call();
+    let status = match reply {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r.status(),
+        Err(e) => panic!("a huge URL got no answer: {e}"),
+    };
+    assert!([414, 431].contains(&status), "a 1 MB URL: {status}");
+
+    // The server stands, and nothing changed.
+    api.get("/health").expect(200);
+    assert_eq!(table_state(&api), before);
+}
