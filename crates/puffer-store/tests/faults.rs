@@ -2,14 +2,23 @@
 //! N, a shard ingests SCUs (with seals and compactions) until a write fails; the error is
 //! reported, later writes are refused, and after reopening on a healthy file system every
 //! acknowledged SCU is present, nothing is partly applied, and nothing is corrupt.
+//!
+//! The same histories end in a power cut too (`TornFs`): after N operations the power
+//! goes, and the disk then holds what a real cut could leave: each file what was synced
+//! plus a random prefix of what was not (a torn tail), and each directory its entries as
+//! of its last sync plus a prefix of the changes since. Reopening must lose no
+//! acknowledged SCU and read no torn record as data.
 
 mod common;
 
-use std::sync::Arc;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use common::{schema, Model, Rng};
 use puffer_store::clock::SystemClock;
-use puffer_store::fs::{FaultyFs, RealFs};
+use puffer_store::fs::{FaultyFs, Fs, FsFile, RealFs};
 use puffer_store::{Predicate, Query, ReadOptions, Record, Shard, ShardOptions, Value, WriteOp};
 
 fn options() -> ShardOptions {
@@ -33,10 +42,27 @@ fn contents(shard: &Shard) -> Vec<Record> {
         .rows
 }
 
-/// Runs one history with a fault after `budget` operations; returns whether it tripped.
-fn run(budget: u64, seed: u64) -> bool {
+/// How a history ends: a file system that stops after a number of operations.
+trait Fault {
+    fn fs(&self) -> Arc<dyn Fs>;
+    /// Whether it has stopped.
+    fn tripped(&self) -> bool;
+    /// After the shard is gone, before it is opened again: what stays on disk.
+    fn settle(&self) {}
+}
+
+impl Fault for FaultyFs {
+    fn fs(&self) -> Arc<dyn Fs> {
+        Arc::new(self.clone())
+    }
+    fn tripped(&self) -> bool {
+        FaultyFs::tripped(self)
+    }
+}
+
+/// Runs one history until `faulty` stops; returns whether it did.
+fn run(faulty: &dyn Fault, budget: u64, seed: u64) -> bool {
     let dir = tempfile::tempdir().unwrap();
-    let faulty = FaultyFs::new(budget);
     let mut model = Model::new();
     let mut rng = Rng(seed | 1);
     let mut in_flight = None;
@@ -44,7 +70,7 @@ fn run(budget: u64, seed: u64) -> bool {
         dir.path(),
         schema(),
         options(),
-        Arc::new(faulty.clone()),
+        faulty.fs(),
         Arc::new(SystemClock),
     );
     if let Ok(shard) = opened {
@@ -94,6 +120,7 @@ fn run(budget: u64, seed: u64) -> bool {
         }
     }
     let tripped = faulty.tripped();
+    faulty.settle();
     let reopened = Shard::open_with(
         dir.path(),
         schema(),
@@ -133,9 +160,250 @@ fn run(budget: u64, seed: u64) -> bool {
 fn faults_lose_nothing_acknowledged() {
     let mut tripped = 0;
     for budget in (0..400).step_by(7) {
-        if run(budget, budget * 31 + 7) {
+        if run(&FaultyFs::new(budget), budget, budget * 31 + 7) {
             tripped += 1;
         }
     }
     assert!(tripped > 40, "faults were injected in {tripped} runs");
+}
+
+/// A file system with a power switch (see the module's documentation).
+#[derive(Clone)]
+struct TornFs {
+    power: Arc<Mutex<Power>>,
+}
+
+struct Power {
+    /// Operations left before the power goes.
+    remaining: u64,
+    off: bool,
+    /// Every file written here: its path now, bytes written, bytes synced.
+    files: Vec<Written>,
+    /// Directory changes no sync of their directory has made durable yet, oldest first.
+    pending: Vec<DirChange>,
+    /// Draws the torn lengths and the directory changes kept.
+    rng: Rng,
+}
+
+struct Written {
+    path: PathBuf,
+    written: u64,
+    synced: u64,
+}
+
+enum DirChange {
+    Created(PathBuf),
+    Renamed {
+        from: PathBuf,
+        to: PathBuf,
+        replaced: Option<Vec<u8>>,
+    },
+    Removed {
+        path: PathBuf,
+        content: Vec<u8>,
+    },
+}
+
+impl DirChange {
+    fn dir(&self) -> &Path {
+        let path = match self {
+            DirChange::Created(path) | DirChange::Removed { path, .. } => path,
+            DirChange::Renamed { to, .. } => to,
+        };
+        path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Undoes it on disk (the directory did not keep it).
+    fn undo(self) {
+        match self {
+            DirChange::Created(path) => {
+                let _ = std::fs::remove_file(path);
+            }
+            DirChange::Renamed { from, to, replaced } => {
+                if std::fs::rename(&to, &from).is_ok() {
+                    if let Some(content) = replaced {
+                        std::fs::write(&to, content).unwrap();
+                    }
+                }
+            }
+            DirChange::Removed { path, content } => std::fs::write(path, content).unwrap(),
+        }
+    }
+}
+
+impl TornFs {
+    fn new(budget: u64, seed: u64) -> TornFs {
+        TornFs {
+            power: Arc::new(Mutex::new(Power {
+                remaining: budget,
+                off: false,
+                files: Vec::new(),
+                pending: Vec::new(),
+                rng: Rng(seed | 1),
+            })),
+        }
+    }
+
+    /// Runs `operation` while the power is on, spending one operation.
+    fn on<T>(
+        &self,
+        what: &str,
+        path: &Path,
+        operation: impl FnOnce(&mut Power) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let mut power = self.power.lock().unwrap();
+        if power.off || power.remaining == 0 {
+            power.off = true;
+            return Err(std::io::Error::other(format!(
+                "power cut: {what} {}",
+                path.display()
+            )));
+        }
+        power.remaining -= 1;
+        operation(&mut power)
+    }
+}
+
+struct TornFile {
+    fs: TornFs,
+    file: File,
+    /// Its index in `Power::files`.
+    index: usize,
+    path: PathBuf,
+}
+
+impl FsFile for TornFile {
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let (file, index) = (&mut self.file, self.index);
+        self.fs.on("write", &self.path, |power| {
+            file.write_all(bytes)?;
+            power.files[index].written += bytes.len() as u64;
+            Ok(())
+        })
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        let (file, index) = (&mut self.file, self.index);
+        self.fs.on("fsync", &self.path, |power| {
+            file.sync_data()?;
+            power.files[index].synced = power.files[index].written;
+            Ok(())
+        })
+    }
+}
+
+impl Fs for TornFs {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn FsFile>> {
+        let (file, index) = self.on("create", path, |power| {
+            if let Ok(content) = std::fs::read(path) {
+                // Truncating an existing file: undone, it comes back whole.
+                power.pending.push(DirChange::Removed {
+                    path: path.to_path_buf(),
+                    content,
+                });
+            }
+            let file = File::create(path)?;
+            power.files.retain(|w| w.path != path);
+            power.files.push(Written {
+                path: path.to_path_buf(),
+                written: 0,
+                synced: 0,
+            });
+            power.pending.push(DirChange::Created(path.to_path_buf()));
+            Ok((file, power.files.len() - 1))
+        })?;
+        Ok(Box::new(TornFile {
+            fs: self.clone(),
+            file,
+            index,
+            path: path.to_path_buf(),
+        }))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.on("rename", from, |power| {
+            let replaced = std::fs::read(to).ok();
+            std::fs::rename(from, to)?;
+            for written in &mut power.files {
+                if written.path == from {
+                    written.path = to.to_path_buf();
+                } else if written.path == to {
+                    // Replaced: whatever it held is no longer reachable by that name.
+                    written.path = PathBuf::new();
+                }
+            }
+            power.pending.push(DirChange::Renamed {
+                from: from.to_path_buf(),
+                to: to.to_path_buf(),
+                replaced,
+            });
+            Ok(())
+        })
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.on("directory fsync", dir, |power| {
+            File::open(dir)?.sync_all()?;
+            power.pending.retain(|change| change.dir() != dir);
+            Ok(())
+        })
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.on("remove", path, |power| {
+            let content = std::fs::read(path)?;
+            std::fs::remove_file(path)?;
+            power.pending.push(DirChange::Removed {
+                path: path.to_path_buf(),
+                content,
+            });
+            Ok(())
+        })
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.on("create directory", dir, |_| std::fs::create_dir_all(dir))
+    }
+}
+
+impl Fault for TornFs {
+    fn fs(&self) -> Arc<dyn Fs> {
+        Arc::new(self.clone())
+    }
+    fn tripped(&self) -> bool {
+        self.power.lock().unwrap().off
+    }
+    /// The power cut's leftovers: torn tails, then the directory changes not kept.
+    fn settle(&self) {
+        let mut power = self.power.lock().unwrap();
+        power.off = true;
+        let files = std::mem::take(&mut power.files);
+        for written in files {
+            let unsynced = written.written - written.synced;
+            if unsynced == 0 || written.path.as_os_str().is_empty() {
+                continue;
+            }
+            let kept = written.synced + power.rng.below(unsynced + 1);
+            if let Ok(file) = std::fs::OpenOptions::new().write(true).open(&written.path) {
+                file.set_len(kept).unwrap();
+            }
+        }
+        let pending = std::mem::take(&mut power.pending);
+        let kept = power.rng.below(pending.len() as u64 + 1) as usize;
+        for change in pending.into_iter().skip(kept).rev() {
+            change.undo();
+        }
+    }
+}
+
+#[test]
+fn power_cuts_leave_torn_tails_and_lose_nothing_acknowledged() {
+    let mut cut = 0;
+    for budget in (0..600).step_by(5) {
+        for seed in 0..3 {
+            if run(
+                &TornFs::new(budget, budget * 7 + seed),
+                budget,
+                budget * 13 + seed,
+            ) {
+                cut += 1;
+            }
+        }
+    }
+    assert!(cut > 200, "the power went in {cut} runs");
 }
