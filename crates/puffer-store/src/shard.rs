@@ -984,14 +984,23 @@ fn types_of(schema: &Schema) -> Vec<AttrType> {
     schema.attributes.iter().map(|a| a.attr_type).collect()
 }
 
+/// Bytes of the files under `dir`. A compaction may remove a file (or a directory)
+/// between the listing and its size: it no longer counts.
 fn directory_bytes(dir: &Path) -> Result<u64> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     let mut total = 0;
-    let entries = std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if gone(&e) => return Ok(0),
+        Err(e) => return Err(StoreError::io(dir, e)),
+    };
     for entry in entries {
         let entry = entry.map_err(|e| StoreError::io(dir, e))?;
-        let meta = entry
-            .metadata()
-            .map_err(|e| StoreError::io(entry.path(), e))?;
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(StoreError::io(entry.path(), e)),
+        };
         total += if meta.is_dir() {
             directory_bytes(&entry.path())?
         } else {
