@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{naive_occurrences, naive_range, naive_wildcard, TEXT_RANGES, TEXT_WILDCARDS};
+use common::{
+    naive_occurrences, naive_range, naive_wildcard, XorShift, TEXT_RANGES, TEXT_WILDCARDS,
+};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -32,20 +34,6 @@ const WORDS: &[&str] = &[
     "puffer", "fish", "banana", "bandana", "sea", "salt", "coral", "reef", "index", "suffix",
     "array", "psi", "layer", "sample", "query", "an", "a", "ocean", "blow", "fin",
 ];
-
-/// Deterministic xorshift64 generator.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-}
 
 /// About `len` bytes of pseudo-random words separated by spaces and newlines.
 fn generate_text(seed: u64, len: usize) -> Vec<u8> {

@@ -13,7 +13,8 @@ use serde_json::{json, Map, Value};
 use tempfile::TempDir;
 
 use common::{
-    naive_occurrences, naive_range, naive_wildcard, ServeProcess, TEXT_RANGES, TEXT_WILDCARDS,
+    naive_occurrences, naive_range, naive_wildcard, ServeProcess, XorShift, TEXT_RANGES,
+    TEXT_WILDCARDS,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -216,37 +217,6 @@ fn encode_bytes(bytes: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------
 // Generated data and the oracle
 // ---------------------------------------------------------------------------------------
-
-/// Deterministic xorshift64 generator.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    /// 0..n in a random order.
-    fn permutation(&mut self, n: usize) -> Vec<usize> {
-        let mut items: Vec<usize> = (0..n).collect();
-        for i in (1..n).rev() {
-            items.swap(i, self.below(i as u64 + 1) as usize);
-        }
-        items
-    }
-}
 
 const MICROS_PER_DAY: i64 = 86_400_000_000;
 const MARCH_1_2015: i64 = days_from_civil(2015, 3, 1) * MICROS_PER_DAY;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::ServeProcess;
+use common::{ServeProcess, XorShift as Rng};
 use serde_json::{json, Value};
 
 /// Every table's records, key to value.
@@ -41,18 +41,6 @@ fn send(method: &str, url: &str, body: Option<&Value>) -> Option<(u16, Value)> {
     let status = response.status();
     let body = response.into_json().unwrap_or(Value::Null);
     Some((status, body))
-}
-
-/// xorshift64*: the campaign's randomness, from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
-    }
 }
 
 fn table_schema(name: &str) -> Value {

@@ -296,3 +296,35 @@ fn read_all(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>>
         bytes
     })
 }
+
+/// Deterministic xorshift64 generator (tests' randomness, the same every run).
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number in 0..n (0 when n is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// 0..n in a random order.
+    pub fn permutation(&mut self, n: usize) -> Vec<usize> {
+        let mut items: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            items.swap(i, self.below(i as u64 + 1) as usize);
+        }
+        items
+    }
+}
