@@ -1041,9 +1041,10 @@ impl Database {
         let mut tries = 0;
         loop {
             match self.read_chunks(table, partitioning, &chunks, &request) {
+                // (A snapshot the caller chose stays: the error goes back to it.)
                 Err(QueryError::Store(puffer_store::StoreError::SnapshotGone {
                     sealed, ..
-                })) if tries + 1 < MAX_PARTITIONED_TRIES => {
+                })) if tries + 1 < MAX_PARTITIONED_TRIES && request.read_options().at.is_none() => {
                     tries += 1;
                     request = request.at_least(sealed);
                 }
