@@ -585,10 +585,7 @@ fn random_kills_lose_no_acknowledged_write_and_apply_none_in_part() {
         return;
     }
     // CI-sized by default; PUFFER_CLUSTER_KILLS=100 for the full campaign.
-    let kills: usize = std::env::var("PUFFER_CLUSTER_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(10);
+    let kills = common::count_from_env("PUFFER_CLUSTER_KILLS", 10) as usize;
     let dir = tempfile::tempdir().unwrap();
     let etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
     let names = ["a", "b", "c"];

@@ -237,10 +237,7 @@ fn rows_per_batch(base: &str, first: u64) -> BTreeMap<u64, usize> {
 
 #[test]
 fn a_killed_server_keeps_acknowledged_batches_whole_and_none_in_part() {
-    let kills: u64 = std::env::var("PUFFER_CRASH_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(50);
+    let kills = common::count_from_env("PUFFER_CRASH_KILLS", 50);
     let data = TempDir::new().unwrap();
     let mut server = ServeProcess::start_on(data.path(), &[], &[]);
     create_table(&server.base, "wide", 4, 2);

@@ -2236,6 +2236,17 @@ fn every_documented_route_refuses_exactly_the_roles_it_must() {
     assert!(refused > 2 * 23, "only {refused} refusals");
 }
 
+/// The code of a refusal with 400 or 413 (`what` names the request in a failure).
+fn refused_code(reply: &Reply, what: &str) -> String {
+    assert!(
+        [400, 413].contains(&reply.status),
+        "{what}: {} {}",
+        reply.status,
+        reply.text()
+    );
+    reply.json()["code"].as_str().unwrap_or("").to_string()
+}
+
 /// Every file under `dir` (its path from `dir`).
 fn files_under(dir: &std::path::Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -2287,18 +2298,15 @@ fn hostile_names_nesting_and_sizes_are_refused_and_touch_nothing() {
     ];
     for name in names {
         let reply = api.post_json("/v1/tables", &table_request(name));
-        let message = expect_error(&reply, 400, "invalid_request");
-        assert!(!message.is_empty(), "{name:?}");
+        expect_error(&reply, 400, "invalid_request");
         let sql = format!(
             "CREATE TABLE \"{}\" (id TEXT PRIMARY KEY, n INT)",
             name.replace('"', "\"\"")
         );
-        let reply = api.sql(&sql);
+        let code = refused_code(&api.sql(&sql), &format!("CREATE TABLE {name:?}"));
         assert!(
-            [400, 413].contains(&reply.status),
-            "CREATE TABLE {name:?}: {} {}",
-            reply.status,
-            reply.text()
+            ["invalid_request", "syntax_error", "limit_exceeded"].contains(&code.as_str()),
+            "CREATE TABLE {name:?}: {code}"
         );
     }
     // Text names arrive in the path, percent-encoded.
@@ -2318,7 +2326,6 @@ fn hostile_names_nesting_and_sizes_are_refused_and_touch_nothing() {
             reply.status,
             reply.text()
         );
-        assert_ne!(reply.status, 201, "text {name:?} was made");
     }
     let files_after = files_under(holder.path());
     assert_eq!(
@@ -2360,14 +2367,7 @@ fn hostile_names_nesting_and_sizes_are_refused_and_touch_nothing() {
             "(".repeat(depth),
             ")".repeat(depth)
         );
-        let reply = api.sql(&sql);
-        assert!(
-            [400, 413].contains(&reply.status),
-            "SQL nested {depth} deep: {} {}",
-            reply.status,
-            reply.text()
-        );
-        let code = reply.json()["code"].as_str().unwrap_or("").to_string();
+        let code = refused_code(&api.sql(&sql), &format!("SQL nested {depth} deep"));
         assert!(
             ["syntax_error", "limit_exceeded", "unsupported"].contains(&code.as_str()),
             "SQL nested {depth} deep: {code}"

@@ -193,10 +193,7 @@ fn spawn_readers(
 
 #[test]
 fn sigkills_under_mixed_traffic_lose_nothing_acknowledged() {
-    let kills: u64 = std::env::var("PUFFER_TORTURE_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(50);
+    let kills = common::count_from_env("PUFFER_TORTURE_KILLS", 50);
     let dir = tempfile::tempdir().unwrap();
     // Small log tables: seals and compactions all along.
     let env = [("PUFFER_LOG_TABLE_MAX_RECORDS", "64")];

@@ -462,13 +462,13 @@ fn run_policy(
     let (mut per_segment, mut totals) = (Vec::new(), Vec::new());
     let mut segments = 0;
     let cpu_of = |node: &Node| crate::stats::cpu_time(&node.child.id().to_string());
-    let mut measured_from: Option<Vec<Duration>> = None;
+    let mut cpu_at_start: Option<Vec<Duration>> = None;
     while started.elapsed() < Duration::from_secs(args.seconds) {
         std::thread::sleep(Duration::from_secs(1));
         if started.elapsed() < warmup {
             continue;
         }
-        measured_from.get_or_insert_with(|| data.iter().map(cpu_of).collect());
+        cpu_at_start.get_or_insert_with(|| data.iter().map(cpu_of).collect());
         if let Ok(view) = get(&format!("{}/v1/admin/placement", broker.base)) {
             let replicas = chunk_replicas(&view);
             segments = replicas.len();
@@ -476,7 +476,7 @@ fn run_policy(
             per_segment.extend(replicas.iter().map(|&r| r as f64));
         }
     }
-    let (measured_s, data_node_cpu_s) = match &measured_from {
+    let (measured_s, data_node_cpu_s) = match &cpu_at_start {
         // Queries count from the warm-up's end; CPU from the first look after it.
         Some(cpu_before) => (
             started.elapsed().saturating_sub(warmup).as_secs_f64(),

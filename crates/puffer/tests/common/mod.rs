@@ -328,3 +328,12 @@ impl XorShift {
         items
     }
 }
+
+/// A count a long run sets in environment variable `name` (a campaign's kills), or
+/// `default` (CI's size) when it is unset or not a number.
+pub fn count_from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(default)
+}
