@@ -68,6 +68,8 @@ error_codes! {
     NotFound => "not_found",
     /// No route serves the path.
     UnknownRoute => "unknown_route",
+    /// The request's body did not arrive whole within the server's deadline.
+    RequestTimeout => "request_timeout",
     /// The route does not take the method.
     MethodNotAllowed => "method_not_allowed",
     /// A table of that name exists already.

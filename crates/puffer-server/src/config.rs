@@ -33,6 +33,16 @@ pub struct ServerConfig {
     pub max_text_bytes: usize,
     /// Requests served at once; more are refused with 429 `overloaded`.
     pub max_concurrent_requests: usize,
+    /// Connections held at once; more are answered 503 `overloaded` and closed.
+    pub max_connections: usize,
+    /// Seconds a request's head (request line and headers) may take to arrive.
+    pub header_timeout_s: u64,
+    /// Seconds a request's body may take to arrive whole, from its headers; past them
+    /// the request is answered 408 `request_timeout`.
+    pub body_timeout_s: u64,
+    /// Seconds a connection may go without a byte read or written while none of its
+    /// requests is being served (idle keep-alive, a response not read), before it is closed.
+    pub idle_timeout_s: u64,
     /// Per shard replica, MiB of record texts kept decompressed for repeated reads
     /// (0: every read extracts from the compressed segment).
     pub record_cache_mb: u64,
@@ -168,6 +178,10 @@ impl Default for ServerConfig {
             max_pattern_bytes: 4096,
             max_text_bytes: 1 << 30,
             max_concurrent_requests: 256,
+            max_connections: 1024,
+            header_timeout_s: 10,
+            body_timeout_s: 60,
+            idle_timeout_s: 60,
             record_cache_mb: puffer_store::ShardOptions::default().record_cache_bytes >> 20,
             log_table_max_records: puffer_store::ShardOptions::default().log_table_max_records,
             read_token: None,
@@ -198,7 +212,8 @@ impl ServerConfig {
     /// Applies `PUFFER_DATA`, `PUFFER_LISTEN`, `PUFFER_READ_TOKEN`, `PUFFER_WRITE_TOKEN`,
     /// `PUFFER_ADMIN_TOKEN`, `PUFFER_MAX_BODY_BYTES`, `PUFFER_MAX_BATCH_RECORDS`,
     /// `PUFFER_MAX_RESULT_ROWS`, `PUFFER_MAX_CONCURRENT_REQUESTS`, `PUFFER_RECORD_CACHE_MB`,
-    /// `PUFFER_LOG_TABLE_MAX_RECORDS`.
+    /// `PUFFER_LOG_TABLE_MAX_RECORDS`, `PUFFER_MAX_CONNECTIONS`, `PUFFER_HEADER_TIMEOUT_S`,
+    /// `PUFFER_BODY_TIMEOUT_S`, `PUFFER_IDLE_TIMEOUT_S`.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ApiError> {
         let number = |name: &str, text: String| {
             text.parse::<usize>()
@@ -233,15 +248,49 @@ impl ServerConfig {
                 "PUFFER_LOG_TABLE_MAX_RECORDS",
                 &mut self.log_table_max_records,
             ),
+            ("PUFFER_MAX_CONNECTIONS", &mut self.max_connections),
         ] {
             if let Some(text) = var(name) {
                 *slot = number(name, text)?;
+            }
+        }
+        for (name, slot) in [
+            ("PUFFER_HEADER_TIMEOUT_S", &mut self.header_timeout_s),
+            ("PUFFER_BODY_TIMEOUT_S", &mut self.body_timeout_s),
+            ("PUFFER_IDLE_TIMEOUT_S", &mut self.idle_timeout_s),
+        ] {
+            if let Some(text) = var(name) {
+                *slot = number(name, text)? as u64;
             }
         }
         if let Some(text) = var("PUFFER_RECORD_CACHE_MB") {
             self.record_cache_mb = number("PUFFER_RECORD_CACHE_MB", text)? as u64;
         }
         Ok(())
+    }
+
+    /// The connection bounds, checked: each at least 1 and the timeouts at most a day.
+    pub fn connection_limits(&self) -> Result<crate::connections::ConnectionLimits, ApiError> {
+        const DAY_S: u64 = 24 * 3600;
+        for (name, seconds) in [
+            ("header_timeout_s", self.header_timeout_s),
+            ("body_timeout_s", self.body_timeout_s),
+            ("idle_timeout_s", self.idle_timeout_s),
+        ] {
+            if !(1..=DAY_S).contains(&seconds) {
+                return Err(ApiError::invalid(format!(
+                    "{name} is between 1 and {DAY_S}, got {seconds}"
+                )));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err(ApiError::invalid("max_connections is at least 1, got 0"));
+        }
+        Ok(crate::connections::ConnectionLimits {
+            max_connections: self.max_connections,
+            header_timeout: std::time::Duration::from_secs(self.header_timeout_s),
+            idle_timeout: std::time::Duration::from_secs(self.idle_timeout_s),
+        })
     }
 
     /// Whether any token is configured (then every /v1 request needs one).

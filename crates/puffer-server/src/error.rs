@@ -25,6 +25,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
             StatusCode::NOT_FOUND
         }
         C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        C::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         C::TableExists | C::TextExists => StatusCode::CONFLICT,
         C::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
         C::Overloaded => StatusCode::TOO_MANY_REQUESTS,
@@ -151,6 +152,13 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
 
 impl From<axum::extract::rejection::BytesRejection> for ApiError {
     fn from(rejection: axum::extract::rejection::BytesRejection) -> ApiError {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&rejection);
+        while let Some(error) = cause {
+            if let Some(passed) = error.downcast_ref::<crate::connections::BodyDeadlinePassed>() {
+                return ApiError::new(ErrorCode::RequestTimeout, passed.to_string());
+            }
+            cause = error.source();
+        }
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::limit(format!(
                 "the request body is too large: {}",

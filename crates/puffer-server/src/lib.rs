@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod auth;
 pub mod config;
+pub mod connections;
 mod dashboard;
 pub mod error;
 pub mod metrics;
@@ -185,7 +186,11 @@ async fn limit_in_flight(
         error.retryable = true;
         return error.into_response();
     };
-    next.run(request).await
+    // The permit is held while the body arrives: a deadline keeps a slow client from
+    // holding it for long.
+    let timeout = std::time::Duration::from_secs(state.config.body_timeout_s);
+    next.run(request.map(|body| connections::deadline_body(body, timeout)))
+        .await
 }
 
 /// Request metrics, then the node's place in the database's order: the newest SCU it
@@ -242,6 +247,7 @@ pub async fn serve_state(
     ready: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), ApiError> {
     let listen = state.config.listen;
+    let limits = state.config.connection_limits()?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| ApiError::internal(format!("cannot listen on {listen}: {e}")))?;
@@ -249,10 +255,9 @@ pub async fn serve_state(
         .local_addr()
         .map_err(|e| ApiError::internal(e.to_string()))?;
     ready(bound);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("server failed: {e}")))
+    connections::serve_connections(listener, router(state), limits, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
+    Ok(())
 }

@@ -23,6 +23,11 @@ const SERVER_VARS: &[&str] = &[
     "PUFFER_MAX_RESULT_ROWS",
     "PUFFER_MAX_CONCURRENT_REQUESTS",
     "PUFFER_RECORD_CACHE_MB",
+    "PUFFER_LOG_TABLE_MAX_RECORDS",
+    "PUFFER_MAX_CONNECTIONS",
+    "PUFFER_HEADER_TIMEOUT_S",
+    "PUFFER_BODY_TIMEOUT_S",
+    "PUFFER_IDLE_TIMEOUT_S",
 ];
 
 /// A running `puffer serve` on a data directory, listening on a free local port; killed
@@ -115,6 +120,18 @@ impl ServeProcess {
             "kill failed: {}",
             std::io::Error::last_os_error()
         );
+    }
+
+    /// The server's peak resident set size so far (`VmHWM`), in bytes.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's /proc status");
+        status_kib(&status, "VmHWM:").expect("VmHWM in /proc status") * 1024
+    }
+
+    /// `host:port` of the server.
+    pub fn authority(&self) -> &str {
+        self.base.trim_start_matches("http://")
     }
 
     /// Stops the server and hands back the data directory it was started with.
