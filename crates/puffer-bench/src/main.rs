@@ -16,6 +16,7 @@ mod getafix;
 mod http_bench;
 mod index_bench;
 mod oracle;
+mod overload_bench;
 mod peers;
 mod plot;
 mod records;
@@ -60,6 +61,10 @@ enum Experiment {
     /// (etcd, a leader, data-only nodes, a broker; needs target/release/puffer), through
     /// the broker.
     GetafixCluster(getafix::loopback::LoopbackArgs),
+    /// A server of its own (needs target/release/puffer) at its normal load, at ten times
+    /// the requests it serves at once with slow clients, and back: refusals, latency,
+    /// resident memory and recovery time.
+    Overload(overload_bench::OverloadArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,5 +78,6 @@ fn main() -> anyhow::Result<()> {
         Experiment::Cluster(args) => cluster_bench::run(&args),
         Experiment::Getafix(args) => getafix::run(&args),
         Experiment::GetafixCluster(args) => getafix::loopback::run(&args),
+        Experiment::Overload(args) => overload_bench::run(&args),
     }
 }

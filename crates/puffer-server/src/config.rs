@@ -13,6 +13,10 @@ pub const MAX_LOG_TABLE_RECORDS: usize = 10_000_000;
 /// Largest `record_cache_mb` (a typo of a few zeros should not take the machine's memory).
 pub const MAX_RECORD_CACHE_MB: u64 = 64 << 10;
 
+/// Largest `max_buffered_body_mb` (a typo of a few zeros should not take the machine's
+/// memory).
+pub const MAX_BUFFERED_BODY_MB: u64 = 64 << 10;
+
 /// Everything the server can be told.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -33,6 +37,9 @@ pub struct ServerConfig {
     pub max_text_bytes: usize,
     /// Requests served at once; more are refused with 429 `overloaded`.
     pub max_concurrent_requests: usize,
+    /// MiB of request bodies being received at once; a body that does not fit is
+    /// refused with 429 `overloaded` (at least `max_body_bytes`).
+    pub max_buffered_body_mb: u64,
     /// Connections held at once; more are answered 503 `overloaded` and closed.
     pub max_connections: usize,
     /// Seconds a request's head (request line and headers) may take to arrive.
@@ -178,6 +185,7 @@ impl Default for ServerConfig {
             max_pattern_bytes: 4096,
             max_text_bytes: 1 << 30,
             max_concurrent_requests: 256,
+            max_buffered_body_mb: 256,
             max_connections: 1024,
             header_timeout_s: 10,
             body_timeout_s: 60,
@@ -213,7 +221,7 @@ impl ServerConfig {
     /// `PUFFER_ADMIN_TOKEN`, `PUFFER_MAX_BODY_BYTES`, `PUFFER_MAX_BATCH_RECORDS`,
     /// `PUFFER_MAX_RESULT_ROWS`, `PUFFER_MAX_CONCURRENT_REQUESTS`, `PUFFER_RECORD_CACHE_MB`,
     /// `PUFFER_LOG_TABLE_MAX_RECORDS`, `PUFFER_MAX_CONNECTIONS`, `PUFFER_HEADER_TIMEOUT_S`,
-    /// `PUFFER_BODY_TIMEOUT_S`, `PUFFER_IDLE_TIMEOUT_S`.
+    /// `PUFFER_BODY_TIMEOUT_S`, `PUFFER_IDLE_TIMEOUT_S`, `PUFFER_MAX_BUFFERED_BODY_MB`.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ApiError> {
         let number = |name: &str, text: String| {
             text.parse::<usize>()
@@ -262,6 +270,9 @@ impl ServerConfig {
             if let Some(text) = var(name) {
                 *slot = number(name, text)? as u64;
             }
+        }
+        if let Some(text) = var("PUFFER_MAX_BUFFERED_BODY_MB") {
+            self.max_buffered_body_mb = number("PUFFER_MAX_BUFFERED_BODY_MB", text)? as u64;
         }
         if let Some(text) = var("PUFFER_RECORD_CACHE_MB") {
             self.record_cache_mb = number("PUFFER_RECORD_CACHE_MB", text)? as u64;

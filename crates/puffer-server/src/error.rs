@@ -152,12 +152,8 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
 
 impl From<axum::extract::rejection::BytesRejection> for ApiError {
     fn from(rejection: axum::extract::rejection::BytesRejection) -> ApiError {
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&rejection);
-        while let Some(error) = cause {
-            if let Some(passed) = error.downcast_ref::<crate::connections::BodyDeadlinePassed>() {
-                return ApiError::new(ErrorCode::RequestTimeout, passed.to_string());
-            }
-            cause = error.source();
+        if let Some(timeout) = body_timeout(&rejection) {
+            return timeout;
         }
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::limit(format!(
@@ -171,6 +167,35 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
             ))
         }
     }
+}
+
+/// The error of a body that could not be received whole within `limit` bytes.
+pub fn body_error(error: &axum::Error, limit: usize) -> ApiError {
+    if let Some(timeout) = body_timeout(error) {
+        return timeout;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(inner) = cause {
+        if inner.is::<http_body_util::LengthLimitError>() {
+            return ApiError::limit(format!(
+                "the request body is too large: more than max_body_bytes ({limit})"
+            ));
+        }
+        cause = inner.source();
+    }
+    ApiError::invalid(format!("cannot read the request body: {error}"))
+}
+
+/// `request_timeout` when `error` comes of a body's deadline.
+fn body_timeout(error: &(dyn std::error::Error + 'static)) -> Option<ApiError> {
+    let mut cause = Some(error);
+    while let Some(inner) = cause {
+        if let Some(passed) = inner.downcast_ref::<crate::connections::BodyDeadlinePassed>() {
+            return Some(ApiError::new(ErrorCode::RequestTimeout, passed.to_string()));
+        }
+        cause = inner.source();
+    }
+    None
 }
 
 #[cfg(test)]

@@ -37,6 +37,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// Permits for requests in flight (bounded by `max_concurrent_requests`).
     pub in_flight: tokio::sync::Semaphore,
+    /// KiB of request bodies being received (bounded by `max_buffered_body_mb`).
+    pub body_budget_kib: tokio::sync::Semaphore,
     /// What `GET /v1/admin/cluster` shows; `None` on a single node.
     pub cluster_status: Option<ClusterStatus>,
 }
@@ -86,11 +88,25 @@ impl AppState {
             )));
         }
         options.shard.log_table_max_records = config.log_table_max_records;
+        config.connection_limits()?;
+        if config.max_buffered_body_mb << 20 < config.max_body_bytes as u64
+            || config.max_buffered_body_mb > config::MAX_BUFFERED_BODY_MB
+        {
+            return Err(ApiError::invalid(format!(
+                "max_buffered_body_mb is between max_body_bytes ({} MiB) and {}, got {}",
+                (config.max_body_bytes as u64).div_ceil(1 << 20),
+                config::MAX_BUFFERED_BODY_MB,
+                config.max_buffered_body_mb
+            )));
+        }
         let db = Arc::new(Database::open_with(&config.data_dir, options)?);
         let state = Arc::new(AppState {
             db,
             cluster_status,
             in_flight: tokio::sync::Semaphore::new(config.max_concurrent_requests.max(1)),
+            body_budget_kib: tokio::sync::Semaphore::new(
+                usize::try_from(config.max_buffered_body_mb << 10).unwrap_or(usize::MAX),
+            ),
             config,
             metrics: Default::default(),
         });
@@ -167,30 +183,96 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         .with_state(state)
 }
 
-/// Refuses a request when `max_concurrent_requests` are already being served, rather
-/// than queueing without bound.
+/// Receives a request's body, then refuses the request when `max_concurrent_requests`
+/// are already being served, rather than queueing without bound.
+///
+/// The body arrives before a request slot is taken, so a client sending it a byte a
+/// second holds no slot; it holds its share of `max_buffered_body_mb` instead, for at
+/// most `body_timeout_s`. A text upload (admin only, up to `max_text_bytes`) is the
+/// exception: its body is read by its handler, in its slot, under the same deadline.
 async fn limit_in_flight(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
     request: axum::extract::Request,
     next: middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let Ok(_permit) = state.in_flight.try_acquire() else {
-        let mut error = ApiError::new(
-            error::ErrorCode::Overloaded,
-            format!(
-                "{} requests are being served (the limit); retry later",
-                state.config.max_concurrent_requests
-            ),
-        );
-        error.retryable = true;
-        return error.into_response();
-    };
-    // The permit is held while the body arrives: a deadline keeps a slow client from
-    // holding it for long.
     let timeout = std::time::Duration::from_secs(state.config.body_timeout_s);
-    next.run(request.map(|body| connections::deadline_body(body, timeout)))
+    let is_text_upload = request.method() == axum::http::Method::POST
+        && request.uri().path().starts_with("/v1/texts/");
+    let mut _reserved = None;
+    let request = if is_text_upload {
+        request.map(|body| connections::deadline_body(body, timeout))
+    } else {
+        match receive_body(&state, request, timeout).await {
+            Ok((request, reserved)) => {
+                _reserved = reserved;
+                request
+            }
+            Err(error) => return error.into_response(),
+        }
+    };
+    let Ok(_permit) = state.in_flight.try_acquire() else {
+        return overloaded(format!(
+            "{} requests are being served (the limit); retry later",
+            state.config.max_concurrent_requests
+        ))
+        .into_response();
+    };
+    next.run(request).await
+}
+
+/// A retryable `overloaded` error.
+fn overloaded(message: String) -> ApiError {
+    let mut error = ApiError::new(error::ErrorCode::Overloaded, message);
+    error.retryable = true;
+    error
+}
+
+/// The request with its body received whole (within `timeout` and `max_body_bytes`), and
+/// the share of `max_buffered_body_mb` it holds (none for a request without a body).
+async fn receive_body(
+    state: &AppState,
+    request: axum::extract::Request,
+    timeout: std::time::Duration,
+) -> Result<
+    (
+        axum::extract::Request,
+        Option<tokio::sync::SemaphorePermit<'_>>,
+    ),
+    ApiError,
+> {
+    use http_body::Body as _;
+    if request.body().is_end_stream() {
+        return Ok((request, None));
+    }
+    let limit = state.config.max_body_bytes;
+    let announced = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<usize>().ok());
+    if announced.is_some_and(|length| length > limit) {
+        return Err(ApiError::limit(format!(
+            "the request body is too large: more than max_body_bytes ({limit})"
+        )));
+    }
+    // A body of unknown length may grow to the limit.
+    let kib = announced.unwrap_or(limit).div_ceil(1024).max(1);
+    let kib = u32::try_from(kib).unwrap_or(u32::MAX);
+    let Ok(reserved) = state.body_budget_kib.try_acquire_many(kib) else {
+        return Err(overloaded(format!(
+            "{} MiB of request bodies are being received (max_buffered_body_mb); retry later",
+            state.config.max_buffered_body_mb
+        )));
+    };
+    let (parts, body) = request.into_parts();
+    let body = connections::deadline_body(body, timeout);
+    let bytes = axum::body::to_bytes(body, limit)
         .await
+        .map_err(|e| error::body_error(&e, limit))?;
+    Ok((
+        axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)),
+        Some(reserved),
+    ))
 }
 
 /// Request metrics, then the node's place in the database's order: the newest SCU it

@@ -46,6 +46,8 @@ fn start() -> ServeProcess {
             ("PUFFER_HEADER_TIMEOUT_S", timeout.as_str()),
             ("PUFFER_BODY_TIMEOUT_S", timeout.as_str()),
             ("PUFFER_IDLE_TIMEOUT_S", timeout.as_str()),
+            ("PUFFER_MAX_BODY_BYTES", "1048576"),
+            ("PUFFER_MAX_BUFFERED_BODY_MB", "2"),
         ],
     );
     let agent = agent();
@@ -102,13 +104,13 @@ fn call(agent: &ureq::Agent, base: &str, rng: &mut XorShift) -> Result<(u16, boo
     }
 }
 
-/// Sends the head of a request whose body never arrives whole (one byte at a time).
-fn open_slow_body(authority: &str, path: &str) -> TcpStream {
+/// Sends the head of a request whose body of `length` bytes never arrives whole.
+fn open_slow_body(authority: &str, path: &str, length: usize) -> TcpStream {
     let mut stream = TcpStream::connect(authority).expect("connect");
     write!(
         stream,
         "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\n\
-         content-length: 1000\r\n\r\n{{"
+         content-length: {length}\r\n\r\n{{"
     )
     .expect("send head");
     stream
@@ -134,13 +136,13 @@ fn read_status(stream: &mut TcpStream) -> Option<(u16, String)> {
 fn slow_bodies_and_heads_hold_the_server_only_until_their_deadline() {
     let server = start();
     let agent = agent();
-    // Slow bodies take every request slot...
+    // As many slow bodies as there are request slots (twice over)...
     let (done_tx, done_rx) = std::sync::mpsc::channel();
-    for _ in 0..CONCURRENT {
+    for _ in 0..CONCURRENT * 2 {
         let authority = server.authority().to_string();
         let done_tx = done_tx.clone();
         thread::spawn(move || {
-            let mut stream = open_slow_body(&authority, "/v1/sql");
+            let mut stream = open_slow_body(&authority, "/v1/sql", 1000);
             let started = Instant::now();
             stream
                 .set_read_timeout(Some(Duration::from_millis(300)))
@@ -165,24 +167,39 @@ fn slow_bodies_and_heads_hold_the_server_only_until_their_deadline() {
     }
     drop(done_tx);
     thread::sleep(Duration::from_millis(500));
-    // ...so a normal request is refused meanwhile, with Retry-After.
+    // ...hold none: normal requests are served meanwhile.
     let mut rng = XorShift(7);
-    let refused = call(&agent, &server.base, &mut rng).expect("an answer");
-    assert_eq!(
-        refused,
-        (429, true),
-        "a request while slow bodies hold every slot"
+    for _ in 0..20 {
+        let answer = call(&agent, &server.base, &mut rng).expect("an answer");
+        assert_eq!(answer.0, 200, "a request while slow bodies arrive");
+    }
+    // Bodies being received are bounded in bytes: two of 1 MiB take the 2 MiB budget,
+    // and a third is refused at once, with Retry-After.
+    let big: Vec<TcpStream> = (0..2)
+        .map(|_| open_slow_body(server.authority(), "/v1/sql", 1 << 20))
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    let mut third = open_slow_body(server.authority(), "/v1/sql", 1 << 20);
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let (status, head) = read_status(&mut third).expect("an answer to a body over the budget");
+    assert_eq!(status, 429, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
     );
+    drop(big);
     // Each slow body is answered 408 once its deadline passes.
     for (head, elapsed) in done_rx.iter() {
         let (status, text) = head.expect("a slow body got no answer");
         assert_eq!(status, 408, "slow body answered: {text}");
         assert!(
             elapsed < Duration::from_secs(TIMEOUT_S + 10),
-            "a slow body held its slot {elapsed:?}"
+            "a slow body was cut off only after {elapsed:?}"
         );
     }
-    // The slots are free again.
+    // Served as ever once the slow bodies are gone.
     assert_eq!(
         call(&agent, &server.base, &mut rng).expect("an answer").0,
         200
