@@ -900,6 +900,11 @@ impl Inner {
                     self.stop(format!("removing old log files failed: {e}"));
                 }
             }
+            Err(e) if e.is_disk_full() => {
+                // The current file goes on; the next group tries again. The new file's
+                // start, if any, would hold a log of no SCU: removed.
+                let _ = self.fs.remove(&self.log_dir.join(wal::file_name(next_seq)));
+            }
             Err(e) => self.stop(format!("starting a new log file failed: {e}")),
         }
     }
@@ -971,6 +976,20 @@ impl Inner {
             }
         }
         if let Err(e) = log.append_durably(&encoded) {
+            if e.is_disk_full() {
+                // Taken back from the log: the group is refused, its numbers are free
+                // again, and writes go on once space is freed.
+                *next_seq = first;
+                let message = e.to_string();
+                for (_, _, reply) in numbered {
+                    let error = StoreError::io(
+                        log.path(),
+                        std::io::Error::new(std::io::ErrorKind::StorageFull, message.clone()),
+                    );
+                    let _ = reply.send(Err(error.into()));
+                }
+                return;
+            }
             let reason = format!("the database log write failed: {e}");
             self.stop(reason.clone());
             for (_, _, reply) in numbered {

@@ -87,6 +87,8 @@ error_codes! {
     /// A read's snapshot is no longer kept apart (sealed or compacted past); read a
     /// newer one.
     SnapshotGone => "snapshot_gone",
+    /// The disk is full: a write was refused whole; retry once space is freed.
+    DiskFull => "disk_full",
     /// A file operation failed.
     IoError => "io_error",
     /// A file's content is damaged.
@@ -195,6 +197,7 @@ impl QueryError {
                 StoreError::InvalidSetting(_) => ErrorCode::InvalidSetting,
                 StoreError::InUse { .. } => ErrorCode::InUse,
                 StoreError::Io { .. } => ErrorCode::IoError,
+                StoreError::DiskFull { .. } => ErrorCode::DiskFull,
                 StoreError::Corrupt { .. } => ErrorCode::Corrupt,
                 StoreError::Index(_) => ErrorCode::IndexError,
             },
@@ -210,11 +213,13 @@ impl QueryError {
                 | QueryError::Store(StoreError::Unavailable(_))
                 | QueryError::Store(StoreError::NotHeld(_))
                 | QueryError::Store(StoreError::SnapshotGone { .. })
+                | QueryError::Store(StoreError::DiskFull { .. })
                 | QueryError::Remote {
                     code: ErrorCode::Overloaded
                         | ErrorCode::Unavailable
                         | ErrorCode::NotHeld
-                        | ErrorCode::SnapshotGone,
+                        | ErrorCode::SnapshotGone
+                        | ErrorCode::DiskFull,
                     ..
                 }
         )

@@ -30,6 +30,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
         C::Overloaded => StatusCode::TOO_MANY_REQUESTS,
         C::Unavailable | C::NotHeld | C::SnapshotGone => StatusCode::SERVICE_UNAVAILABLE,
+        C::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
         C::IoError | C::Corrupt | C::IndexError | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

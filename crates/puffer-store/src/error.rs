@@ -35,6 +35,17 @@ pub enum StoreError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The device holding a file is full (or the user's quota is used up). A write
+    /// refused so kept nothing of itself; it may succeed once space is freed.
+    #[error(
+        "no space left for {path}: {source}; nothing of this write was kept, free space and retry"
+    )]
+    DiskFull {
+        /// The file that could not grow.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// A file's content is damaged (checksum or structure).
     #[error("corrupt file {path}: {detail}")]
     Corrupt {
@@ -80,12 +91,23 @@ pub enum StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 impl StoreError {
-    /// An I/O error on `path`.
+    /// An I/O error on `path`: [`StoreError::DiskFull`] when the device is full.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
+        if is_disk_full(&source) {
+            return StoreError::DiskFull {
+                path: path.into(),
+                source,
+            };
+        }
         StoreError::Io {
             path: path.into(),
             source,
         }
+    }
+
+    /// Whether this is [`StoreError::DiskFull`].
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::DiskFull { .. })
     }
 
     /// A corruption found in `path`.
@@ -95,4 +117,26 @@ impl StoreError {
             detail: detail.into(),
         }
     }
+}
+
+/// Whether an I/O error says the device is full or the quota used up, itself or an
+/// error it wraps (the index writer wraps its stream's errors).
+pub fn is_disk_full(error: &std::io::Error) -> bool {
+    let full = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(inner) = cause {
+        if inner.downcast_ref::<std::io::Error>().is_some_and(full) {
+            return true;
+        }
+        cause = match inner.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|e| e as _),
+            None => inner.source(),
+        };
+    }
+    false
 }

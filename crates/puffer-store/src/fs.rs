@@ -16,6 +16,14 @@ pub trait FsFile: Send {
     fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()>;
     /// Makes everything written so far durable (fsync).
     fn sync(&mut self) -> std::io::Result<()>;
+    /// Cuts the file to `len` bytes and writes on from there (a log's failed append is
+    /// taken back so). Layers that cannot say `Unsupported`, and the caller gives up.
+    fn truncate(&mut self, _len: u64) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this file system layer cannot truncate",
+        ))
+    }
 }
 
 /// The mutating file operations of a shard.
@@ -44,6 +52,11 @@ impl FsFile for RealFile {
     }
     fn sync(&mut self) -> std::io::Result<()> {
         self.0.sync_data()
+    }
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        use std::io::Seek;
+        self.0.set_len(len)?;
+        self.0.seek(std::io::SeekFrom::Start(len)).map(|_| ())
     }
 }
 
@@ -187,8 +200,12 @@ pub fn write_file_atomic_with(
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut file = fs.create(&tmp)?;
-    fill(file.as_mut())?;
-    file.sync()?;
+    if let Err(e) = fill(file.as_mut()).and_then(|()| file.sync()) {
+        // Most often a full disk: the half-written file would only hold on to space.
+        drop(file);
+        let _ = fs.remove(&tmp);
+        return Err(e);
+    }
     drop(file);
     fs.rename(&tmp, path)?;
     fs.sync_dir(dir)

@@ -141,9 +141,11 @@ impl Segment {
         let index_path = dir.join(index_file_name(id));
         write_file_atomic_with(fs, &index_path, &mut |file| {
             let mut writer = std::io::BufWriter::with_capacity(1 << 20, FsWriter(file));
-            index
-                .write_to(&mut writer)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            index.write_to(&mut writer).map_err(|e| match e {
+                // The stream's own error, whole: a full disk must stay recognisable.
+                puffer_index::IndexError::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            })?;
             std::io::Write::flush(&mut writer)
         })
         .map_err(|e| StoreError::io(&index_path, e))?;

@@ -254,6 +254,8 @@ struct Shared {
     /// the acknowledgement, so freshness decisions made with it are conservative.
     acks: Mutex<VecDeque<(u64, u64)>>,
     stopped: Mutex<Option<String>>,
+    /// Why the last compaction could not write for want of space, until one succeeds.
+    compaction_disk_full: Mutex<Option<String>>,
     manifest: Mutex<ManifestState>,
     compaction_lock: Mutex<()>,
     shutdown: AtomicBool,
@@ -465,6 +467,7 @@ impl Shard {
             acks: Mutex::new(VecDeque::new()),
             stopped: Mutex::new(None),
             manifest: Mutex::new(ManifestState { manifest }),
+            compaction_disk_full: Mutex::new(None),
             compaction_lock: Mutex::new(()),
             shutdown: AtomicBool::new(false),
             wake: [
@@ -558,6 +561,24 @@ impl Shard {
         if self.shared.active_full()
             && self.shared.pending_batches() >= self.shared.options.max_pending_batches
         {
+            let blocked = self
+                .shared
+                .compaction_disk_full
+                .lock()
+                .expect("compaction_disk_full lock")
+                .clone();
+            if let Some(why) = blocked {
+                return Err(StoreError::io(
+                    &self.shared.dir,
+                    std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        format!(
+                            "{} batches wait to be compacted, and compaction cannot write: {why}",
+                            self.shared.options.max_pending_batches
+                        ),
+                    ),
+                ));
+            }
             return Err(StoreError::Overloaded(format!(
                 "{} batches wait to be sorted or compacted (the limit); retry later",
                 self.shared.options.max_pending_batches
@@ -1015,6 +1036,8 @@ const FED_SEAL_WAIT: Duration = Duration::from_secs(10);
 
 /// Most SCUs committed with one fsync.
 const MAX_GROUP_SCUS: usize = 256;
+/// Pause before a background job tries again after the disk was full.
+const DISK_FULL_RETRY: Duration = Duration::from_secs(1);
 
 impl Shared {
     fn schema(&self) -> Arc<Schema> {
@@ -1137,6 +1160,25 @@ impl Shared {
         }
         if !accepted.is_empty() {
             if let Err(e) = log.append_durably(&encoded) {
+                if e.is_disk_full() {
+                    // Taken back from the log: refused, its numbers free again, and the
+                    // shard writes on once space is freed.
+                    *next_seq = accepted[0].0.seq;
+                    let message = e.to_string();
+                    let disk_full = || {
+                        StoreError::io(
+                            log.path(),
+                            std::io::Error::new(std::io::ErrorKind::StorageFull, message.clone()),
+                        )
+                    };
+                    for (_, _, reply) in accepted {
+                        let _ = reply.send(Err(disk_full()));
+                    }
+                    for reply in seal_replies {
+                        let _ = reply.send(Err(disk_full()));
+                    }
+                    return;
+                }
                 let reason = format!("the log write failed: {e}");
                 self.stop(reason.clone());
                 for (_, _, reply) in accepted {
@@ -1163,6 +1205,14 @@ impl Shared {
                 self.rotate(log, *next_seq)
             };
             let _ = reply.send(result);
+        }
+    }
+
+    /// Stops the shard for `reason`, except when `error` is a full disk: a compaction
+    /// that could not write changed nothing and is tried again later.
+    fn stop_unless_disk_full(&self, reason: String, error: &StoreError) {
+        if !error.is_disk_full() {
+            self.stop(reason);
         }
     }
 
@@ -1489,7 +1539,13 @@ impl Shared {
                 checkpoint,
                 &self.options.index,
             )
-            .inspect_err(|e| self.stop(format!("writing segment {id} failed: {e}")))?;
+            .inspect_err(|e| {
+                // Its files would only hold on to space; the next try writes them anew.
+                for name in [segment::index_file_name(id), segment::meta_file_name(id)] {
+                    let _ = self.fs.remove(&self.dir.join(name));
+                }
+                self.stop_unless_disk_full(format!("writing segment {id} failed: {e}"), e)
+            })?;
             Some(Arc::new(
                 segment.with_record_cache(self.record_cache.clone()),
             ))
@@ -1500,7 +1556,9 @@ impl Shared {
         for segment in set.segments.iter().filter(|s| !merged_ids.contains(&s.id)) {
             let deletions = segment
                 .write_deletions(self.fs.as_ref(), checkpoint)
-                .inspect_err(|e| self.stop(format!("writing deletions failed: {e}")))?;
+                .inspect_err(|e| {
+                    self.stop_unless_disk_full(format!("writing deletions failed: {e}"), e)
+                })?;
             entries.push(SegmentEntry {
                 id: segment.id,
                 deletions,
@@ -1520,7 +1578,9 @@ impl Shared {
         };
         manifest
             .store(self.fs.as_ref(), &self.dir)
-            .inspect_err(|e| self.stop(format!("writing the manifest failed: {e}")))?;
+            .inspect_err(|e| {
+                self.stop_unless_disk_full(format!("writing the manifest failed: {e}"), e)
+            })?;
         state.manifest = manifest;
         drop(state);
 
@@ -1623,9 +1683,26 @@ impl Shared {
                 BackgroundJob::Compact if self.compaction_due() => self.compact(false).map(|_| ()),
                 BackgroundJob::Compact => Ok(()),
             };
-            if let Err(e) = work {
-                self.stop(format!("background {job:?} failed: {e}"));
-                break;
+            let disk_full = match work {
+                Ok(()) => None,
+                Err(e) if e.is_disk_full() => Some(e.to_string()),
+                Err(e) => {
+                    self.stop(format!("background {job:?} failed: {e}"));
+                    break;
+                }
+            };
+            if job == BackgroundJob::Compact {
+                let waiting = disk_full.is_some();
+                *self
+                    .compaction_disk_full
+                    .lock()
+                    .expect("compaction_disk_full lock") = disk_full;
+                if waiting {
+                    // Nothing changed: the inputs stay where they are and are read from
+                    // there; try again once space may have been freed.
+                    std::thread::sleep(DISK_FULL_RETRY);
+                    continue;
+                }
             }
             if job == BackgroundJob::Seal {
                 active_since = self.request_seal_when_due(active_since, queue.as_ref());

@@ -387,6 +387,8 @@ pub fn decode_records(bytes: &[u8]) -> std::result::Result<Vec<LoggedRecord<'_>>
 pub struct LogWriter {
     file: Box<dyn FsFile>,
     path: PathBuf,
+    /// Bytes of the file so far: where a failed append is cut back to.
+    len: u64,
     /// First sequence number this file may hold.
     pub first_seq: u64,
 }
@@ -403,15 +405,71 @@ impl LogWriter {
         Ok(LogWriter {
             file,
             path,
+            len: MAGIC.len() as u64,
             first_seq,
         })
     }
 
-    /// Appends encoded records and fsyncs them (one fsync for the whole group).
+    /// Appends encoded records and fsyncs them (one fsync for the whole group), then
+    /// checks that the file is still the one written to.
+    ///
+    /// A write refused for want of space is taken back (the file cut to where it was)
+    /// and answered [`StoreError::DiskFull`]: the log goes on as if it had not been
+    /// tried. Any other failure, and a failed fsync even for want of space (what the
+    /// kernel kept of the file is then unknown), is an [`StoreError::Io`] after which
+    /// the caller must stop writing.
     pub fn append_durably(&mut self, records: &[u8]) -> Result<()> {
-        let io = |e| StoreError::io(&self.path, e);
-        self.file.write_all(records).map_err(io)?;
-        self.file.sync().map_err(io)
+        // Before writing too: a write past a cut end would restore the expected length.
+        self.check_in_place()?;
+        if let Err(e) = self.file.write_all(records) {
+            if crate::error::is_disk_full(&e) && self.file.truncate(self.len).is_ok() {
+                return Err(StoreError::io(&self.path, e));
+            }
+            return Err(StoreError::Io {
+                path: self.path.clone(),
+                source: e,
+            });
+        }
+        self.file.sync().map_err(|e| StoreError::Io {
+            path: self.path.clone(),
+            source: e,
+        })?;
+        self.len += records.len() as u64;
+        self.check_in_place()
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Fails when the log file was removed, replaced or cut under the process (by a
+    /// person or another program): SCUs appended from then on would not be found at
+    /// the next open, so none may be acknowledged. Two `stat`s a group commit.
+    fn check_in_place(&self) -> Result<()> {
+        let found = match std::fs::metadata(&self.path) {
+            Ok(metadata) => metadata.len(),
+            Err(e) => {
+                return Err(StoreError::Io {
+                    path: self.path.clone(),
+                    source: std::io::Error::new(
+                        e.kind(),
+                        format!("the log file is gone under the server ({e})"),
+                    ),
+                })
+            }
+        };
+        if found != self.len {
+            return Err(StoreError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(format!(
+                    "the log file holds {found} bytes where {} were written: it was cut or \
+                     replaced under the server",
+                    self.len
+                )),
+            });
+        }
+        Ok(())
     }
 }
 

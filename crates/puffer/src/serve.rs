@@ -91,6 +91,7 @@ pub struct ServeArgs {
 
 /// Runs the server until Ctrl-C.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    exit_clearly_on_sigbus();
     let mut config = ServerConfig::load(args.config.as_deref())?;
     if let Some(data) = args.data.clone() {
         config.data_dir = data;
@@ -218,4 +219,32 @@ fn join_cluster(
             .map_err(|e| anyhow::anyhow!("--routing-poll-s {}: {e}", args.routing_poll_s))?,
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
+}
+
+/// Exit status of a server whose mapped data file was cut under it.
+pub const SIGBUS_EXIT: i32 = 74;
+
+/// Segments are read through memory maps. When another program cuts a mapped file
+/// under the server, the next read past the new end raises SIGBUS, which would kill the
+/// process with no word of why. This handler says why and exits with [`SIGBUS_EXIT`]:
+/// no answer is given from the cut file, nothing acknowledged is lost (it is in the
+/// log), and the next start checks every file and names the damaged one.
+fn exit_clearly_on_sigbus() {
+    extern "C" fn on_sigbus(_: libc::c_int) {
+        const MESSAGE: &[u8] = b"puffer: a data file mapped in memory was cut under the server \
+            (SIGBUS): stopping before any answer is read from it; nothing acknowledged is lost \
+            (it is in the log); start the server again: its check at open names the file\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; MESSAGE is a static.
+        unsafe {
+            libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+            libc::_exit(SIGBUS_EXIT);
+        }
+    }
+    // SAFETY: installs a handler that only calls async-signal-safe functions.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigbus as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+    }
 }

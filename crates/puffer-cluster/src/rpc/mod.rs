@@ -69,7 +69,9 @@ pub fn status_of(error: &QueryError) -> Status {
     let grpc = match code {
         ErrorCode::UnknownTable | ErrorCode::UnknownReplica | ErrorCode::NotFound => Code::NotFound,
         ErrorCode::TableExists => Code::AlreadyExists,
-        ErrorCode::LimitExceeded | ErrorCode::Overloaded => Code::ResourceExhausted,
+        ErrorCode::LimitExceeded | ErrorCode::Overloaded | ErrorCode::DiskFull => {
+            Code::ResourceExhausted
+        }
         ErrorCode::Unavailable
         | ErrorCode::NotHeld
         | ErrorCode::SnapshotGone
