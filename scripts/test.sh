@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole PufferDB test suite: formatting, lints, every test of the workspace, and the
-# Python client's tests against the real server.
+# The whole PufferDB test suite: the fuzz targets for a bounded time, formatting, lints,
+# every test of the workspace, and the Python client's tests against the real server.
 # Tests that need ../shared/data skip themselves when it is absent.
 # Usage: bash scripts/test.sh   (from any directory)
 set -euo pipefail
@@ -12,6 +12,21 @@ cd "$repo_root"
 source "$repo_root/scripts/prerequisites.sh"
 puffer_need_packages --with-etcd
 puffer_need_moto "$repo_root"
+
+# Fuzzing first: in CI its build is removed afterwards, so the disk never holds it and
+# the workspace's test build at once.
+echo "== fuzz targets, 20 s each (scripts/fuzz.sh)"
+if cargo +nightly --version >/dev/null 2>&1; then
+    bash scripts/fuzz.sh 20
+    if [[ "${PUFFER_REQUIRE_SERVICES:-}" == "1" ]]; then
+        rm -rf fuzz/target
+    fi
+elif [[ "${PUFFER_REQUIRE_SERVICES:-}" == "1" ]]; then
+    echo "test: the nightly toolchain is missing, and PUFFER_REQUIRE_SERVICES=1 forbids skipping the fuzz targets" >&2
+    exit 1
+else
+    echo "*** SKIPPED: the fuzz targets need the nightly toolchain (rustup toolchain install nightly) ***" >&2
+fi
 
 echo "== cargo fmt --all --check"
 cargo fmt --all --check
