@@ -67,7 +67,7 @@ impl Manifest {
             .ok_or_else(|| corrupt("bad header line (unknown format or version)"))?;
         let crc = u32::from_str_radix(crc_hex, 16).map_err(|_| corrupt("bad checksum field"))?;
         let body = body.strip_suffix('\n').unwrap_or(body);
-        if crc32fast::hash(body.as_bytes()) != crc {
+        if !crate::container::checksum_holds(crc32fast::hash(body.as_bytes()), crc) {
             return Err(corrupt("checksum mismatch"));
         }
         let manifest: Manifest = serde_json::from_str(body)

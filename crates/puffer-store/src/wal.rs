@@ -300,7 +300,12 @@ pub fn replay_with<T>(
                     )));
                 }
             }
-            expected_next = Some(record.seq + 1);
+            // The last number there is has no next: a log that holds it is damaged.
+            expected_next = Some(record.seq.checked_add(1).ok_or_else(|| {
+                corrupt(format!(
+                    "record at byte {at} has the last sequence number there is"
+                ))
+            })?);
             if record.seq > after {
                 decoded.push(
                     decode(record.seq, record.commit_micros, record.body)
@@ -341,7 +346,7 @@ fn next_record(bytes: &[u8], at: usize) -> std::result::Result<Option<LoggedReco
     let Some(payload) = bytes.get(body_start..body_start + len as usize) else {
         return Ok(None);
     };
-    if crc32fast::hash(payload) != crc {
+    if !crate::container::checksum_holds(crc32fast::hash(payload), crc) {
         return Err(format!("record at byte {at} fails its checksum"));
     }
     let mut head = Reader {
@@ -369,11 +374,15 @@ pub fn decode_records(bytes: &[u8]) -> std::result::Result<Vec<LoggedRecord<'_>>
         let record = next_record(bytes, at)?
             .ok_or_else(|| format!("the record at byte {at} is cut short"))?;
         if let Some(previous) = records.last() {
-            if record.seq != previous.seq + 1 {
+            let expected = previous.seq.checked_add(1);
+            if expected != Some(record.seq) {
+                let expected = expected
+                    .map_or("none (the last number there is came before)".into(), |n| {
+                        n.to_string()
+                    });
                 return Err(format!(
-                    "record at byte {at} has sequence number {}, expected {}",
-                    record.seq,
-                    previous.seq + 1
+                    "record at byte {at} has sequence number {}, expected {expected}",
+                    record.seq
                 ));
             }
         }
