@@ -976,7 +976,10 @@ impl Inner {
             }
         }
         if let Err(e) = log.append_durably(&encoded) {
-            if e.is_disk_full() {
+            // A group already shipped to a cluster's log is there for every follower:
+            // it cannot be refused any more, so a full disk stops this node as any
+            // failed write does.
+            if e.is_disk_full() && self.shipper.get().is_none() {
                 // Taken back from the log: the group is refused, its numbers are free
                 // again, and writes go on once space is freed.
                 *next_seq = first;

@@ -212,6 +212,8 @@ fn write_seeds() {
         r#"{"range": {"ts": {"gt": "2023-11-14T22:13:20Z"}}}"#,
         r#"{"id": "k1", "name": "x", "n": 3, "price": 1.5, "ok": true, "ts": "2026-01-01T00:00:00Z"}"#,
         r#"{"all": true}"#,
+        r#"[{"id": "a", "n": 1}, {"id": "b", "name": "y", "ok": false}]"#,
+        r#"{"operations": [{"table": "t", "put": {"id": "c", "price": -0.5}}, {"table": "t", "delete": "a"}]}"#,
     ]
     .iter()
     .enumerate()

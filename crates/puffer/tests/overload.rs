@@ -247,6 +247,18 @@ fn slow_bodies_and_heads_hold_the_server_only_until_their_deadline() {
     );
 }
 
+/// The server's peak resident memory, in bytes, after checking it is under the bound.
+fn assert_rss_bounded(server: &ServeProcess) -> u64 {
+    let rss = server.peak_rss_bytes();
+    assert!(
+        rss < RSS_BOUND_BYTES,
+        "peak RSS {} MiB over the bound {} MiB",
+        rss >> 20,
+        RSS_BOUND_BYTES >> 20
+    );
+    rss
+}
+
 /// Waits until `GET /health` on a new connection is answered 200; whether it was.
 fn served_again(server: &ServeProcess) -> bool {
     let agent = agent();
@@ -309,13 +321,7 @@ fn connections_over_the_limit_are_refused_and_idle_or_unread_ones_are_closed() {
         served_again(&server),
         "slots held by answers nobody reads never came back"
     );
-    let rss = server.peak_rss_bytes();
-    assert!(
-        rss < RSS_BOUND_BYTES,
-        "peak RSS {} MiB over the bound {} MiB",
-        rss >> 20,
-        RSS_BOUND_BYTES >> 20
-    );
+    assert_rss_bounded(&server);
     drop(hogs);
 }
 
@@ -382,13 +388,7 @@ fn ten_times_the_load_is_answered_within_a_bound_and_memory_stays_bounded() {
         served > 0,
         "nothing was served under load ({refused} refused)"
     );
-    let rss = server.peak_rss_bytes();
-    assert!(
-        rss < RSS_BOUND_BYTES,
-        "peak RSS {} MiB over the bound {} MiB",
-        rss >> 20,
-        RSS_BOUND_BYTES >> 20
-    );
+    let rss = assert_rss_bounded(&server);
     eprintln!(
         "{clients} clients for 6 s: {served} served, {refused} refused, slowest answer {slowest:?}, \
          peak RSS {} MiB",
