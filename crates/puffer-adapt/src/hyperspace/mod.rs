@@ -36,6 +36,7 @@
 
 pub mod analyser;
 pub mod configurator;
+pub mod grid;
 pub mod heuristics;
 pub mod model;
 pub mod profiler;
