@@ -13,6 +13,7 @@
 //! - [`replication`]: segment replicas across nodes after Getafix: aged popularity,
 //!   MODIFIEDBESTFIT, bins matched onto nodes, lazy deletion, garbage collection, and the
 //!   Scarlett and uniform baselines.
+//! - [`spread`]: the one hash that spreads keys, shards and values over places.
 //! - [`hyperspace`]: hyperspace-hashing subspaces after Diegues et al.: region pruning
 //!   (equation 1), a windowed profiler, the query analyser, the throughput model
 //!   (equations 2 to 5), the configurator's margin rule and the paper's heuristics.
@@ -25,6 +26,7 @@ pub mod marks;
 pub mod planner;
 pub mod replication;
 pub mod scheduler;
+pub mod spread;
 
 pub use averager::QueueAverager;
 pub use curve::ThroughputCurve;

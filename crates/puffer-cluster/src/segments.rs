@@ -418,11 +418,10 @@ fn falls_to(indexers: &[String], node: &str, uid: u64, shard: u32) -> bool {
     let mut sorted: Vec<&String> = indexers.iter().collect();
     sorted.sort();
     // FNV-1a over the uid and the shard: a fixed spread, the same on every node.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in uid.to_le_bytes().into_iter().chain(shard.to_le_bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let mut bytes = [0u8; 12];
+    bytes[..8].copy_from_slice(&uid.to_le_bytes());
+    bytes[8..].copy_from_slice(&shard.to_le_bytes());
+    let hash = puffer_adapt::spread::fnv1a64(&bytes);
     sorted[(hash % sorted.len() as u64) as usize] == node
 }
 

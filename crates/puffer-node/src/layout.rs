@@ -52,12 +52,7 @@ impl TableLayout {
 
 /// The shard of `key` among `shards`: FNV-1a (64 bit) of the key bytes, modulo.
 pub fn shard_of(key: &[u8], shards: u32) -> u32 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in key {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    (hash % u64::from(shards.max(1))) as u32
+    (puffer_adapt::spread::fnv1a64(key) % u64::from(shards.max(1))) as u32
 }
 
 /// Checks a table name: 1 to 64 bytes of ASCII letters, digits and `_`, not starting

@@ -17,6 +17,8 @@
 
 use std::ops::Bound;
 
+use crate::spread::fnv1a64;
+
 /// How one dimension is cut.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Dimension {
@@ -191,32 +193,17 @@ impl Grid {
     }
 }
 
-/// FNV-1a, 64 bits: the same hash the node uses for keys, cheap and stable across
-/// versions (a region, once written, must stay where readers look).
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng as _, SeedableRng};
 
-    /// Deterministic xorshift64.
-    struct Rng(u64);
+    /// The tests' seeded generator, with the one draw they need.
+    struct Rng(StdRng);
     impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
         fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
+            self.0.gen_range(0..n)
         }
     }
 
@@ -300,7 +287,7 @@ mod tests {
 
     #[test]
     fn every_record_a_search_matches_is_in_a_region_it_asks() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng(StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15));
         let mut checked = 0;
         for _ in 0..300 {
             let grid = random_grid(&mut rng);
