@@ -280,8 +280,18 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// The connection bounds, checked: each at least 1 and the timeouts at most a day.
+    /// The connection bounds, checked (each at least 1, the timeouts at most a day), after
+    /// checking the body budget (`max_buffered_body_mb`) they go with.
     pub fn connection_limits(&self) -> Result<crate::connections::ConnectionLimits, ApiError> {
+        if self.max_buffered_body_mb << 20 < self.max_body_bytes as u64
+            || self.max_buffered_body_mb > MAX_BUFFERED_BODY_MB
+        {
+            return Err(ApiError::invalid(format!(
+                "max_buffered_body_mb is between max_body_bytes ({} MiB) and {MAX_BUFFERED_BODY_MB}, got {}",
+                (self.max_body_bytes as u64).div_ceil(1 << 20),
+                self.max_buffered_body_mb
+            )));
+        }
         const DAY_S: u64 = 24 * 3600;
         for (name, seconds) in [
             ("header_timeout_s", self.header_timeout_s),

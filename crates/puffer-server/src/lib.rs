@@ -89,16 +89,6 @@ impl AppState {
         }
         options.shard.log_table_max_records = config.log_table_max_records;
         config.connection_limits()?;
-        if config.max_buffered_body_mb << 20 < config.max_body_bytes as u64
-            || config.max_buffered_body_mb > config::MAX_BUFFERED_BODY_MB
-        {
-            return Err(ApiError::invalid(format!(
-                "max_buffered_body_mb is between max_body_bytes ({} MiB) and {}, got {}",
-                (config.max_body_bytes as u64).div_ceil(1 << 20),
-                config::MAX_BUFFERED_BODY_MB,
-                config.max_buffered_body_mb
-            )));
-        }
         let db = Arc::new(Database::open_with(&config.data_dir, options)?);
         let state = Arc::new(AppState {
             db,
@@ -145,26 +135,20 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         .route("/v1/admin/history", get(admin::history))
         .route("/v1/admin/replicas/{id}/layers", post(admin::set_layers))
         .route("/v1/admin/budget", axum::routing::put(admin::set_budget))
-        .route(
-            "/v1/texts/{name}",
-            post(texts::upload).layer(DefaultBodyLimit::max(state.config.max_text_bytes)),
-        )
         .route("/v1/texts/{name}/extract", get(texts::extract))
         .route("/v1/texts/{name}/count", get(texts::count))
         .route("/v1/texts/{name}/search", get(texts::search))
         .route("/v1/texts/{name}/range", get(texts::range))
-        .route("/v1/texts/{name}/wildcard", get(texts::wildcard))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::resolve_role,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            limit_in_flight,
-        ));
+        .route("/v1/texts/{name}/wildcard", get(texts::wildcard));
+    // A text (up to `max_text_bytes`) is read by its handler, in its request slot.
+    let upload = Router::new().route(
+        "/v1/texts/{name}",
+        post(texts::upload).layer(DefaultBodyLimit::max(state.config.max_text_bytes)),
+    );
     let body_limit = state.config.max_body_bytes;
     Router::new()
-        .merge(v1)
+        .merge(guarded(v1, &state, BodyIntake::Received))
+        .merge(guarded(upload, &state, BodyIntake::Streamed))
         .merge(extra)
         .route("/", get(dashboard::page))
         .route("/health", get(routes::health))
@@ -183,35 +167,57 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         .with_state(state)
 }
 
-/// Receives a request's body, then refuses the request when `max_concurrent_requests`
-/// are already being served, rather than queueing without bound.
-///
-/// The body arrives before a request slot is taken, so a client sending it a byte a
-/// second holds no slot; it holds its share of `max_buffered_body_mb` instead, for at
-/// most `body_timeout_s`. A text upload (admin only, up to `max_text_bytes`) is the
-/// exception: its body is read by its handler, in its slot, under the same deadline.
+/// How a route's body reaches its handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyIntake {
+    /// Received whole before the request takes a slot (every route but text uploads).
+    Received,
+    /// Read by the handler, in its slot, under the same deadline (text uploads, up to
+    /// `max_text_bytes`: too large to hold in the body budget).
+    Streamed,
+}
+
+/// `routes` behind the caller's role and the bound on requests in flight.
+fn guarded(
+    routes: Router<Arc<AppState>>,
+    state: &Arc<AppState>,
+    intake: BodyIntake,
+) -> Router<Arc<AppState>> {
+    routes
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::resolve_role,
+        ))
+        .layer(middleware::from_fn_with_state(
+            (state.clone(), intake),
+            limit_in_flight,
+        ))
+}
+
+/// Receives a request's body (as its route's [`BodyIntake`] says), then refuses the
+/// request when `max_concurrent_requests` are already being served, rather than
+/// queueing without bound. A body received first holds no request slot while it
+/// arrives, only its share of `max_buffered_body_mb`, for at most `body_timeout_s`.
 async fn limit_in_flight(
-    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    axum::extract::State((state, intake)): axum::extract::State<(Arc<AppState>, BodyIntake)>,
     request: axum::extract::Request,
     next: middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let timeout = std::time::Duration::from_secs(state.config.body_timeout_s);
-    let is_text_upload = request.method() == axum::http::Method::POST
-        && request.uri().path().starts_with("/v1/texts/");
-    let mut _reserved = None;
-    let request = if is_text_upload {
-        request.map(|body| connections::deadline_body(body, timeout))
-    } else {
-        match receive_body(&state, request, timeout).await {
-            Ok((request, reserved)) => {
-                _reserved = reserved;
-                request
-            }
+    let (request, _reserved) = match intake {
+        BodyIntake::Streamed => (
+            request.map(|body| connections::deadline_body(body, timeout)),
+            None,
+        ),
+        BodyIntake::Received => match receive_body(&state, request, timeout).await {
+            Ok(received) => received,
             Err(error) => return error.into_response(),
-        }
+        },
     };
     let Ok(_permit) = state.in_flight.try_acquire() else {
+        // A received body was read already; a streamed one is what the client is sending.
+        drain(request.into_body(), state.config.max_body_bytes).await;
         return overloaded(format!(
             "{} requests are being served (the limit); retry later",
             state.config.max_concurrent_requests
@@ -250,19 +256,27 @@ async fn receive_body(
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse::<usize>().ok());
-    if announced.is_some_and(|length| length > limit) {
-        return Err(ApiError::limit(format!(
-            "the request body is too large: more than max_body_bytes ({limit})"
-        )));
-    }
     // A body of unknown length may grow to the limit.
     let kib = announced.unwrap_or(limit).div_ceil(1024).max(1);
     let kib = u32::try_from(kib).unwrap_or(u32::MAX);
-    let Ok(reserved) = state.body_budget_kib.try_acquire_many(kib) else {
-        return Err(overloaded(format!(
-            "{} MiB of request bodies are being received (max_buffered_body_mb); retry later",
-            state.config.max_buffered_body_mb
-        )));
+    let reserved = if announced.is_some_and(|length| length > limit) {
+        Err(ApiError::limit(format!(
+            "the request body is too large: more than max_body_bytes ({limit})"
+        )))
+    } else {
+        state.body_budget_kib.try_acquire_many(kib).map_err(|_| {
+            overloaded(format!(
+                "{} MiB of request bodies are being received (max_buffered_body_mb); retry later",
+                state.config.max_buffered_body_mb
+            ))
+        })
+    };
+    let reserved = match reserved {
+        Ok(reserved) => reserved,
+        Err(refusal) => {
+            drain(request.into_body(), limit).await;
+            return Err(refusal);
+        }
     };
     let (parts, body) = request.into_parts();
     let body = connections::deadline_body(body, timeout);
@@ -273,6 +287,27 @@ async fn receive_body(
         axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)),
         Some(reserved),
     ))
+}
+
+/// Longest a refused request's body is read for, to be dropped.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads and drops up to `limit` bytes of a refused request's body, for at most
+/// [`DRAIN_TIMEOUT`]: a client that sends its whole body before it reads the answer
+/// would otherwise find the connection reset under it instead of the refusal. Nothing
+/// is kept, so draining costs time on the connection, not memory.
+async fn drain(mut body: axum::body::Body, limit: usize) {
+    use http_body_util::BodyExt;
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        let mut seen = 0;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |data| data.len());
+            if seen > limit {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Request metrics, then the node's place in the database's order: the newest SCU it

@@ -1278,9 +1278,10 @@ fn check_bad_records(api: &Client, before: &TableState) {
         let reply = api.post(records, "application/x-ndjson", &body);
         refused(api, before, reply, 400, "invalid_record");
     }
-    // A body over PUFFER_MAX_BODY_BYTES (64 KiB) is refused before it is parsed. It is
-    // only a little over, so that the socket buffers take all of it: the server answers
-    // without reading the rest, and a client still writing would see a reset instead.
+    // A body over PUFFER_MAX_BODY_BYTES (64 KiB) is refused before it is parsed. The
+    // server reads and drops up to the limit before answering; the body is only a little
+    // over, so that the socket buffers take the rest, and a client still writing does not
+    // see a reset instead of the answer.
     let huge: Vec<Value> = (0..1100)
         .map(|i| json!({"id": format!("big{i}"), "name": "x".repeat(40)}))
         .collect();
