@@ -979,17 +979,13 @@ impl Inner {
             // A group already shipped to a cluster's log is there for every follower:
             // it cannot be refused any more, so a full disk stops this node as any
             // failed write does.
-            if e.is_disk_full() && self.shipper.get().is_none() {
+            if let (StoreError::DiskFull { path, source }, None) = (&e, self.shipper.get()) {
                 // Taken back from the log: the group is refused, its numbers are free
                 // again, and writes go on once space is freed.
                 *next_seq = first;
-                let message = e.to_string();
+                let detail = source.to_string();
                 for (_, _, reply) in numbered {
-                    let error = StoreError::io(
-                        log.path(),
-                        std::io::Error::new(std::io::ErrorKind::StorageFull, message.clone()),
-                    );
-                    let _ = reply.send(Err(error.into()));
+                    let _ = reply.send(Err(StoreError::disk_full(path, detail.clone()).into()));
                 }
                 return;
             }

@@ -110,6 +110,15 @@ impl StoreError {
         matches!(self, StoreError::DiskFull { .. })
     }
 
+    /// A [`StoreError::DiskFull`] on `path` saying `detail` (for the many refusals of one
+    /// failed write: an `io::Error` cannot be cloned).
+    pub fn disk_full(path: impl Into<PathBuf>, detail: impl Into<String>) -> StoreError {
+        StoreError::DiskFull {
+            path: path.into(),
+            source: std::io::Error::new(std::io::ErrorKind::StorageFull, detail.into()),
+        }
+    }
+
     /// A corruption found in `path`.
     pub fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> StoreError {
         StoreError::Corrupt {
@@ -119,24 +128,11 @@ impl StoreError {
     }
 }
 
-/// Whether an I/O error says the device is full or the quota used up, itself or an
-/// error it wraps (the index writer wraps its stream's errors).
+/// Whether an I/O error says the device is full or the quota used up. (Writers pass
+/// their stream's error on whole, so that this sees its kind.)
 pub fn is_disk_full(error: &std::io::Error) -> bool {
-    let full = |e: &std::io::Error| {
-        matches!(
-            e.kind(),
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-        )
-    };
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(inner) = cause {
-        if inner.downcast_ref::<std::io::Error>().is_some_and(full) {
-            return true;
-        }
-        cause = match inner.downcast_ref::<std::io::Error>() {
-            Some(io) => io.get_ref().map(|e| e as _),
-            None => inner.source(),
-        };
-    }
-    false
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }

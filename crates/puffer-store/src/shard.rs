@@ -568,14 +568,11 @@ impl Shard {
                 .expect("compaction_disk_full lock")
                 .clone();
             if let Some(why) = blocked {
-                return Err(StoreError::io(
+                return Err(StoreError::disk_full(
                     &self.shared.dir,
-                    std::io::Error::new(
-                        std::io::ErrorKind::StorageFull,
-                        format!(
-                            "{} batches wait to be compacted, and compaction cannot write: {why}",
-                            self.shared.options.max_pending_batches
-                        ),
+                    format!(
+                        "{} batches wait to be compacted, and compaction cannot write: {why}",
+                        self.shared.options.max_pending_batches
                     ),
                 ));
             }
@@ -1160,22 +1157,16 @@ impl Shared {
         }
         if !accepted.is_empty() {
             if let Err(e) = log.append_durably(&encoded) {
-                if e.is_disk_full() {
+                if let StoreError::DiskFull { path, source } = &e {
                     // Taken back from the log: refused, its numbers free again, and the
                     // shard writes on once space is freed.
                     *next_seq = accepted[0].0.seq;
-                    let message = e.to_string();
-                    let disk_full = || {
-                        StoreError::io(
-                            log.path(),
-                            std::io::Error::new(std::io::ErrorKind::StorageFull, message.clone()),
-                        )
-                    };
+                    let detail = source.to_string();
                     for (_, _, reply) in accepted {
-                        let _ = reply.send(Err(disk_full()));
+                        let _ = reply.send(Err(StoreError::disk_full(path, detail.clone())));
                     }
                     for reply in seal_replies {
-                        let _ = reply.send(Err(disk_full()));
+                        let _ = reply.send(Err(StoreError::disk_full(path, detail.clone())));
                     }
                     return;
                 }

@@ -447,11 +447,6 @@ impl LogWriter {
         self.check_in_place()
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Fails when the log file was removed, replaced or cut under the process (by a
     /// person or another program): SCUs appended from then on would not be found at
     /// the next open, so none may be acknowledged. Two `stat`s a group commit.
