@@ -113,47 +113,70 @@ fn agent() -> ureq::Agent {
         .build()
 }
 
-/// One request of the mix; its status and whether it carried `Retry-After`.
+/// One request of the mix; its status and whether it carried `Retry-After`, or what
+/// went wrong: a transport error, or a 200 whose answer is not the table's. `t` is never
+/// written after the load, so every read has one right answer: record `k{i}` is
+/// `{city: c{i % 100}, n: i}`.
 fn call(
     agent: &ureq::Agent,
     base: &str,
     records: usize,
     rng: &mut StdRng,
 ) -> Result<(u16, bool), String> {
-    let key = format!("k{:07}", rng.gen_range(0..records));
-    let result = match rng.gen_range(0..4) {
+    let index = rng.gen_range(0..records);
+    let key = format!("k{index:07}");
+    let city = rng.gen_range(0..100);
+    let low = rng.gen_range(0..records);
+    let operation = rng.gen_range(0..4);
+    let result = match operation {
         0 => agent
             .get(&format!("{base}/v1/tables/t/records/{key}"))
             .call(),
         1 => agent
             .post(&format!("{base}/v1/sql"))
-            .send_json(json!({"query": format!(
-            "SELECT COUNT(*) FROM t WHERE city = 'c{}'", rng.gen_range(0..100))})),
-        2 => {
-            let low = rng.gen_range(0..records);
-            agent.post(&format!("{base}/v1/tables/t/search")).send_json(
-                json!({"where": {"range": {"n": {"gte": low, "lt": low + 500}}},
-                                  "limit": 100}),
-            )
-        }
+            .send_json(json!({"query": format!("SELECT COUNT(*) FROM t WHERE city = 'c{city}'")})),
+        2 => agent.post(&format!("{base}/v1/tables/t/search")).send_json(
+            json!({"where": {"range": {"n": {"gte": low, "lt": low + 500}}}, "limit": 100}),
+        ),
         // Writes go to a table of their own: on `t` they would grow its log table, and
         // every read's cost with it, so no two phases would see the same server.
         _ => agent
             .post(&format!("{base}/v1/tables/w/records"))
             .send_json(json!([{"id": key, "city": "c1", "n": 1}])),
     };
-    match result {
-        Ok(response) => {
-            let _ = response.into_string();
-            Ok((200, false))
-        }
+    let response = match result {
+        Ok(response) => response,
         Err(ureq::Error::Status(status, response)) => {
             let retry_after = response.header("retry-after").is_some();
             let _ = response.into_string();
-            Ok((status, retry_after))
+            return Ok((status, retry_after));
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let answer: Value = response.into_json().map_err(|e| format!("not JSON: {e}"))?;
+    let loaded = |record: &Value, n: u64| {
+        *record == json!({"id": format!("k{n:07}"), "city": format!("c{}", n % 100), "n": n})
+    };
+    let right = match operation {
+        0 => loaded(&answer["record"], index as u64),
+        // Records c, c + 100, c + 200, ... below `records`.
+        1 => answer["count"] == json!(records.saturating_sub(city).div_ceil(100)),
+        // `limit` of the matches, which ones unspecified (there is no ORDER BY).
+        2 => answer["rows"].as_array().is_some_and(|rows| {
+            let range = low as u64..(low + 500).min(records) as u64;
+            rows.len() as u64 == (range.end - range.start).min(100)
+                && rows.iter().all(|row| {
+                    row["n"]
+                        .as_u64()
+                        .is_some_and(|n| range.contains(&n) && loaded(row, n))
+                })
+        }),
+        _ => answer["seq"].as_u64().is_some(),
+    };
+    if !right {
+        return Err(format!("operation {operation} answered {answer}"));
     }
+    Ok((200, false))
 }
 
 /// Starts `clients` threads of mixed traffic counting into `tally` until `stop`.
