@@ -15,9 +15,11 @@ puffer_need_moto "$repo_root"
 
 # Fuzzing first: in CI its build is removed afterwards, so the disk never holds it and
 # the workspace's test build at once.
-echo "== fuzz targets, 20 s each (scripts/fuzz.sh)"
+# A smoke run: an unoptimised build (half the build time) and 10 s a target; the corpora's
+# seeds are replayed on stable by the fuzz_corpora test, long runs are scripts/fuzz.sh 240.
+echo "== fuzz targets, 10 s each (scripts/fuzz.sh --dev 10)"
 if cargo +nightly --version >/dev/null 2>&1; then
-    bash scripts/fuzz.sh 20
+    bash scripts/fuzz.sh --dev 10
     if [[ "${PUFFER_REQUIRE_SERVICES:-}" == "1" ]]; then
         rm -rf fuzz/target
     fi
