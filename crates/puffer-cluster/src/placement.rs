@@ -779,6 +779,7 @@ mod tests {
             schema: Schema::new("id", Vec::new()).unwrap(),
             partition: None,
             chunk_of: None,
+            subspace_of: None,
         }
     }
 

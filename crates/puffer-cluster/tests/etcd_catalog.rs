@@ -81,6 +81,7 @@ fn concurrent_creates_take_each_name_and_uid_once() {
                             schema: schema.clone(),
                             partition: None,
                             chunk_of: None,
+                            subspace_of: None,
                         };
                         if catalog.create_table(&entry).is_ok() {
                             won.push((entry.name, entry.uid));

@@ -30,7 +30,7 @@ use puffer_store::fs::{Fs, RealFs};
 use puffer_store::wal::{self, LogWriter, Op};
 use puffer_store::{validate_ops, PreparedOps, ReadOptions, StoreError, WriteOp};
 
-use crate::layout::shard_of;
+use crate::layout::Routing;
 use crate::shards::TableShards;
 use puffer_query::{QueryError, Result};
 
@@ -514,7 +514,7 @@ fn prepare(parts: Vec<(Arc<TableShards>, Vec<WriteOp>)>) -> Result<PreparedScu> 
         body.extend_from_slice(&table.uid.to_le_bytes());
         body.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
         body.extend_from_slice(&encoded);
-        let shards = route(ops, table.shards);
+        let shards = route(ops, table.shards, table.routing());
         prepared.push(PreparedPart { table, shards });
     }
     Ok(PreparedScu {
@@ -525,7 +525,7 @@ fn prepare(parts: Vec<(Arc<TableShards>, Vec<WriteOp>)>) -> Result<PreparedScu> 
 
 /// Splits a table's operations by shard (a schema change goes to every shard, in the
 /// same place among its operations) and flattens the puts.
-fn route(ops: Vec<Op>, shards: u32) -> Vec<(u32, PreparedOps)> {
+fn route(ops: Vec<Op>, shards: u32, routing: Routing) -> Vec<(u32, PreparedOps)> {
     if shards == 1 {
         return vec![(0, PreparedOps::new(ops))];
     }
@@ -541,7 +541,7 @@ fn route(ops: Vec<Op>, shards: u32) -> Vec<(u32, PreparedOps)> {
                 continue;
             }
         };
-        per_shard[shard_of(key, shards) as usize].push(op);
+        per_shard[routing.shard_of(key, shards) as usize].push(op);
     }
     per_shard
         .into_iter()
@@ -583,7 +583,7 @@ fn decode_body(body: &[u8]) -> std::result::Result<Vec<(u64, Vec<Op>)>, String> 
 /// if the records hold none past it); SCUs the shard holds already are skipped by it.
 pub fn apply_to_shard(
     uid: u64,
-    shards: u32,
+    (shards, routing): (u32, Routing),
     shard: u32,
     replicas: &Arc<dyn ShardReplicas>,
     records: &[u8],
@@ -609,7 +609,7 @@ pub fn apply_to_shard(
             if part_uid != uid {
                 continue;
             }
-            for (s, prepared) in route(ops, shards) {
+            for (s, prepared) in route(ops, shards, routing) {
                 if s != shard {
                     continue;
                 }
@@ -724,7 +724,7 @@ impl Inner {
             .into_iter()
             .filter_map(|(uid, ops)| {
                 let table = tables.get(&uid)?.clone();
-                let shards = route(ops, table.shards);
+                let shards = route(ops, table.shards, table.routing());
                 Some(PreparedPart { table, shards })
             })
             .collect()
@@ -1099,7 +1099,7 @@ mod tests {
                 attr_type: puffer_store::AttrType::Int,
             }),
         );
-        let routed = route(ops, 4);
+        let routed = route(ops, 4, Routing::KeyHash);
         let mut deletes = 0;
         for (shard, prepared) in &routed {
             assert!(prepared
@@ -1108,7 +1108,7 @@ mod tests {
                 .any(|op| matches!(op, Op::AddAttribute(_))));
             for op in &prepared.ops {
                 if let Op::Delete(key) = op {
-                    assert_eq!(shard_of(key, 4), *shard);
+                    assert_eq!(crate::layout::shard_of(key, 4), *shard);
                     deletes += 1;
                 }
             }

@@ -27,6 +27,8 @@ use crate::texts::Texts;
 use puffer_query::ast::{Output, Select, Statement};
 use puffer_query::{QueryError, Result};
 
+mod subspaces;
+
 /// Most tables in one database.
 pub const MAX_TABLES: usize = 1024;
 
@@ -101,6 +103,14 @@ pub struct ShardReads {
     pub curve: Vec<puffer_adapt::replication::joint::LayerCost>,
 }
 
+/// What a table is besides a table, as its catalog entry says.
+#[derive(Default)]
+struct TableRoles {
+    partition: Option<crate::catalog::Partitioning>,
+    chunk_of: Option<crate::catalog::ChunkOf>,
+    subspace_of: Option<crate::subspace::SubspaceOf>,
+}
+
 /// How a database opens its tables and serves them.
 #[derive(Clone, Debug, Default)]
 pub struct DatabaseOptions {
@@ -135,6 +145,9 @@ pub struct Database {
     tables: Arc<Tables>,
     registry: Arc<Registry>,
     registry_thread: Mutex<Option<JoinHandle<()>>>,
+    /// Orders writes of one key of a table with subspaces, and writes against adding
+    /// or dropping a subspace.
+    key_locks: crate::subspace::KeyLocks,
 }
 
 impl Drop for Database {
@@ -329,9 +342,7 @@ impl Database {
                         Some(&entry.schema),
                     )?
                     .filter(|table| table.uid() == entry.uid)
-                    .map(|table| {
-                        table.with_partitioning(entry.partition.clone(), entry.chunk_of.clone())
-                    });
+                    .map(|table| table.with_roles(&entry));
                     let opened = match opened {
                         // A follower makes what the shared catalog lists; its SCUs
                         // come from the cluster's log.
@@ -413,7 +424,7 @@ impl Database {
                 .spawn(move || run_registry(tables, catalog, registry))
                 .map_err(|e| puffer_store::StoreError::io(&dir, e))?
         };
-        Ok(Database {
+        let database = Database {
             dir,
             options,
             node,
@@ -423,7 +434,10 @@ impl Database {
             tables,
             registry,
             registry_thread: Mutex::new(Some(registry_thread)),
-        })
+            key_locks: Default::default(),
+        };
+        database.drop_unfinished_subspaces()?;
+        Ok(database)
     }
 
     /// The text files.
@@ -576,7 +590,7 @@ impl Database {
             return self.sync_tables();
         }
         match partition {
-            None => self.create_table_here(name, schema, layout, None, None),
+            None => self.create_table_here(name, schema, layout, TableRoles::default()),
             Some(time) => {
                 let partitioning = crate::catalog::Partitioning {
                     attribute: time.attribute,
@@ -588,8 +602,10 @@ impl Database {
                     name,
                     schema,
                     TableLayout::default(),
-                    Some(partitioning),
-                    None,
+                    TableRoles {
+                        partition: Some(partitioning),
+                        ..TableRoles::default()
+                    },
                 )
             }
         }
@@ -600,8 +616,7 @@ impl Database {
         name: &str,
         schema: Schema,
         layout: TableLayout,
-        partition: Option<crate::catalog::Partitioning>,
-        chunk_of: Option<crate::catalog::ChunkOf>,
+        roles: TableRoles,
     ) -> Result<()> {
         self.check_not_following("create a table")?;
         check_table_name(name)?;
@@ -625,8 +640,9 @@ impl Database {
             uid: crate::table::new_table_uid(),
             layout,
             schema,
-            partition,
-            chunk_of,
+            partition: roles.partition,
+            chunk_of: roles.chunk_of,
+            subspace_of: roles.subspace_of,
         };
         let table = Table::create(
             &self.node,
@@ -663,10 +679,20 @@ impl Database {
 
     fn drop_table_here(&self, name: &str) -> Result<()> {
         self.check_not_following("drop a table")?;
-        // A time-partitioned table's chunks go first: a drop cut short leaves the
-        // table with fewer chunks, and dropping it again finishes.
+        // A time-partitioned table's chunks and a table's subspaces go first: a drop
+        // cut short leaves the table with fewer, and dropping it again finishes.
         for (_, chunk) in self.chunks_of(name) {
             self.drop_table_here(chunk.name())?;
+        }
+        if !self.subspaces_of(name).is_empty() {
+            let _alone = self
+                .key_locks
+                .configuration
+                .write()
+                .expect("subspace configuration lock");
+            for subspace in self.subspaces_of(name) {
+                self.drop_table_here(subspace.name())?;
+            }
         }
         let table = {
             let mut tables = self.tables.write().expect("tables lock");
@@ -860,7 +886,14 @@ impl Database {
     }
 
     fn write_here(&self, joined: Vec<(Arc<Table>, Vec<WriteOp>)>) -> Result<u64> {
+        let _configuration = self
+            .key_locks
+            .configuration
+            .read()
+            .expect("subspace configuration lock");
         let joined = self.routed_to_chunks(joined)?;
+        // Held until the SCU is published: the next write of these keys reads its result.
+        let (joined, _keys) = self.routed_to_subspaces(joined)?;
         let parts = joined
             .into_iter()
             .map(|(table, ops)| (table.table_shards().clone(), ops))
@@ -998,8 +1031,10 @@ impl Database {
             &name,
             (*table.schema()).clone(),
             partitioning.chunk_layout,
-            None,
-            Some(chunk_of),
+            TableRoles {
+                chunk_of: Some(chunk_of),
+                ..TableRoles::default()
+            },
         ) {
             // Made meanwhile by another write: it is as good.
             Ok(()) | Err(QueryError::TableExists(_)) => {}
@@ -1132,6 +1167,19 @@ impl Database {
         wait: Wait,
     ) -> Result<Option<ReadAnswer>> {
         let here = self.table(table)?;
+        if let Some(subspace) = here.subspace_of() {
+            return Err(QueryError::Invalid(format!(
+                "{table} is a subspace of table {}: read {} instead",
+                subspace.table, subspace.table
+            )));
+        }
+        if let Some((subspace, regions)) = self.subspace_route(&here, request) {
+            // Several regions at once: on a thread that may wait.
+            return match wait {
+                Wait::Never => Ok(None),
+                Wait::Allowed => subspace.read_regions(request, &regions).map(Some),
+            };
+        }
         if let Some(partitioning) = here.partition() {
             // Several chunks, one after another: on a thread that may wait.
             return match wait {

@@ -71,3 +71,22 @@ pub fn check_table_name(name: &str) -> Result<()> {
         )))
     }
 }
+
+/// How a table's records are spread over its shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// By a hash of the key ([`shard_of`]): every table but subspaces.
+    KeyHash,
+    /// By the region in front of the key: a subspace ([`crate::subspace`]).
+    RegionPrefix,
+}
+
+impl Routing {
+    /// The shard of `shards` that holds `key`.
+    pub fn shard_of(self, key: &[u8], shards: u32) -> u32 {
+        match self {
+            Routing::KeyHash => shard_of(key, shards),
+            Routing::RegionPrefix => crate::subspace::region_of_stored_key(key) % shards.max(1),
+        }
+    }
+}

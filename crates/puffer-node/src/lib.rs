@@ -14,6 +14,7 @@ pub mod remote;
 pub mod seed;
 pub mod serving;
 pub mod shards;
+pub mod subspace;
 pub mod table;
 pub mod texts;
 

@@ -160,6 +160,9 @@ pub struct TableShards {
     schema: RwLock<Arc<Schema>>,
     /// Held by a writer whose SCU changes the schema, until it is applied.
     pub(crate) schema_change: Mutex<()>,
+    /// Whether its shards are routed by the region in front of each key (a subspace)
+    /// rather than by the key's hash.
+    region_prefixed: std::sync::atomic::AtomicBool,
 }
 
 impl TableShards {
@@ -181,7 +184,26 @@ impl TableShards {
             slots: replicas.into_iter().map(ShardSlot::new).collect(),
             schema: RwLock::new(schema),
             schema_change: Mutex::new(()),
+            region_prefixed: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// How its records are spread over its shards.
+    pub fn routing(&self) -> crate::layout::Routing {
+        if self
+            .region_prefixed
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            crate::layout::Routing::RegionPrefix
+        } else {
+            crate::layout::Routing::KeyHash
+        }
+    }
+
+    /// Routes its shards by region from now on (a subspace, before any SCU reaches it).
+    pub(crate) fn route_by_region(&self) {
+        self.region_prefixed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The schema (every replica has the same).

@@ -112,6 +112,8 @@ pub struct Table {
     partition: Option<crate::catalog::Partitioning>,
     /// The time-partitioned table it is a chunk of, if any.
     chunk_of: Option<crate::catalog::ChunkOf>,
+    /// The table it is a subspace of, if any (marked ready once built).
+    subspace_of: RwLock<Option<crate::subspace::SubspaceOf>>,
 }
 
 impl Table {
@@ -135,7 +137,7 @@ impl Table {
             &file,
             options,
         )?
-        .with_partitioning(entry.partition.clone(), entry.chunk_of.clone()))
+        .with_roles(entry))
     }
 
     /// Opens an existing table directory (converting older layouts); `None` if it holds
@@ -284,19 +286,34 @@ impl Table {
             options: options.clone(),
             partition: None,
             chunk_of: None,
+            subspace_of: RwLock::new(None),
         })
     }
 
-    /// The table with its catalog entry's partition and chunk (the catalog keeps
-    /// them; the table's own files do not).
-    pub(crate) fn with_partitioning(
-        mut self,
-        partition: Option<crate::catalog::Partitioning>,
-        chunk_of: Option<crate::catalog::ChunkOf>,
-    ) -> Table {
-        self.partition = partition;
-        self.chunk_of = chunk_of;
-        self
+    /// The table with its catalog entry's roles: a time partition, a chunk, a subspace
+    /// (the catalog keeps them; the table's own files do not). Before any SCU reaches
+    /// it: a subspace's shards are routed by region from then on.
+    pub(crate) fn with_roles(self, entry: &crate::catalog::TableEntry) -> Table {
+        let mut table = self;
+        table.partition = entry.partition.clone();
+        table.chunk_of = entry.chunk_of.clone();
+        if entry.subspace_of.is_some() {
+            table.shards.route_by_region();
+        }
+        table.subspace_of = RwLock::new(entry.subspace_of.clone());
+        table
+    }
+
+    /// The table it is a subspace of, if it is one.
+    pub fn subspace_of(&self) -> Option<crate::subspace::SubspaceOf> {
+        self.subspace_of.read().expect("subspace lock").clone()
+    }
+
+    /// Marks a subspace ready (its catalog entry says so already).
+    pub(crate) fn set_subspace_ready(&self) {
+        if let Some(subspace) = self.subspace_of.write().expect("subspace lock").as_mut() {
+            subspace.ready = true;
+        }
     }
 
     /// Its time partition, if it is time-partitioned.
@@ -464,7 +481,7 @@ impl Table {
         fetch: FetchScus,
     ) -> Result<(u64, u64)> {
         let replicas: Arc<dyn ShardReplicas> = group;
-        let (uid, shards) = (self.uid(), self.layout.shards);
+        let (uid, shards) = (self.uid(), (self.layout.shards, self.shards.routing()));
         let catch_up = move |replicas: &Arc<dyn ShardReplicas>, mut after: u64, upto: u64| {
             while after < upto {
                 let records = fetch(after, upto)?;
@@ -533,6 +550,7 @@ impl Table {
             schema: (*self.schema()).clone(),
             partition: self.partition.clone(),
             chunk_of: self.chunk_of.clone(),
+            subspace_of: self.subspace_of(),
         }
     }
 
@@ -672,14 +690,23 @@ impl Table {
     /// Every shard works at once (the last on this thread); answers are merged when
     /// all are in.
     fn read_all_shards(&self, request: ReadRequest) -> Result<ReadAnswer> {
-        let all = self.shards.all_replicas();
-        let (last, others) = all.split_last().expect("a table has a shard");
+        let answers = self.read_shards(&request, &self.shards.all_replicas())?;
+        merged(&request, answers)
+    }
+
+    /// `request` answered by each of `shards` at once (the last on this thread).
+    fn read_shards(
+        &self,
+        request: &ReadRequest,
+        shards: &[Arc<dyn ShardReplicas>],
+    ) -> Result<Vec<ReadAnswer>> {
+        let (last, others) = shards.split_last().expect("a read asks a shard");
         let pending = others
             .iter()
             .map(|shard| shard.submit(ReplicaRequest::Read(request.clone())))
             .collect::<puffer_store::Result<Vec<_>>>()?;
         let here = last.read(ReplicaRequest::Read(request.clone()), Wait::Allowed);
-        let mut answers = Vec::with_capacity(all.len());
+        let mut answers = Vec::with_capacity(shards.len());
         for answer in pending {
             answers.push(answer.wait()?.into_read()?);
         }
@@ -687,7 +714,36 @@ impl Table {
             Reply::Answered(response) => answers.push(response.into_read()?),
             Reply::WouldWait(_) => unreachable!("a read allowed to wait was given back"),
         }
-        merged(&request, answers)
+        Ok(answers)
+    }
+
+    /// A search or count of a subspace answered from regions `regions` (its shards;
+    /// none: no record can match, and the first region answers so), at one snapshot,
+    /// with each row's key as the table has it (the region taken off).
+    pub(crate) fn read_regions(
+        &self,
+        request: &ReadRequest,
+        regions: &[u32],
+    ) -> Result<ReadAnswer> {
+        let shards: Vec<Arc<dyn ShardReplicas>> = match regions {
+            [] => vec![self.shards.replica(0)],
+            _ => regions
+                .iter()
+                .map(|&r| self.shards.replica(r as usize))
+                .collect(),
+        };
+        self.at_one_snapshot(request.read_options(), |at| {
+            let request = request.at(at);
+            let mut answers = self.read_shards(&request, &shards)?;
+            for answer in &mut answers {
+                if let ReadAnswer::Rows(result) = answer {
+                    for row in &mut result.rows {
+                        row.key = crate::subspace::key_of_stored(&row.key).to_vec();
+                    }
+                }
+            }
+            merged(&request, answers)
+        })
     }
 
     /// The record with `key` (see [`Table::read`]).

@@ -244,6 +244,7 @@ fn a_database_on_a_memory_catalog_lists_its_tables_there() {
             schema: schema(),
             partition: None,
             chunk_of: None,
+            subspace_of: None,
         })
         .unwrap();
     assert!(db.create_table("taken", schema()).is_err());

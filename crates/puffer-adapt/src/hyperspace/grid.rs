@@ -17,10 +17,13 @@
 
 use std::ops::Bound;
 
+use serde::{Deserialize, Serialize};
+
 use crate::spread::fnv1a64;
 
 /// How one dimension is cut.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Dimension {
     /// Values by hash into `parts` parts (at least 1).
     Hashed {
@@ -131,7 +134,7 @@ pub fn quantile_cuts(sample: &mut [f64], parts: u32) -> Vec<f64> {
 }
 
 /// A subspace's grid: its dimensions in the subspace's attribute order.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Grid {
     /// The dimensions.
     pub dimensions: Vec<Dimension>,

@@ -81,6 +81,45 @@ impl EtcdCatalog {
         TxnOp::get(prefix, Some(GetOptions::new().with_prefix()))
     }
 
+    /// Changes the entry of table `name`, which must have uid `uid`, by `change`: read,
+    /// changed and written back unless another writer changed it meanwhile (then again,
+    /// a bounded number of times).
+    fn change_entry(
+        &self,
+        name: &str,
+        uid: u64,
+        what: &str,
+        change: impl Fn(&mut TableEntry) -> Result<()>,
+    ) -> Result<()> {
+        let keys = self.etcd.keys();
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let read = self.read(vec![Self::get(keys.table(name))])?;
+            let mut entry: TableEntry = match read[0].first() {
+                Some(kv) => decode(kv)?,
+                None => return Err(QueryError::UnknownTable(name.to_string())),
+            };
+            if entry.uid != uid {
+                return Err(QueryError::UnknownTable(name.to_string()));
+            }
+            change(&mut entry)?;
+            let txn = Txn::new()
+                .when(vec![Compare::mod_revision(
+                    keys.table(name),
+                    CompareOp::Equal,
+                    mod_revision(&read[0]),
+                )])
+                .and_then(vec![TxnOp::put(
+                    keys.table(name),
+                    encode(&entry, "a table entry")?,
+                    None,
+                )]);
+            if self.txn(txn)?.0 {
+                return Ok(());
+            }
+        }
+        Err(Self::busy(what))
+    }
+
     /// A change that keeps losing to other writers is refused as retryable.
     fn busy(what: &str) -> QueryError {
         ClusterError::Unavailable(format!(
@@ -165,33 +204,23 @@ impl Catalog for EtcdCatalog {
     }
 
     fn set_schema(&self, name: &str, uid: u64, schema: &Schema) -> Result<()> {
-        let keys = self.etcd.keys();
-        for _ in 0..MAX_CONFLICT_RETRIES {
-            let read = self.read(vec![Self::get(keys.table(name))])?;
-            let mut entry: TableEntry = match read[0].first() {
-                Some(kv) => decode(kv)?,
-                None => return Err(QueryError::UnknownTable(name.to_string())),
-            };
-            if entry.uid != uid {
-                return Err(QueryError::UnknownTable(name.to_string()));
-            }
+        self.change_entry(name, uid, "set schema", |entry| {
             entry.schema = schema.clone();
-            let txn = Txn::new()
-                .when(vec![Compare::mod_revision(
-                    keys.table(name),
-                    CompareOp::Equal,
-                    mod_revision(&read[0]),
-                )])
-                .and_then(vec![TxnOp::put(
-                    keys.table(name),
-                    encode(&entry, "a table entry")?,
-                    None,
-                )]);
-            if self.txn(txn)?.0 {
-                return Ok(());
-            }
-        }
-        Err(Self::busy("set schema"))
+            Ok(())
+        })
+    }
+
+    fn set_subspace(
+        &self,
+        name: &str,
+        uid: u64,
+        subspace: &puffer_node::subspace::SubspaceOf,
+    ) -> Result<()> {
+        self.change_entry(name, uid, "set subspace", |entry| {
+            checks::subspace(entry, subspace)?;
+            entry.subspace_of = Some(subspace.clone());
+            Ok(())
+        })
     }
 
     fn drop_table(&self, name: &str) -> Result<TableEntry> {

@@ -43,6 +43,7 @@ fn table(name: &str, uid: u64, shards: u32, replicas: u32) -> TableEntry {
         schema: schema(1),
         partition: None,
         chunk_of: None,
+        subspace_of: None,
     }
 }
 
@@ -106,6 +107,51 @@ fn rules(harness: &mut dyn Harness) {
         catalog.set_schema("nope", 7, &schema(1)),
         Err(QueryError::UnknownTable(_))
     ));
+
+    // A subspace is marked ready under its uid; other tables and other subspaces are
+    // refused.
+    let unready = crate::subspace::SubspaceOf {
+        table: "t".into(),
+        attributes: vec!["c0".into()],
+        grid: puffer_adapt::hyperspace::grid::Grid {
+            dimensions: vec![puffer_adapt::hyperspace::grid::Dimension::Ordered {
+                cuts: vec![-1.5, 0.25, 7.0],
+            }],
+        },
+        ready: false,
+    };
+    let copy = TableEntry {
+        subspace_of: Some(unready.clone()),
+        ..table("t__ss1", 17, 4, 2)
+    };
+    catalog.create_table(&copy).unwrap();
+    assert_eq!(catalog.table("t__ss1").unwrap(), Some(copy.clone()));
+    let ready = crate::subspace::SubspaceOf {
+        ready: true,
+        ..unready.clone()
+    };
+    catalog.set_subspace("t__ss1", 17, &ready).unwrap();
+    assert_eq!(
+        catalog.table("t__ss1").unwrap().unwrap().subspace_of,
+        Some(ready.clone())
+    );
+    assert!(matches!(
+        catalog.set_subspace("t__ss1", 18, &unready),
+        Err(QueryError::UnknownTable(_))
+    ));
+    assert!(matches!(
+        catalog.set_subspace("t", 7, &ready),
+        Err(QueryError::Invalid(_))
+    ));
+    let elsewhere = crate::subspace::SubspaceOf {
+        attributes: vec!["c1".into()],
+        ..ready.clone()
+    };
+    assert!(matches!(
+        catalog.set_subspace("t__ss1", 17, &elsewhere),
+        Err(QueryError::Invalid(_))
+    ));
+    catalog.drop_table("t__ss1").unwrap();
 
     // Segments: per replica, replaced whole, checked against the table's layout.
     let first = vec![segment(7, 1, 0, 3), segment(7, 1, 0, 1)];

@@ -38,6 +38,22 @@ impl CatalogState {
         }
     }
 
+    pub fn set_subspace(
+        &mut self,
+        name: &str,
+        uid: u64,
+        subspace: &crate::subspace::SubspaceOf,
+    ) -> Result<()> {
+        match self.tables.get_mut(name) {
+            Some(table) if table.uid == uid => {
+                checks::subspace(table, subspace)?;
+                table.subspace_of = Some(subspace.clone());
+                Ok(())
+            }
+            _ => Err(QueryError::UnknownTable(name.to_string())),
+        }
+    }
+
     pub fn drop_table(&mut self, name: &str) -> Result<TableEntry> {
         let entry = self
             .tables
@@ -184,6 +200,15 @@ impl<S: Storage> Catalog for StateCatalog<S> {
 
     fn set_schema(&self, name: &str, uid: u64, schema: &Schema) -> Result<()> {
         self.change(|state| state.set_schema(name, uid, schema))
+    }
+
+    fn set_subspace(
+        &self,
+        name: &str,
+        uid: u64,
+        subspace: &crate::subspace::SubspaceOf,
+    ) -> Result<()> {
+        self.change(|state| state.set_subspace(name, uid, subspace))
     }
 
     fn drop_table(&self, name: &str) -> Result<TableEntry> {

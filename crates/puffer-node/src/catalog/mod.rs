@@ -47,6 +47,9 @@ pub struct TableEntry {
     /// The time-partitioned table this table is a chunk of, if it is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_of: Option<ChunkOf>,
+    /// The table this table is a subspace of, if it is one (see [`crate::subspace`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subspace_of: Option<crate::subspace::SubspaceOf>,
 }
 
 /// How a time-partitioned table's chunks are made.
@@ -114,6 +117,15 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// late update of a dropped table never lands on a new one of the same name).
     fn set_schema(&self, name: &str, uid: u64, schema: &Schema) -> Result<()>;
 
+    /// Replaces what subspace table `name`, which must have uid `uid` and be a subspace
+    /// (`Invalid` otherwise), is a subspace of: marks it ready.
+    fn set_subspace(
+        &self,
+        name: &str,
+        uid: u64,
+        subspace: &crate::subspace::SubspaceOf,
+    ) -> Result<()>;
+
     /// Removes table `name` and its registered segments; returns its entry.
     fn drop_table(&self, name: &str) -> Result<TableEntry>;
 
@@ -170,6 +182,26 @@ pub mod checks {
             )));
         }
         Ok(())
+    }
+
+    /// Table `entry`'s subspace replaced by `subspace`: it must be a subspace, of the
+    /// same table over the same attributes.
+    pub fn subspace(entry: &TableEntry, subspace: &crate::subspace::SubspaceOf) -> Result<()> {
+        match &entry.subspace_of {
+            Some(current)
+                if current.table == subspace.table && current.attributes == subspace.attributes =>
+            {
+                Ok(())
+            }
+            Some(_) => Err(QueryError::Invalid(format!(
+                "table {:?} is a subspace of another table or over other attributes",
+                entry.name
+            ))),
+            None => Err(QueryError::Invalid(format!(
+                "table {:?} is not a subspace",
+                entry.name
+            ))),
+        }
     }
 
     /// A text added (or `replacing` one of the same name) among `texts` listed now.
