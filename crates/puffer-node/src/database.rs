@@ -73,8 +73,13 @@ pub enum Answer {
     Dropped(String),
     /// Table names.
     Tables(Vec<String>),
-    /// A table's schema.
-    Schema(Schema),
+    /// A table's schema and subspaces.
+    Described {
+        /// The schema.
+        schema: Schema,
+        /// Its subspaces, by name.
+        subspaces: Vec<crate::subspace::SubspaceDescription>,
+    },
 }
 
 /// The reads one shard held on this node has answered.
@@ -1283,8 +1288,22 @@ impl Database {
                 Ok(Answer::Dropped(name))
             }
             Statement::ShowTables => Ok(Answer::Tables(self.table_names())),
-            Statement::Describe { table } => {
-                Ok(Answer::Schema((*self.table(&table)?.schema()).clone()))
+            Statement::Describe { table } => Ok(Answer::Described {
+                schema: (*self.table(&table)?.schema()).clone(),
+                subspaces: self.describe_subspaces(&table),
+            }),
+            Statement::AddSubspace {
+                table,
+                attributes,
+                regions,
+            } => {
+                let regions = regions.unwrap_or(crate::subspace::DEFAULT_REGIONS);
+                self.add_subspace(&table, &attributes, regions)
+                    .map(Answer::Created)
+            }
+            Statement::DropSubspace { table, name } => {
+                self.drop_subspace(&table, &name)?;
+                Ok(Answer::Dropped(name))
             }
         }
     }

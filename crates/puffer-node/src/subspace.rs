@@ -50,6 +50,24 @@ pub const MAX_KEY_BYTES_WITH_SUBSPACES: usize =
 /// What a subspace's name adds to its table's: `__ss` and one digit.
 const NAME_SUFFIX: &str = "__ss";
 
+/// Regions of a subspace added without a number.
+pub const DEFAULT_REGIONS: u32 = 16;
+
+/// A subspace as `DESCRIBE` and the admin API show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubspaceDescription {
+    /// Its name (a hidden table's).
+    pub name: String,
+    /// Its attributes, one dimension each.
+    pub attributes: Vec<String>,
+    /// Parts of each dimension, in the attributes' order.
+    pub parts: Vec<u32>,
+    /// Its regions (shards): the product of the parts.
+    pub regions: u32,
+    /// Whether it holds every record (reads use it only then).
+    pub ready: bool,
+}
+
 /// What a subspace table is: whose subspace, over which attributes, cut how.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SubspaceOf {
@@ -131,7 +149,8 @@ pub fn check_subspace(
 
 /// The grid of a new subspace of a table with `schema` over `attributes`, cut into at
 /// most `regions` regions: strings and booleans hashed, numbers and timestamps cut at
-/// the quantiles of `sample` (the table's records), so that skewed values still spread.
+/// the quantiles of `sample` (the table's records), so that skewed values still spread
+/// (hashed when the sample has none of the attribute's values).
 pub fn plan_grid<'a>(
     schema: &Schema,
     attributes: &[String],
@@ -153,6 +172,11 @@ pub fn plan_grid<'a>(
         .zip(samples.iter_mut())
         .map(|(attr_type, sample)| match attr_type {
             AttrType::String | AttrType::Bool => Dimension::Hashed { parts },
+            // No value to take cuts from (an empty table): hashed, so that equalities
+            // still prune; a subspace added again once there is data cuts by order.
+            AttrType::Int | AttrType::Float | AttrType::Timestamp if sample.is_empty() => {
+                Dimension::Hashed { parts }
+            }
             AttrType::Int | AttrType::Float | AttrType::Timestamp => Dimension::Ordered {
                 cuts: quantile_cuts(sample, parts),
             },
@@ -178,10 +202,12 @@ fn coordinate(value: &Value) -> Coordinate<'_> {
 /// cannot be placed, and then asks every part).
 fn fits(dimension: &Dimension, value: &Value) -> bool {
     match (dimension, value) {
-        (Dimension::Hashed { .. }, Value::String(_) | Value::Bool(_)) => true,
+        (_, Value::Float(x)) => x.is_finite(),
+        // Numbers are hashed where no cuts could be taken; a value of another type than
+        // the attribute's is refused by the store anyway.
+        (Dimension::Hashed { .. }, _) => true,
         (Dimension::Ordered { .. }, Value::Int(_) | Value::Timestamp(_)) => true,
-        (Dimension::Ordered { .. }, Value::Float(x)) => x.is_finite(),
-        _ => false,
+        (Dimension::Ordered { .. }, Value::String(_) | Value::Bool(_)) => false,
     }
 }
 

@@ -338,12 +338,89 @@ fn statements_round_trip_through_the_database() {
         .with("city", Value::str("Dublin"))
         .with("price", Value::Int(-5));
     assert_eq!(rows, vec![expected]);
-    let Answer::Schema(schema) = db.execute_sql("DESCRIBE listings").unwrap() else {
+    let Answer::Described { schema, subspaces } = db.execute_sql("DESCRIBE listings").unwrap()
+    else {
         panic!()
     };
     assert_eq!(schema.key, "id");
     assert_eq!(schema.attributes.len(), 4);
+    assert!(subspaces.is_empty());
+    // Subspaces: added, described, answering, dropped.
+    let added = db
+        .execute_sql("ALTER TABLE listings ADD SUBSPACE (city, price) REGIONS 9")
+        .unwrap();
+    assert_eq!(added, Answer::Created("listings__ss1".into()));
+    db.execute_sql("alter table listings add subspace (score)")
+        .unwrap();
+    let Answer::Described { subspaces, .. } = db.execute_sql("DESCRIBE listings").unwrap() else {
+        panic!()
+    };
+    let shown: Vec<String> = subspaces
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {:?} parts {:?} regions {} ready {}",
+                s.name, s.attributes, s.parts, s.regions, s.ready
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            r#"listings__ss1 ["city", "price"] parts [3, 3] regions 9 ready true"#,
+            r#"listings__ss2 ["score"] parts [16] regions 16 ready true"#,
+        ]
+    );
+    let Answer::Rows { rows, .. } = db
+        .execute_sql("SELECT id FROM listings WHERE city = 'Dublin' AND price < 0")
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(rows, vec![Record::new("b")]);
+    for (bad, says) in [
+        ("ALTER TABLE listings ADD SUBSPACE city", "parentheses"),
+        (
+            "ALTER TABLE listings ADD SUBSPACE (city REGIONS 4",
+            ", or )",
+        ),
+        (
+            "ALTER TABLE listings ADD SUBSPACE (city) REGIONS many",
+            "takes a number",
+        ),
+        (
+            "ALTER TABLE listings ADD SUBSPACE (city) REGIONS 4 now",
+            "unexpected words",
+        ),
+        (
+            "ALTER TABLE listings DROP SUBSPACE listings__ss1 now",
+            "nothing after",
+        ),
+        (
+            "ALTER TABLE listings MOVE SUBSPACE listings__ss1",
+            "ADD SUBSPACE",
+        ),
+        (
+            "ALTER TABLE listings DROP SUBSPACE listings",
+            "not a subspace",
+        ),
+        ("ALTER TABLE listings ADD SUBSPACE (nope)", "no attribute"),
+    ] {
+        let error = db.execute_sql(bad).unwrap_err().to_string();
+        assert!(error.contains(says), "{bad}: {error:?} should say {says:?}");
+    }
+    assert_eq!(
+        db.execute_sql("ALTER TABLE listings DROP SUBSPACE listings__ss1")
+            .unwrap(),
+        Answer::Dropped("listings__ss1".into())
+    );
+    let Answer::Described { subspaces, .. } = db.execute_sql("DESCRIBE listings").unwrap() else {
+        panic!()
+    };
+    assert_eq!(subspaces.len(), 1);
     db.execute_sql("DROP TABLE listings").unwrap();
+    assert!(db.subspaces_of("listings").is_empty());
+    assert!(db.table("listings__ss2").is_err());
     assert!(matches!(
         db.execute_sql("SELECT * FROM listings"),
         Err(QueryError::UnknownTable(_))

@@ -44,6 +44,23 @@ pub enum Statement {
         /// Table name.
         table: String,
     },
+    /// Add a subspace (hyperspace hashing) to a table:
+    /// `ALTER TABLE t ADD SUBSPACE (a, b) [REGIONS n]`.
+    AddSubspace {
+        /// Table name.
+        table: String,
+        /// The subspace's attributes, one dimension each.
+        attributes: Vec<String>,
+        /// Regions it is cut into at most; `None`: the database's default.
+        regions: Option<u32>,
+    },
+    /// Drop a table's subspace: `ALTER TABLE t DROP SUBSPACE t__ss1`.
+    DropSubspace {
+        /// Table name.
+        table: String,
+        /// The subspace's name.
+        name: String,
+    },
 }
 
 /// How long a time chunk of a time-partitioned table is (UTC).

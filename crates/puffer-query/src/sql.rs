@@ -42,6 +42,9 @@ pub fn parse(text: &str, schemas: &dyn SchemaSource) -> Result<Statement> {
             text.len()
         )));
     }
+    if let Some(statement) = parse_subspace_statement(text)? {
+        return Ok(statement);
+    }
     let (text, freshness) = split_freshness(text)?;
     let dialect = GenericDialect {};
     let statements = Parser::new(&dialect)
@@ -149,6 +152,95 @@ fn split_freshness(text: &str) -> Result<(String, Option<Duration>)> {
         text[..cut].to_string(),
         Some(Duration::from_secs_f64(seconds)),
     ))
+}
+
+/// `ALTER TABLE t ADD SUBSPACE (a, b) [REGIONS n]` and `ALTER TABLE t DROP SUBSPACE s`,
+/// which sqlparser does not know: `None` for any other statement.
+fn parse_subspace_statement(text: &str) -> Result<Option<Statement>> {
+    let dialect = GenericDialect {};
+    let Ok(tokens) = Tokenizer::new(&dialect, text).tokenize_with_location() else {
+        return Ok(None); // sqlparser reports it
+    };
+    let significant: Vec<_> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon))
+        .collect();
+    let keyword = |i: usize, word: &str| {
+        matches!(significant.get(i).map(|t| &t.token),
+            Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
+    };
+    if !(keyword(0, "ALTER") && keyword(1, "TABLE") && keyword(4, "SUBSPACE")) {
+        return Ok(None);
+    }
+    let name = |i: usize, what: &str| -> Result<String> {
+        match significant.get(i).map(|t| &t.token) {
+            Some(Token::Word(w)) => Ok(w.value.clone()),
+            _ => Err(invalid(format!(
+                "ALTER TABLE ... SUBSPACE: expected {what}"
+            ))),
+        }
+    };
+    let table = name(2, "a table name after ALTER TABLE")?;
+    if keyword(3, "DROP") {
+        let subspace = name(5, "the subspace's name after DROP SUBSPACE")?;
+        if significant.len() != 6 {
+            return Err(invalid(
+                "ALTER TABLE t DROP SUBSPACE s takes nothing after the subspace's name",
+            ));
+        }
+        return Ok(Some(Statement::DropSubspace {
+            table,
+            name: subspace,
+        }));
+    }
+    if !keyword(3, "ADD") {
+        return Err(invalid(
+            "ALTER TABLE t ADD SUBSPACE (a, b) [REGIONS n] or ALTER TABLE t DROP SUBSPACE s",
+        ));
+    }
+    let shape = "ALTER TABLE t ADD SUBSPACE (a, b) [REGIONS n]";
+    if !matches!(significant.get(5).map(|t| &t.token), Some(Token::LParen)) {
+        return Err(invalid(format!(
+            "{shape}: the attributes go in parentheses"
+        )));
+    }
+    let mut attributes = Vec::new();
+    let mut at = 6;
+    loop {
+        attributes.push(name(at, &format!("an attribute name ({shape})"))?);
+        match significant.get(at + 1).map(|t| &t.token) {
+            Some(Token::Comma) => at += 2,
+            Some(Token::RParen) => {
+                at += 2;
+                break;
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "{shape}: expected , or ) after an attribute"
+                )))
+            }
+        }
+    }
+    let regions = if keyword(at, "REGIONS") {
+        let n = match significant.get(at + 1).map(|t| &t.token) {
+            Some(Token::Number(n, _)) => n
+                .parse::<u32>()
+                .map_err(|_| invalid(format!("REGIONS {n} is not a whole number of regions")))?,
+            _ => return Err(invalid(format!("{shape}: REGIONS takes a number"))),
+        };
+        at += 2;
+        Some(n)
+    } else {
+        None
+    };
+    if at != significant.len() {
+        return Err(invalid(format!("{shape}: unexpected words at the end")));
+    }
+    Ok(Some(Statement::AddSubspace {
+        table,
+        attributes,
+        regions,
+    }))
 }
 
 /// Byte offset of a 1-based line and column (columns count characters).

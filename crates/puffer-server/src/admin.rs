@@ -4,6 +4,8 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value as JsonValue};
@@ -187,4 +189,69 @@ pub(crate) async fn set_budget(
     Ok(Json(
         json!({"memory_budget_bytes": request.memory_budget_bytes}),
     ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AddSubspaceRequest {
+    attributes: Vec<String>,
+    regions: Option<u32>,
+}
+
+/// `GET /v1/admin/tables/{table}/subspaces`: the table's subspaces (hyperspace hashing).
+pub(crate) async fn subspaces(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(table): Path<String>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    blocking(move || {
+        state.db.table(&table)?;
+        Ok(Json(json!({
+            "table": table,
+            "subspaces": state.db.describe_subspaces(&table),
+        })))
+    })
+    .await
+}
+
+/// `POST /v1/admin/tables/{table}/subspaces` with `{"attributes": [...], "regions": n}`:
+/// builds a subspace (answered once it is ready).
+pub(crate) async fn add_subspace(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(table): Path<String>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    require(role, Role::Admin)?;
+    let request: AddSubspaceRequest = parse_json(&body?)?;
+    blocking(move || {
+        let regions = request
+            .regions
+            .unwrap_or(puffer_node::subspace::DEFAULT_REGIONS);
+        let name = state
+            .db
+            .add_subspace(&table, &request.attributes, regions)?;
+        let added = state
+            .db
+            .describe_subspaces(&table)
+            .into_iter()
+            .find(|s| s.name == name);
+        Ok((StatusCode::CREATED, Json(json!(added))).into_response())
+    })
+    .await
+}
+
+/// `DELETE /v1/admin/tables/{table}/subspaces/{name}`: drops a subspace.
+pub(crate) async fn drop_subspace(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path((table, name)): Path<(String, String)>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Admin)?;
+    blocking(move || {
+        state.db.drop_subspace(&table, &name)?;
+        Ok(Json(json!({"ok": true, "name": name})))
+    })
+    .await
 }

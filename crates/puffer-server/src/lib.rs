@@ -135,6 +135,14 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         .route("/v1/admin/history", get(admin::history))
         .route("/v1/admin/replicas/{id}/layers", post(admin::set_layers))
         .route("/v1/admin/budget", axum::routing::put(admin::set_budget))
+        .route(
+            "/v1/admin/tables/{table}/subspaces",
+            get(admin::subspaces).post(admin::add_subspace),
+        )
+        .route(
+            "/v1/admin/tables/{table}/subspaces/{name}",
+            axum::routing::delete(admin::drop_subspace),
+        )
         .route("/v1/texts/{name}/extract", get(texts::extract))
         .route("/v1/texts/{name}/count", get(texts::count))
         .route("/v1/texts/{name}/search", get(texts::search))

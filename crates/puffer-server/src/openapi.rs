@@ -5,7 +5,7 @@ use serde_json::{json, Map, Value};
 
 /// Every route: (method, path, summary). Tests check the router serves each of them.
 pub const ROUTES: &[(&str, &str, &str)] = &[
-    ("post", "/v1/sql", "Run one SQL statement (SELECT ... FRESHNESS s, INSERT, DELETE, CREATE TABLE, DROP TABLE, SHOW TABLES, DESCRIBE)"),
+    ("post", "/v1/sql", "Run one SQL statement (SELECT ... FRESHNESS s, INSERT, DELETE, CREATE TABLE, DROP TABLE, ALTER TABLE ... ADD/DROP SUBSPACE, SHOW TABLES, DESCRIBE)"),
     ("post", "/v1/tables", "Create a table (time-partitioned with partition_by)"),
     ("get", "/v1/tables", "List tables"),
     ("get", "/v1/tables/{table}", "Describe a table"),
@@ -27,6 +27,9 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/v1/admin/history", "Every replica's samples of the last last_s seconds (what the dashboard plots)"),
     ("post", "/v1/admin/replicas/{id}/layers", "Add or drop a layer by hand (pins the replica), set a count, or hand it back to the layer manager"),
     ("put", "/v1/admin/budget", "Change the node's memory budget"),
+    ("get", "/v1/admin/tables/{table}/subspaces", "A table's subspaces (hyperspace hashing): attributes, parts, regions, readiness"),
+    ("post", "/v1/admin/tables/{table}/subspaces", "Build a subspace over attributes, cut into at most regions regions (answered once ready)"),
+    ("delete", "/v1/admin/tables/{table}/subspaces/{name}", "Drop a subspace"),
     ("get", "/", "The dashboard page"),
     ("get", "/health", "Liveness"),
     ("get", "/ready", "Readiness: every table open and writable"),

@@ -50,7 +50,7 @@ fn freshness(seconds: Option<f64>) -> Result<Option<Duration>, ApiError> {
     }
 }
 
-fn describe(name: &str, table: &Table) -> Result<JsonValue, ApiError> {
+fn describe(db: &puffer_node::Database, name: &str, table: &Table) -> Result<JsonValue, ApiError> {
     let schema = table.schema();
     let stats = table.stats()?;
     let marks = table.watermarks()?;
@@ -92,6 +92,12 @@ fn describe(name: &str, table: &Table) -> Result<JsonValue, ApiError> {
             "table": c.table,
             "start": puffer_store::timestamp::format_timestamp_micros(c.start_micros),
         })),
+        "subspace_of": table.subspace_of().map(|s| json!({
+            "table": s.table,
+            "attributes": s.attributes,
+            "ready": s.ready,
+        })),
+        "subspaces": db.describe_subspaces(name),
     }))
 }
 
@@ -215,7 +221,10 @@ fn role_for(statement: &Statement) -> Role {
     match statement {
         Statement::Select(_) | Statement::ShowTables | Statement::Describe { .. } => Role::Read,
         Statement::Insert { .. } | Statement::Delete { .. } => Role::Write,
-        Statement::CreateTable { .. } | Statement::DropTable { .. } => Role::Admin,
+        Statement::CreateTable { .. }
+        | Statement::DropTable { .. }
+        | Statement::AddSubspace { .. }
+        | Statement::DropSubspace { .. } => Role::Admin,
     }
 }
 
@@ -324,7 +333,11 @@ pub(crate) async fn create_table(
             .db
             .create_table_partitioned(&request.name, schema, layout, request.partition_by)?;
         let shard = state.db.table(&request.name)?;
-        Ok((StatusCode::CREATED, Json(describe(&request.name, &shard)?)).into_response())
+        Ok((
+            StatusCode::CREATED,
+            Json(describe(&state.db, &request.name, &shard)?),
+        )
+            .into_response())
     })
     .await
 }
@@ -338,7 +351,7 @@ pub(crate) async fn list_tables(
         let mut tables = Vec::new();
         for name in state.db.table_names() {
             if let Ok(shard) = state.db.table(&name) {
-                tables.push(describe(&name, &shard)?);
+                tables.push(describe(&state.db, &name, &shard)?);
             }
         }
         Ok(Json(json!({"tables": tables})))
@@ -354,7 +367,7 @@ pub(crate) async fn get_table(
     require(role, Role::Read)?;
     blocking(move || {
         let shard = state.db.table(&table)?;
-        Ok(Json(describe(&table, &shard)?))
+        Ok(Json(describe(&state.db, &table, &shard)?))
     })
     .await
 }

@@ -386,8 +386,10 @@ pub fn answer_json(answer: &puffer_node::Answer, schema: Option<&Schema>) -> Jso
             json!({"count": count, "snapshot": snapshot_json(snapshot)})
         }
         Answer::Written { seq, operations } => json!({"seq": seq, "operations": operations}),
-        Answer::Created(_) | Answer::Dropped(_) => json!({"ok": true}),
+        Answer::Created(name) | Answer::Dropped(name) => json!({"ok": true, "name": name}),
         Answer::Tables(tables) => json!({"tables": tables}),
-        Answer::Schema(schema) => json!({"key": schema.key, "attributes": schema.attributes}),
+        Answer::Described { schema, subspaces } => {
+            json!({"key": schema.key, "attributes": schema.attributes, "subspaces": subspaces})
+        }
     }
 }

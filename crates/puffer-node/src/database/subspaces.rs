@@ -35,6 +35,23 @@ impl Database {
             .collect()
     }
 
+    /// Table `table`'s subspaces as `DESCRIBE` shows them.
+    pub fn describe_subspaces(&self, table: &str) -> Vec<subspace::SubspaceDescription> {
+        self.subspaces_of(table)
+            .iter()
+            .filter_map(|copy| {
+                let of = copy.subspace_of()?;
+                Some(subspace::SubspaceDescription {
+                    name: copy.name().to_string(),
+                    parts: of.grid.dimensions.iter().map(|d| d.parts()).collect(),
+                    regions: copy.layout().shards,
+                    attributes: of.attributes,
+                    ready: of.ready,
+                })
+            })
+            .collect()
+    }
+
     /// A write's parts with each subspace's copies added: for every table with
     /// subspaces, the current record of each key it touches is read (under the key's
     /// lock, returned to be held until the SCU is published), and every subspace gets
