@@ -27,6 +27,7 @@ use crate::texts::Texts;
 use puffer_query::ast::{Output, Select, Statement};
 use puffer_query::{QueryError, Result};
 
+mod hyperspace;
 mod subspaces;
 
 /// Most tables in one database.
@@ -137,6 +138,8 @@ pub struct DatabaseOptions {
     /// Where a cluster node reads when it holds no data, and sends writes and table
     /// changes while it follows; `None` (a single node): it does all itself.
     pub remote: Option<Arc<dyn Remote>>,
+    /// How tables are profiled and their subspaces chosen.
+    pub hyperspace: crate::hyperspace::HyperspaceOptions,
 }
 
 /// The tables of a data directory.
@@ -153,6 +156,8 @@ pub struct Database {
     /// Orders writes of one key of a table with subspaces, and writes against adding
     /// or dropping a subspace.
     key_locks: crate::subspace::KeyLocks,
+    /// Profiles and the configurator's state (choosing subspaces).
+    tuning: hyperspace::Tuning,
 }
 
 impl Drop for Database {
@@ -313,6 +318,7 @@ impl Database {
     /// Opens the database in `dir` (created if missing), opening every table.
     pub fn open_with(dir: impl AsRef<Path>, options: DatabaseOptions) -> Result<Database> {
         options.default_layout.validate()?;
+        let hyperspace_options = options.hyperspace.clone();
         let node = AdaptiveNode::start(options.node.clone())?;
         let dir = dir.as_ref().to_path_buf();
         let committer = Arc::new(Committer::new(
@@ -440,6 +446,7 @@ impl Database {
             registry,
             registry_thread: Mutex::new(Some(registry_thread)),
             key_locks: Default::default(),
+            tuning: hyperspace::Tuning::new(hyperspace_options),
         };
         database.drop_unfinished_subspaces()?;
         Ok(database)
@@ -1177,6 +1184,11 @@ impl Database {
                 "{table} is a subspace of table {}: read {} instead",
                 subspace.table, subspace.table
             )));
+        }
+        if let ReadRequest::Search { query } = request {
+            self.profile_search(&here, &query.predicate);
+        } else if let ReadRequest::Count { predicate, .. } = request {
+            self.profile_search(&here, predicate);
         }
         if let Some((subspace, regions)) = self.subspace_route(&here, request) {
             // Several regions at once: on a thread that may wait.

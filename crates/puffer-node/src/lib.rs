@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod commit;
 pub mod database;
+pub mod hyperspace;
 pub mod layout;
 pub mod message;
 pub mod partition;

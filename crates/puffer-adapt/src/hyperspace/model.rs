@@ -42,7 +42,8 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    fn check(&self) -> Result<(), ConfigError> {
+    /// Checks every parameter.
+    pub fn check(&self) -> Result<(), ConfigError> {
         if !(self.beta_s_per_object.is_finite() && self.beta_s_per_object > 0.0) {
             return Err(config_error(
                 "beta_s_per_object",

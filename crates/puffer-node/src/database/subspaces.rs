@@ -73,17 +73,23 @@ impl Database {
                 )));
             }
             let subspaces = self.subspaces_of(table.name());
-            if subspaces.is_empty() {
+            let profiling = self.profiling(&table);
+            if subspaces.is_empty() && !profiling {
                 out.push((table, ops));
                 continue;
             }
-            guards.extend(self.key_locks.lock(table.uid(), subspace::keys_of(&ops)));
+            if !subspaces.is_empty() {
+                guards.extend(self.key_locks.lock(table.uid(), subspace::keys_of(&ops)));
+            }
             let mut before = subspace::Current::new();
             for key in subspace::keys_of(&ops) {
                 if !before.contains_key(key) {
                     let (record, _) = table.get(key, ReadOptions::default())?;
                     before.insert(key.to_vec(), record);
                 }
+            }
+            if profiling {
+                self.profile_updates(&table, &ops, &before);
             }
             let schema = table.schema();
             for copy in subspaces {

@@ -1,0 +1,413 @@
+//! Choosing subspaces from the workload (see [`crate::hyperspace`]): the profiler fed by
+//! the searches and updates served, and one configurator pass per table, run by the
+//! database's owner ([`Database::tune_tables`], every
+//! [`HyperspaceOptions::interval`](crate::hyperspace::HyperspaceOptions)).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use puffer_adapt::hyperspace::{
+    candidate_configurations, decide, rank_configurations, AnalyserConfig, Configuration,
+    DecisionReason, Deployment, RankedConfiguration,
+};
+use puffer_query::Result;
+use puffer_store::{AttrType, Predicate, Query, ReadOptions, Record, WriteOp};
+
+use super::Database;
+use crate::hyperspace::{
+    calibration, changed_attributes, config_error, configuration_of, constraint_name, names,
+    search_shape, view_of, HyperspaceOptions, MeasuredCalibration, RankedView, Reconfiguration,
+    TableTuning, TableTuningView, MAX_RANKING_SHOWN,
+};
+use crate::subspace::Current;
+use crate::table::Table;
+
+/// Records sampled for the widths of ranges.
+const RANGE_SAMPLE_RECORDS: usize = 4096;
+
+/// The database's profiles and configurator state.
+pub(crate) struct Tuning {
+    options: HyperspaceOptions,
+    started: Instant,
+    calibration: Mutex<Option<MeasuredCalibration>>,
+    /// Per table uid.
+    tables: Mutex<HashMap<u64, TableTuning>>,
+}
+
+impl Tuning {
+    pub(crate) fn new(options: HyperspaceOptions) -> Tuning {
+        Tuning {
+            options,
+            started: Instant::now(),
+            calibration: Mutex::new(None),
+            tables: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Runs `f` on table `uid`'s state (made if missing), the clock read under the lock
+    /// so that the profiler sees time never go back.
+    fn with_table<T>(&self, uid: u64, f: impl FnOnce(&mut TableTuning, u64) -> T) -> Result<T> {
+        let mut tables = self.tables.lock().expect("tuning lock");
+        let tuning = match tables.entry(uid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(TableTuning::new(self.options.profiler)?)
+            }
+        };
+        let now = self.now_ms();
+        Ok(f(tuning, now))
+    }
+}
+
+impl Database {
+    /// Whether table `table`'s operations are profiled: every plain table when the
+    /// configurator applies its decisions, else the tables with subspaces.
+    pub(super) fn profiling(&self, table: &Table) -> bool {
+        let plain = table.partition().is_none()
+            && table.chunk_of().is_none()
+            && table.subspace_of().is_none();
+        plain && (self.tuning.options.auto || !self.subspaces_of(table.name()).is_empty())
+    }
+
+    /// Counts a search or count of `table` with `predicate` in its profile.
+    pub(super) fn profile_search(&self, table: &Table, predicate: &Predicate) {
+        if !self.profiling(table) {
+            return;
+        }
+        let schema = table.schema();
+        // A shape the profiler refuses (too many attributes) is not counted.
+        let _ = self.tuning.with_table(table.uid(), |tuning, now| {
+            let shape = search_shape(predicate, &schema, &tuning.numbers);
+            tuning.profiler.record_search(now, &shape, 1)
+        });
+    }
+
+    /// Counts the updates of `ops` on `table`, whose keys' records were `before`.
+    pub(super) fn profile_updates(&self, table: &Table, ops: &[WriteOp], before: &Current) {
+        let schema = table.schema();
+        let mut current = before.clone();
+        let _ = self.tuning.with_table(table.uid(), |tuning, now| {
+            for op in ops {
+                let key = match op {
+                    WriteOp::Put(record) => &record.key,
+                    WriteOp::PutFields(fields) => &fields.key,
+                    WriteOp::Delete(key) => key,
+                    WriteOp::AddAttribute(_) => continue,
+                };
+                let old = current.get(key).cloned().flatten();
+                if let Some(changed) = changed_attributes(op, old.as_ref(), &schema) {
+                    let _ = tuning.profiler.record_update(now, &changed, 1);
+                }
+                let new = match op {
+                    WriteOp::Put(record) => Some(record.clone()),
+                    WriteOp::PutFields(fields) => Some(Record {
+                        key: fields.key.clone(),
+                        values: fields
+                            .fields
+                            .iter()
+                            .filter_map(|(id, v)| {
+                                Some((
+                                    schema.attributes.get(usize::from(*id))?.name.clone(),
+                                    v.clone(),
+                                ))
+                            })
+                            .collect(),
+                    }),
+                    _ => None,
+                };
+                current.insert(key.clone(), new);
+            }
+        });
+    }
+
+    /// Sets the model's parameters, as measured (`puffer-bench hyperspace --calibrate`);
+    /// without them the configurator ranks nothing.
+    pub fn set_hyperspace_calibration(&self, measured: MeasuredCalibration) -> Result<()> {
+        measured.check()?;
+        *self.tuning.calibration.lock().expect("calibration lock") = Some(measured);
+        Ok(())
+    }
+
+    /// The model's parameters, if set.
+    pub fn hyperspace_calibration(&self) -> Option<MeasuredCalibration> {
+        *self.tuning.calibration.lock().expect("calibration lock")
+    }
+
+    /// What the configurator shows of table `table`: its profile, the ranking of the
+    /// last pass, the last decision and reconfiguration.
+    pub fn hyperspace_status(&self, table: &str) -> Result<TableTuningView> {
+        let table = self.table(table)?;
+        let schema = table.schema();
+        self.tuning.with_table(table.uid(), |tuning, now| {
+            let mut view = tuning.view.clone();
+            if let Ok(counts) = tuning.profiler.search_counts(now) {
+                view.profile.searches = counts
+                    .into_iter()
+                    .map(|(shape, n)| {
+                        let mut shown: std::collections::BTreeMap<String, String> = shape
+                            .attributes
+                            .iter()
+                            .map(|(id, c)| (names(&[*id], &schema)[0].clone(), constraint_name(*c)))
+                            .collect();
+                        if let Some(key) = shape.key {
+                            shown.insert(schema.key.clone(), constraint_name(key));
+                        }
+                        (shown, n)
+                    })
+                    .collect();
+            }
+            if let Ok(counts) = tuning.profiler.update_counts(now) {
+                view.profile.updates = counts
+                    .into_iter()
+                    .map(|(set, n)| (names(&set.into_iter().collect::<Vec<_>>(), &schema), n))
+                    .collect();
+            }
+            view
+        })
+    }
+
+    /// One configurator pass over every profiled table (see [`Database::tune_table`]);
+    /// a table's failure is recorded in its status and does not stop the others.
+    pub fn tune_tables(&self) {
+        let tables: Vec<std::sync::Arc<Table>> = self
+            .tables
+            .read()
+            .expect("tables lock")
+            .values()
+            .cloned()
+            .collect();
+        for table in tables {
+            if self.profiling(&table) {
+                if let Err(e) = self.tune_table(table.name()) {
+                    let _ = self.tuning.with_table(table.uid(), |tuning, _| {
+                        tuning.view.decision = Some(format!("failed: {e}"));
+                    });
+                }
+            }
+        }
+    }
+
+    /// The table's current configuration: its ready subspaces (attribute names,
+    /// regions).
+    fn current_subspaces(&self, table: &str) -> Vec<(Vec<String>, u32)> {
+        self.describe_subspaces(table)
+            .into_iter()
+            .filter(|s| s.ready)
+            .map(|s| (s.attributes, s.regions))
+            .collect()
+    }
+
+    /// One configurator pass over table `table`: its profile over the window, the
+    /// candidate configurations, their predicted throughput, the decision; with
+    /// [`HyperspaceOptions::auto`], a switch applied (new subspaces built, then the old
+    /// ones dropped). Returns whether it switched.
+    pub fn tune_table(&self, name: &str) -> Result<bool> {
+        let table = self.table(name)?;
+        let schema = table.schema();
+        self.sample_numbers(&table)?;
+        let profile = self
+            .tuning
+            .with_table(table.uid(), |tuning, now| tuning.profiler.profile(now))?
+            .map_err(config_error)?;
+        let record = |decision: String, ranking: Vec<RankedView>, current: Option<f64>| {
+            self.tuning.with_table(table.uid(), |tuning, _| {
+                tuning.view.decision = Some(decision);
+                tuning.view.ranking = ranking;
+                tuning.view.current_predicted_ops_per_s = current;
+            })
+        };
+        if profile.searches.is_empty() && profile.updates.is_empty() {
+            record("no operations in the window".into(), Vec::new(), None)?;
+            return Ok(false);
+        }
+        let Some(measured) = self.hyperspace_calibration() else {
+            record(
+                "no calibration: run puffer-bench hyperspace --calibrate and set it".into(),
+                Vec::new(),
+                None,
+            )?;
+            return Ok(false);
+        };
+        let objects = table.count(&Predicate::All, ReadOptions::default())?.0;
+        let model = calibration(&measured, objects);
+        let layout = table.layout();
+        let options = &self.tuning.options;
+        let deployment = Deployment {
+            subspace_regions: options.regions,
+            key_regions: layout.shards,
+            replicas: layout.replicas,
+        };
+        let current_subspaces = self.current_subspaces(name);
+        let current =
+            configuration_of(&current_subspaces, &schema, layout.shards, layout.replicas)?;
+        let mut candidates = candidate_configurations(
+            &profile,
+            &AnalyserConfig {
+                max_subspace_attributes: options.max_subspace_attributes,
+                max_subspaces: options.max_subspaces,
+                max_candidates: 4096,
+                deployment,
+            },
+        )
+        .map_err(config_error)?;
+        candidates.push(current.clone());
+        let ranked = rank_configurations(&candidates, &profile, &model).map_err(config_error)?;
+        let current_ranked = ranked
+            .iter()
+            .find(|r| r.configuration == current)
+            .cloned()
+            .expect("the current configuration is a candidate");
+        let decision =
+            decide(&current_ranked, &ranked, options.switch_margin).map_err(config_error)?;
+        let shown: Vec<RankedView> = ranked
+            .iter()
+            .take(MAX_RANKING_SHOWN)
+            .map(|r| RankedView {
+                configuration: view_of(&r.configuration, &schema),
+                predicted_ops_per_s: r.predicted_throughput_ops_per_s,
+            })
+            .collect();
+        let words = match decision.reason {
+            DecisionReason::NoCandidates => "no candidates".to_string(),
+            DecisionReason::CurrentIsBest => "the current configuration is the best".to_string(),
+            DecisionReason::WithinMargin { gain } => format!(
+                "the best is {:.1} % faster, within the {:.0} % margin: kept",
+                gain * 100.0,
+                options.switch_margin * 100.0
+            ),
+            DecisionReason::BeyondMargin { gain } => format!(
+                "the best is {:.1} % faster{}",
+                gain * 100.0,
+                if options.auto {
+                    ": switching"
+                } else {
+                    " (auto is off: not applied)"
+                }
+            ),
+        };
+        record(
+            words,
+            shown,
+            Some(current_ranked.predicted_throughput_ops_per_s),
+        )?;
+        if !(decision.switch && options.auto) {
+            return Ok(false);
+        }
+        let gain = match decision.reason {
+            DecisionReason::BeyondMargin { gain } => gain,
+            _ => 0.0,
+        };
+        self.apply_configuration(&table, &current_ranked, &decision.chosen, gain)?;
+        Ok(true)
+    }
+
+    /// Moves table `table` from `current` to `chosen`: the subspaces `chosen` adds are
+    /// built first (reads use them once each is ready), then those it lacks are dropped.
+    /// Recorded as the table's last reconfiguration.
+    fn apply_configuration(
+        &self,
+        table: &Table,
+        current: &RankedConfiguration,
+        chosen: &Configuration,
+        predicted_gain: f64,
+    ) -> Result<()> {
+        let schema = table.schema();
+        let started = Instant::now();
+        let started_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let wanted: BTreeSet<(Vec<String>, u32)> = view_of(chosen, &schema)
+            .subspaces
+            .into_iter()
+            .map(|s| (s.attributes, s.regions))
+            .collect();
+        let result = (|| -> Result<()> {
+            let existing = self.describe_subspaces(table.name());
+            for (attributes, regions) in &wanted {
+                let there = existing
+                    .iter()
+                    .any(|s| sorted(&s.attributes) == sorted(attributes) && s.regions <= *regions);
+                if !there {
+                    self.add_subspace(table.name(), attributes, *regions)?;
+                }
+            }
+            for s in self.describe_subspaces(table.name()) {
+                let kept = wanted
+                    .iter()
+                    .any(|(attributes, _)| sorted(attributes) == sorted(&s.attributes));
+                if !kept {
+                    self.drop_subspace(table.name(), &s.name)?;
+                }
+            }
+            Ok(())
+        })();
+        let reconfiguration = Reconfiguration {
+            started_unix_ms,
+            duration_ms: started.elapsed().as_millis() as u64,
+            from: view_of(&current.configuration, &schema),
+            to: view_of(chosen, &schema),
+            predicted_gain,
+            error: result.as_ref().err().map(|e| e.to_string()),
+        };
+        self.tuning.with_table(table.uid(), |tuning, _| {
+            tuning.view.last_reconfiguration = Some(reconfiguration);
+        })?;
+        result
+    }
+
+    /// Samples the numeric attributes of `table` (for the widths of ranges).
+    fn sample_numbers(&self, table: &Table) -> Result<()> {
+        let schema = table.schema();
+        let numeric: Vec<(u16, String)> = schema
+            .attributes
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| {
+                matches!(
+                    a.attr_type,
+                    AttrType::Int | AttrType::Float | AttrType::Timestamp
+                )
+            })
+            .map(|(id, a)| (id as u16, a.name.clone()))
+            .collect();
+        if numeric.is_empty() {
+            return Ok(());
+        }
+        let rows = table
+            .search(&Query {
+                predicate: Predicate::All,
+                projection: Some(numeric.iter().map(|(_, n)| n.clone()).collect()),
+                limit: Some(RANGE_SAMPLE_RECORDS),
+                read: ReadOptions::default(),
+            })?
+            .rows;
+        let mut numbers: HashMap<u16, Vec<f64>> = HashMap::new();
+        for (id, name) in &numeric {
+            let mut values: Vec<f64> = rows
+                .iter()
+                .filter_map(|r| match r.values.get(name)? {
+                    puffer_store::Value::Int(i) | puffer_store::Value::Timestamp(i) => {
+                        Some(*i as f64)
+                    }
+                    puffer_store::Value::Float(x) => Some(*x),
+                    _ => None,
+                })
+                .collect();
+            values.sort_unstable_by(f64::total_cmp);
+            numbers.insert(*id, values);
+        }
+        self.tuning
+            .with_table(table.uid(), |tuning, _| tuning.numbers = numbers)
+    }
+}
+
+fn sorted(names: &[String]) -> Vec<&str> {
+    let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    sorted
+}
