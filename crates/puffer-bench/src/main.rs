@@ -14,6 +14,7 @@ mod cluster_bench;
 mod consistency_bench;
 mod getafix;
 mod http_bench;
+mod hyperspace;
 mod index_bench;
 mod oracle;
 mod overload_bench;
@@ -65,11 +66,16 @@ enum Experiment {
     /// the requests it serves at once with slow clients, and back: refusals, latency,
     /// resident memory and recovery time.
     Overload(overload_bench::OverloadArgs),
+    /// Hyperspace hashing on the Inside Airbnb listings, embedded: calibration of the
+    /// model, its accuracy on workloads A, B and C, the configurator against the paper's
+    /// heuristics, and adaptation from A to B.
+    Hyperspace(hyperspace::HyperspaceArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().experiment {
         Experiment::Index(args) => index_bench::run(&args),
+        Experiment::Hyperspace(args) => hyperspace::run(&args),
         Experiment::Records(args) => records::run(&args),
         Experiment::Http(args) => http_bench::run(&args),
         Experiment::Peers(args) => peers::run(&args),

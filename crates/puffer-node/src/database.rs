@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::serving::{AdaptiveNode, NodeConfig};
+use crate::serving::{AdaptiveNode, NodeConfig, ReplicaSlot};
 use puffer_store::{
     Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardOptions, SnapshotInfo, WriteOp,
 };
@@ -29,6 +29,10 @@ use puffer_query::{QueryError, Result};
 
 mod hyperspace;
 mod subspaces;
+
+/// Longest a table's creation waits for the files of a dropped table of the same name
+/// to be removed (once its replicas are let go by reads in flight, layers being built).
+const MAX_WAIT_FOR_DROPPED_REPLICAS: Duration = Duration::from_secs(60);
 
 /// Most tables in one database.
 pub const MAX_TABLES: usize = 1024;
@@ -158,7 +162,13 @@ pub struct Database {
     key_locks: crate::subspace::KeyLocks,
     /// Profiles and the configurator's state (choosing subspaces).
     tuning: hyperspace::Tuning,
+    /// Directories of dropped tables and their replicas: removed once no replica is
+    /// held any more.
+    dropping: Mutex<Vec<DroppedFiles>>,
 }
+
+/// A dropped table's directory and its replicas (which may still be held).
+type DroppedFiles = (PathBuf, Vec<Weak<ReplicaSlot<Shard>>>);
 
 impl Drop for Database {
     fn drop(&mut self) {
@@ -167,6 +177,9 @@ impl Drop for Database {
         if let Some(thread) = self.registry_thread.lock().expect("registry lock").take() {
             let _ = thread.join();
         }
+        // Files of dropped tables still held are removed by the next creation of their
+        // name (as a crash's leftovers are).
+        let _ = self.remove_dropped_files();
     }
 }
 
@@ -447,6 +460,7 @@ impl Database {
             registry_thread: Mutex::new(Some(registry_thread)),
             key_locks: Default::default(),
             tuning: hyperspace::Tuning::new(hyperspace_options),
+            dropping: Mutex::new(Vec::new()),
         };
         database.drop_unfinished_subspaces()?;
         Ok(database)
@@ -643,6 +657,7 @@ impl Database {
             )));
         }
         let path = self.dir.join("tables").join(name);
+        self.wait_for_dropped_files(&path)?;
         if path.exists() {
             // Left by a creation that never finished (no manifest): start over.
             std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
@@ -693,8 +708,12 @@ impl Database {
         self.check_not_following("drop a table")?;
         // A time-partitioned table's chunks and a table's subspaces go first: a drop
         // cut short leaves the table with fewer, and dropping it again finishes.
-        for (_, chunk) in self.chunks_of(name) {
-            self.drop_table_here(chunk.name())?;
+        // (By name: a drop waits for every holder of the table to let go.)
+        let names = |tables: Vec<Arc<Table>>| -> Vec<String> {
+            tables.iter().map(|t| t.name().to_string()).collect()
+        };
+        for chunk in names(self.chunks_of(name).into_iter().map(|(_, c)| c).collect()) {
+            self.drop_table_here(&chunk)?;
         }
         if !self.subspaces_of(name).is_empty() {
             let _alone = self
@@ -702,8 +721,8 @@ impl Database {
                 .configuration
                 .write()
                 .expect("subspace configuration lock");
-            for subspace in self.subspaces_of(name) {
-                self.drop_table_here(subspace.name())?;
+            for subspace in names(self.subspaces_of(name)) {
+                self.drop_table_here(&subspace)?;
             }
         }
         let table = {
@@ -718,11 +737,67 @@ impl Database {
         };
         self.committer.unregister(table.uid());
         self.node.remove_table(name);
+        let replicas: Vec<Weak<ReplicaSlot<Shard>>> = table
+            .held_groups()
+            .iter()
+            .flat_map(|group| group.replicas().iter().map(Arc::downgrade))
+            .collect();
         // Stops its replicas' threads once the last query holding the table ends.
         drop(table);
-        let path = self.dir.join("tables").join(name);
-        std::fs::remove_dir_all(&path).map_err(|e| puffer_store::StoreError::io(&path, e))?;
-        Ok(())
+        // Its files go once nothing can write them any more (a read or a layer being
+        // built may still hold a replica): now, or when the last holder lets go.
+        self.dropping
+            .lock()
+            .expect("dropping lock")
+            .push((self.dir.join("tables").join(name), replicas));
+        self.remove_dropped_files()
+    }
+
+    /// Removes the files of dropped tables whose replicas nobody holds any more.
+    fn remove_dropped_files(&self) -> Result<()> {
+        let mut dropping = self.dropping.lock().expect("dropping lock");
+        let mut result = Ok(());
+        dropping.retain(|(path, replicas)| {
+            if replicas.iter().any(|r| r.strong_count() > 0) {
+                return true;
+            }
+            if let Err(e) = std::fs::remove_dir_all(path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    result = Err(puffer_store::StoreError::io(path, e).into());
+                }
+            }
+            false
+        });
+        result
+    }
+
+    /// Waits (a bounded time) until no dropped table's files wait for removal at `path`:
+    /// a table made again under a dropped one's name must not find the old one's files
+    /// appearing in its directory.
+    fn wait_for_dropped_files(&self, path: &Path) -> Result<()> {
+        let deadline = std::time::Instant::now() + MAX_WAIT_FOR_DROPPED_REPLICAS;
+        loop {
+            self.remove_dropped_files()?;
+            let pending = self
+                .dropping
+                .lock()
+                .expect("dropping lock")
+                .iter()
+                .any(|(p, _)| p == path);
+            if !pending {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(QueryError::Store(puffer_store::StoreError::Unavailable(
+                    format!(
+                        "a table dropped under this name is still in use after {} s (a read or a \
+                     handle holds it); try again once it is let go",
+                        MAX_WAIT_FOR_DROPPED_REPLICAS.as_secs()
+                    ),
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// The remote to hand writes and table changes to: set, and this node follows.

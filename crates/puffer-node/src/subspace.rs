@@ -111,9 +111,11 @@ pub fn check_subspace(
             attributes.len()
         )));
     }
-    if !(2..=MAX_SHARDS).contains(&regions) {
+    // A grid of one part per attribute prunes nothing but is a configuration the
+    // model weighs (the hyperspace heuristic over many attributes): allowed.
+    if !(1..=MAX_SHARDS).contains(&regions) {
         return Err(QueryError::Invalid(format!(
-            "a subspace has 2 to {MAX_SHARDS} regions; got {regions}"
+            "a subspace has 1 to {MAX_SHARDS} regions; got {regions}"
         )));
     }
     let mut seen = BTreeSet::new();
@@ -135,14 +137,6 @@ pub fn check_subspace(
             .find(|a| a.name == *name)
             .ok_or_else(|| QueryError::Invalid(format!("the table has no attribute {name:?}")))?;
         types.push(attribute.attr_type);
-    }
-    if parts_per_dimension(regions, attributes.len()) < 2 {
-        return Err(QueryError::Invalid(format!(
-            "{regions} regions over {} attributes leave one part per attribute, which prunes \
-             nothing; give at least {} regions",
-            attributes.len(),
-            1u64 << attributes.len()
-        )));
     }
     Ok(types)
 }

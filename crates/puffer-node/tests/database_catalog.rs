@@ -288,3 +288,38 @@ fn texts_are_listed_in_the_catalog_and_survive_a_reopen() {
     ));
     assert_eq!(db.texts().get("ghost").unwrap().count(b"o").unwrap(), 2);
 }
+
+#[test]
+fn a_table_dropped_while_held_keeps_its_files_until_let_go_and_its_name_starts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path(), options()).unwrap();
+    db.create_table("t", schema()).unwrap();
+    put(&db, "t", 0..50);
+    let held = db.table("t").unwrap();
+    db.drop_table("t").unwrap();
+    let path = dir.path().join("tables").join("t");
+    assert!(path.exists(), "a held table's files stay while it is held");
+    assert!(db.table("t").is_err(), "but the table is gone");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(held);
+    });
+    // Made again under the name: it waits for the old files to go, and starts empty.
+    db.create_table("t", schema()).unwrap();
+    release.join().unwrap();
+    let table = db.table("t").unwrap();
+    let (count, _) = table
+        .count(
+            &puffer_store::Predicate::All,
+            puffer_store::ReadOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(count, 0);
+    put(&db, "t", 0..5);
+    drop(table);
+    db.drop_table("t").unwrap();
+    assert!(
+        !path.exists(),
+        "a table nobody holds loses its files at once"
+    );
+}

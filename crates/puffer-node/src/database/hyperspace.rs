@@ -326,26 +326,8 @@ impl Database {
             .into_iter()
             .map(|s| (s.attributes, s.regions))
             .collect();
-        let result = (|| -> Result<()> {
-            let existing = self.describe_subspaces(table.name());
-            for (attributes, regions) in &wanted {
-                let there = existing
-                    .iter()
-                    .any(|s| sorted(&s.attributes) == sorted(attributes) && s.regions <= *regions);
-                if !there {
-                    self.add_subspace(table.name(), attributes, *regions)?;
-                }
-            }
-            for s in self.describe_subspaces(table.name()) {
-                let kept = wanted
-                    .iter()
-                    .any(|(attributes, _)| sorted(attributes) == sorted(&s.attributes));
-                if !kept {
-                    self.drop_subspace(table.name(), &s.name)?;
-                }
-            }
-            Ok(())
-        })();
+        let wanted: Vec<(Vec<String>, u32)> = wanted.into_iter().collect();
+        let result = self.set_subspaces(table.name(), &wanted);
         let reconfiguration = Reconfiguration {
             started_unix_ms,
             duration_ms: started.elapsed().as_millis() as u64,
@@ -358,6 +340,31 @@ impl Database {
             tuning.view.last_reconfiguration = Some(reconfiguration);
         })?;
         result
+    }
+
+    /// Gives table `table` exactly the subspaces `wanted` (attribute names, regions):
+    /// those missing are built first (reads use each once it is ready), then those not
+    /// wanted are dropped. A subspace over the same attributes with at most the regions
+    /// asked counts as there.
+    pub fn set_subspaces(&self, table: &str, wanted: &[(Vec<String>, u32)]) -> Result<()> {
+        let existing = self.describe_subspaces(table);
+        for (attributes, regions) in wanted {
+            let there = existing
+                .iter()
+                .any(|s| sorted(&s.attributes) == sorted(attributes) && s.regions <= *regions);
+            if !there {
+                self.add_subspace(table, attributes, *regions)?;
+            }
+        }
+        for s in self.describe_subspaces(table) {
+            let kept = wanted
+                .iter()
+                .any(|(attributes, _)| sorted(attributes) == sorted(&s.attributes));
+            if !kept {
+                self.drop_subspace(table, &s.name)?;
+            }
+        }
+        Ok(())
     }
 
     /// Samples the numeric attributes of `table` (for the widths of ranges).

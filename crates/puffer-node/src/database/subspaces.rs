@@ -217,6 +217,7 @@ impl Database {
         }
         let copy = self.table(&name)?;
         if let Err(e) = self.fill_subspace(&base, &copy, &of) {
+            drop(copy); // (the drop waits for every holder to let go)
             let _ = self.drop_subspace(table, &name);
             return Err(e);
         }
@@ -293,6 +294,8 @@ impl Database {
                 "{name} is not a subspace of table {table}"
             )));
         }
+        // The drop waits for every holder of its replicas to let go: this one first.
+        drop(copy);
         let _alone = self
             .key_locks
             .configuration

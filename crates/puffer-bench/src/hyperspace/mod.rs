@@ -1,0 +1,693 @@
+//! `puffer-bench hyperspace`: the evaluation of "Optimizing Hyperspace Hashing via
+//! Analytical Modelling and Adaptation" on the Inside Airbnb listings, embedded (one
+//! node, the database in this process).
+//!
+//! 1. **Calibration** (`--calibrate`, or when `calibration.json` is missing): `T_max` from
+//!    updates on the key subspace alone, `α` from update runs that move copies in some
+//!    subspaces and leave others (equation 5, inverted exactly), `β` from search runs
+//!    scanning different shares of the table (equation 2 inverted). Written to
+//!    `<out>/calibration.json` and given to the database.
+//! 2. **Model accuracy** (Table 2, Figure 6): for each of workloads A, B, C at 90/10, 50/50
+//!    and 10/90 searches to updates, the model's 5 best candidates and 5 others at random,
+//!    each built and measured: the mean absolute error of predicted against measured
+//!    throughput, and Kendall's tau of the two rankings.
+//! 3. **Oracles** (Figures 8 and 9): the configuration the database's own configurator
+//!    picks from the profile of the operations it served, against the paper's heuristics
+//!    (no subspace, hyperspace, subspaces-all, dominant), each measured.
+//! 4. **Adaptation**: workload A running, then B; how long until the configurator has
+//!    switched, and the throughput before and after.
+//!
+//! CSV files go to `<out>/`; one JSON object is printed last.
+
+pub mod data;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use puffer_adapt::hyperspace::{
+    self as model, candidate_configurations, rank_configurations, search_cost_s, AnalyserConfig,
+    Calibration, Configuration, Deployment, SearchRun, SearchShape, UpdateRun, WorkloadProfile,
+};
+use puffer_node::hyperspace::{HyperspaceOptions, MeasuredCalibration};
+use puffer_node::serving::NodeConfig;
+use puffer_node::{Database, DatabaseOptions, TableLayout};
+use puffer_store::WriteOp;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde_json::json;
+
+use crate::stats::round;
+use workload::{
+    kendall_tau, label, measure, profile, run_series, workloads, Mix, Operations, Workload, MIXES,
+    TABLE, UPDATED,
+};
+
+#[derive(clap::Args)]
+pub struct HyperspaceArgs {
+    /// Inside Airbnb listings files (`<city>-listings.csv.gz`).
+    #[arg(long, num_args = 1.., default_values = [
+        "../shared/data/airbnb/antwerp-listings.csv.gz",
+        "../shared/data/airbnb/boston-listings.csv.gz",
+        "../shared/data/airbnb/dublin-listings.csv.gz",
+        "../shared/data/airbnb/edinburgh-listings.csv.gz",
+        "../shared/data/airbnb/hongkong-listings.csv.gz",
+    ])]
+    inputs: Vec<PathBuf>,
+    /// Measure the model's parameters again (else read `<out>/calibration.json` if it is
+    /// there), then go on with the experiments.
+    #[arg(long)]
+    calibrate: bool,
+    /// Only calibrate.
+    #[arg(long)]
+    calibrate_only: bool,
+    /// Client threads (closed loop).
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Seconds measured per configuration.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Seconds run before measuring (after a configuration is built).
+    #[arg(long, default_value_t = 1.0)]
+    warm_seconds: f64,
+    /// Regions of every subspace.
+    #[arg(long, default_value_t = 16)]
+    regions: u32,
+    /// Shards of the table itself (the key subspace's regions).
+    #[arg(long, default_value_t = 4)]
+    shards: u32,
+    /// Configurations sampled per workload: the model's best this many, and as many
+    /// others at random.
+    #[arg(long, default_value_t = 5)]
+    sample: usize,
+    /// Skip the adaptation run.
+    #[arg(long)]
+    skip_adaptation: bool,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where CSV files go.
+    #[arg(long, default_value = "target/bench/hyperspace")]
+    out_dir: PathBuf,
+}
+
+/// Seconds of the profiler's window in the experiment (the operations of one
+/// configuration's run, not those before it).
+const WINDOW_SECONDS: u32 = 5;
+
+/// Subspaces as the database takes them.
+type Subspaces = Vec<(Vec<String>, u32)>;
+
+fn subspaces_of(configuration: &Configuration) -> Subspaces {
+    configuration
+        .subspaces()
+        .iter()
+        .map(|s| {
+            let names = s
+                .attributes()
+                .iter()
+                .map(|&id| data::ATTRIBUTES[usize::from(id)].0.to_string())
+                .collect();
+            (names, s.regions())
+        })
+        .collect()
+}
+
+struct Bench {
+    args: HyperspaceArgs,
+    db: Arc<Database>,
+    records: Arc<Vec<puffer_store::Record>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Bench {
+    fn deployment(&self) -> Deployment {
+        Deployment {
+            subspace_regions: self.args.regions,
+            key_regions: self.args.shards,
+            replicas: 1,
+        }
+    }
+
+    fn configure(&self, subspaces: &Subspaces) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        self.db
+            .set_subspaces(TABLE, subspaces)
+            .with_context(|| format!("configure {}", label(subspaces)))?;
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    fn measure(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
+        measure(
+            &self.db,
+            &Arc::new(operations),
+            self.args.clients,
+            self.args.warm_seconds,
+            self.args.seconds,
+            seed,
+        )
+    }
+
+    fn operations(
+        &self,
+        workload: &Workload,
+        mix: Mix,
+        updated: &[&'static str],
+    ) -> anyhow::Result<Operations> {
+        Operations::new(self.records.clone(), workload, mix, updated)
+    }
+}
+
+pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
+    for input in &args.inputs {
+        if !input.exists() {
+            anyhow::bail!(
+                "{} is missing (the Inside Airbnb listings of ../shared/data/airbnb)",
+                input.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(&args.out_dir)?;
+    let records = Arc::new(data::load(&args.inputs)?);
+    let dir = tempfile::tempdir()?;
+    let options = DatabaseOptions {
+        node: NodeConfig {
+            workers_per_replica: 1,
+            ..NodeConfig::default()
+        },
+        hyperspace: HyperspaceOptions {
+            auto: true,
+            profiler: model::ProfilerConfig {
+                bucket_width_ms: 1000,
+                window_buckets: WINDOW_SECONDS,
+                max_tracked_sets: 256,
+            },
+            regions: args.regions,
+            max_subspace_attributes: 3,
+            max_subspaces: 3,
+            ..HyperspaceOptions::default()
+        },
+        ..DatabaseOptions::default()
+    };
+    let db = Arc::new(Database::open_with(dir.path(), options)?);
+    db.create_table_with(
+        TABLE,
+        data::schema(),
+        TableLayout {
+            shards: args.shards,
+            replicas: 1,
+        },
+    )?;
+    let load_started = Instant::now();
+    for batch in records.chunks(2000) {
+        let ops = batch.iter().cloned().map(WriteOp::Put).collect();
+        workload::write_retrying(&db, ops)?;
+    }
+    db.table(TABLE)?.compact_all()?;
+    eprintln!(
+        "loaded {} listings in {:.1} s",
+        records.len(),
+        load_started.elapsed().as_secs_f64()
+    );
+    let bench = Bench {
+        args: clone_args(args),
+        db,
+        records,
+        _dir: dir,
+    };
+    let calibration_path = args.out_dir.join("calibration.json");
+    let measured = match std::fs::read(&calibration_path) {
+        Ok(bytes) if !(args.calibrate || args.calibrate_only) => serde_json::from_slice::<
+            serde_json::Value,
+        >(&bytes)
+        .ok()
+        .and_then(|v| serde_json::from_value::<MeasuredCalibration>(v["parameters"].clone()).ok())
+        .with_context(|| format!("{} does not hold a calibration", calibration_path.display()))?,
+        _ => calibrate(&bench, &calibration_path)?,
+    };
+    bench.db.set_hyperspace_calibration(measured)?;
+    println!(
+        "calibration: beta {:.3e} s/object, alpha {:.3}, T_max {:.0} ops/s",
+        measured.beta_s_per_object, measured.alpha, measured.max_throughput_ops_per_s
+    );
+    if args.calibrate_only {
+        println!(
+            "{}",
+            json!({"experiment": "hyperspace", "calibration": measured})
+        );
+        return Ok(());
+    }
+    let objects = bench.records.len() as u64;
+    let model_calibration = puffer_node::hyperspace::calibration(&measured, objects);
+    let mut accuracy_rows = Vec::new();
+    let mut oracle_rows = Vec::new();
+    let mut summaries = Vec::new();
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    for workload in workloads() {
+        for mix in MIXES {
+            let name = format!("{}-{}", workload.name, mix.name);
+            let summary = evaluate(
+                &bench,
+                &workload,
+                mix,
+                &model_calibration,
+                &mut rng,
+                &mut accuracy_rows,
+                &mut oracle_rows,
+            )
+            .with_context(|| format!("workload {name}"))?;
+            summaries.push(summary);
+        }
+    }
+    write_csv(
+        &args.out_dir.join("model_accuracy.csv"),
+        "workload,configuration,predicted_ops_per_s,measured_ops_per_s,sampled_as",
+        &accuracy_rows,
+    )?;
+    write_csv(
+        &args.out_dir.join("oracles.csv"),
+        "workload,oracle,configuration,measured_ops_per_s",
+        &oracle_rows,
+    )?;
+    let adaptation = if args.skip_adaptation {
+        None
+    } else {
+        Some(adapt(&bench)?)
+    };
+    print_summary(&summaries, adaptation.as_ref());
+    println!(
+        "{}",
+        json!({
+            "experiment": "hyperspace",
+            "dataset": format!("Inside Airbnb, {} listings", bench.records.len()),
+            "clients": args.clients,
+            "seconds": args.seconds,
+            "regions": args.regions,
+            "shards": args.shards,
+            "calibration": measured,
+            "workloads": summaries,
+            "adaptation": adaptation,
+        })
+    );
+    Ok(())
+}
+
+fn clone_args(args: &HyperspaceArgs) -> HyperspaceArgs {
+    HyperspaceArgs {
+        inputs: args.inputs.clone(),
+        calibrate: args.calibrate,
+        calibrate_only: args.calibrate_only,
+        clients: args.clients,
+        seconds: args.seconds,
+        warm_seconds: args.warm_seconds,
+        regions: args.regions,
+        shards: args.shards,
+        sample: args.sample,
+        skip_adaptation: args.skip_adaptation,
+        seed: args.seed,
+        out_dir: args.out_dir.clone(),
+    }
+}
+
+/// The calibration runs (§4.3) and the parameters they give.
+fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCalibration> {
+    let updates_only = Mix {
+        name: "updates",
+        search_share: 0.0,
+    };
+    let searches_only = Mix {
+        name: "searches",
+        search_share: 1.0,
+    };
+    let any = &workloads()[0];
+    let regions = bench.args.regions;
+    let sub = |attributes: &[&str]| {
+        (
+            attributes.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            regions,
+        )
+    };
+    // T_max: the key subspace alone; an update is a fetch and one write (1 + K).
+    bench.configure(&Vec::new())?;
+    let key_only = bench.measure(bench.operations(any, updates_only, &UPDATED)?, 11)?;
+    let max_throughput = key_only * 2.0;
+    eprintln!("calibration: updates, key only: {key_only:.0} ops/s");
+    // α: updates of price with subspaces it moves (M) or leaves (N).
+    let update_cases: [(Subspaces, u32, u32); 4] = [
+        (vec![sub(&["price"])], 0, 1),
+        (vec![sub(&["locality"])], 1, 0),
+        (vec![sub(&["price"]), sub(&["locality"])], 1, 1),
+        (vec![sub(&["price", "locality"]), sub(&["region"])], 1, 1),
+    ];
+    let mut update_runs = Vec::new();
+    let mut rows = Vec::new();
+    for (subspaces, untouched, modified) in update_cases {
+        bench.configure(&subspaces)?;
+        let measured = bench.measure(bench.operations(any, updates_only, &["price"])?, 12)?;
+        eprintln!(
+            "calibration: updates of price, {}: {measured:.0} ops/s",
+            label(&subspaces)
+        );
+        rows.push(json!({"kind": "update", "configuration": label(&subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(measured, 1)}));
+        update_runs.push(UpdateRun {
+            replicas: 1,
+            untouched_subspaces: untouched,
+            modified_subspaces: modified,
+            measured_throughput_ops_per_s: measured,
+        });
+    }
+    let alpha = model::alpha_from_update_runs(&update_runs, max_throughput)
+        .map_err(|e| anyhow::anyhow!("alpha: {}: {}", e.setting, e.reason))?;
+    // β: searches of one class, scanning different shares of the table.
+    let search_cases: [(Vec<&'static str>, Subspaces); 4] = [
+        (vec!["locality"], Vec::new()),
+        (vec!["locality"], vec![sub(&["locality"])]),
+        (vec!["locality"], vec![sub(&["locality", "price"])]),
+        (vec!["region", "price"], vec![sub(&["region", "price"])]),
+    ];
+    let objects = bench.records.len() as u64;
+    let unit = Calibration {
+        beta_s_per_object: 1.0,
+        alpha: 1.0,
+        max_throughput_ops_per_s: 1.0,
+        objects,
+    };
+    let mut search_runs = Vec::new();
+    for (attributes, subspaces) in search_cases {
+        bench.configure(&subspaces)?;
+        let workload = Workload {
+            name: "calibration",
+            searches: vec![(attributes.clone(), 1.0)],
+        };
+        let measured = bench.measure(bench.operations(&workload, searches_only, &UPDATED)?, 13)?;
+        let configuration = model_configuration(&subspaces, bench.args.shards)?;
+        let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
+        let scanned = search_cost_s(&configuration, &shape, &unit)
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+        eprintln!(
+            "calibration: searches of {attributes:?}, {}: {measured:.0} ops/s, {scanned:.0} objects scanned",
+            label(&subspaces)
+        );
+        rows.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "objects_scanned": round(scanned, 1), "measured_ops_per_s": round(measured, 1)}));
+        search_runs.push(SearchRun {
+            objects_scanned: scanned,
+            measured_throughput_ops_per_s: measured,
+        });
+    }
+    let beta = model::beta_from_search_runs(&search_runs)
+        .map_err(|e| anyhow::anyhow!("beta: {}: {}", e.setting, e.reason))?;
+    bench.configure(&Vec::new())?;
+    let measured = MeasuredCalibration {
+        beta_s_per_object: beta,
+        alpha,
+        max_throughput_ops_per_s: max_throughput,
+    };
+    let file = json!({
+        "parameters": measured,
+        "key_only_update_ops_per_s": round(key_only, 1),
+        "runs": rows,
+        "clients": bench.args.clients,
+        "seconds": bench.args.seconds,
+        "listings": objects,
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
+    Ok(measured)
+}
+
+fn model_configuration(subspaces: &Subspaces, shards: u32) -> anyhow::Result<Configuration> {
+    let model = subspaces
+        .iter()
+        .map(|(attributes, regions)| {
+            model::Subspace::new(attributes.iter().map(|a| data::id(a)), *regions)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+    Configuration::new(model, shards, 1).map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))
+}
+
+/// One workload: the sampled configurations measured against their prediction, the
+/// heuristics and the configurator's own choice.
+fn evaluate(
+    bench: &Bench,
+    workload: &Workload,
+    mix: Mix,
+    calibration: &Calibration,
+    rng: &mut StdRng,
+    accuracy_rows: &mut Vec<String>,
+    oracle_rows: &mut Vec<String>,
+) -> anyhow::Result<serde_json::Value> {
+    let name = format!("{}-{}", workload.name, mix.name);
+    let profile: WorkloadProfile = profile(workload, mix);
+    let deployment = bench.deployment();
+    let error = |e: puffer_adapt::ConfigError| anyhow::anyhow!("{}: {}", e.setting, e.reason);
+    let candidates = candidate_configurations(
+        &profile,
+        &AnalyserConfig {
+            max_subspace_attributes: 3,
+            max_subspaces: 3,
+            max_candidates: 4096,
+            deployment,
+        },
+    )
+    .map_err(error)?;
+    let heuristics: Vec<(&str, Configuration)> = vec![
+        (
+            "no-subspace",
+            model::no_subspace(&deployment).map_err(error)?,
+        ),
+        (
+            "hyperspace",
+            model::hyperspace(&profile, &deployment).map_err(error)?,
+        ),
+        (
+            "subspaces-all",
+            model::subspaces_all(&profile, &deployment).map_err(error)?,
+        ),
+        (
+            "dominant",
+            model::dominant(&profile, &deployment).map_err(error)?,
+        ),
+    ];
+    let mut all = candidates.clone();
+    all.extend(heuristics.iter().map(|(_, c)| c.clone()));
+    let ranked = rank_configurations(&all, &profile, calibration).map_err(error)?;
+    let predicted: BTreeMap<Configuration, f64> = ranked
+        .iter()
+        .map(|r| (r.configuration.clone(), r.predicted_throughput_ops_per_s))
+        .collect();
+    // The model's best, then others at random.
+    let best: Vec<Configuration> = ranked
+        .iter()
+        .take(bench.args.sample)
+        .map(|r| r.configuration.clone())
+        .collect();
+    let mut others: Vec<Configuration> = ranked
+        .iter()
+        .skip(bench.args.sample)
+        .map(|r| r.configuration.clone())
+        .collect();
+    others.shuffle(rng);
+    others.truncate(bench.args.sample);
+    let mut measured: BTreeMap<Configuration, f64> = BTreeMap::new();
+    let mut measure_one = |configuration: &Configuration, seed: u64| -> anyhow::Result<f64> {
+        if let Some(&t) = measured.get(configuration) {
+            return Ok(t);
+        }
+        bench.configure(&subspaces_of(configuration))?;
+        let t = bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)?;
+        measured.insert(configuration.clone(), t);
+        Ok(t)
+    };
+    let mut sampled = Vec::new();
+    for (i, (configuration, kind)) in best
+        .iter()
+        .map(|c| (c, "model-best"))
+        .chain(others.iter().map(|c| (c, "random")))
+        .enumerate()
+    {
+        let t = measure_one(configuration, 100 + i as u64)?;
+        let p = predicted[configuration];
+        let shown = label(&subspaces_of(configuration));
+        eprintln!("{name}: {shown}: predicted {p:.0}, measured {t:.0} ops/s");
+        accuracy_rows.push(format!("{name},\"{shown}\",{p:.1},{t:.1},{kind}"));
+        sampled.push((p, t));
+    }
+    let mut heuristic_results = Vec::new();
+    for (i, (heuristic, configuration)) in heuristics.iter().enumerate() {
+        let t = measure_one(configuration, 200 + i as u64)?;
+        let shown = label(&subspaces_of(configuration));
+        oracle_rows.push(format!("{name},{heuristic},\"{shown}\",{t:.1}"));
+        heuristic_results.push((heuristic.to_string(), shown, t));
+    }
+    // The configurator's own choice: from the profile of the operations served.
+    bench.configure(&Vec::new())?;
+    let operations = Arc::new(bench.operations(workload, mix, &UPDATED)?);
+    run_series(
+        &bench.db,
+        &operations,
+        bench.args.clients,
+        f64::from(WINDOW_SECONDS),
+        f64::from(WINDOW_SECONDS),
+        300,
+        None,
+    )?;
+    bench.db.tune_table(TABLE)?;
+    let chosen: Subspaces = bench
+        .db
+        .describe_subspaces(TABLE)
+        .into_iter()
+        .map(|s| (s.attributes, s.regions))
+        .collect();
+    let chosen_configuration = model_configuration(&chosen, bench.args.shards)?;
+    let automatic = match measured.get(&chosen_configuration) {
+        Some(&t) => t,
+        None => {
+            let t = bench.measure(bench.operations(workload, mix, &UPDATED)?, 301)?;
+            measured.insert(chosen_configuration.clone(), t);
+            t
+        }
+    };
+    let automatic_label = label(&chosen);
+    oracle_rows.push(format!(
+        "{name},automatic,\"{automatic_label}\",{automatic:.1}"
+    ));
+    let (best_measured_configuration, best_measured) = measured
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(c, t)| (label(&subspaces_of(c)), *t))
+        .expect("something was measured");
+    let errors: Vec<f64> = sampled.iter().map(|(p, t)| (p - t).abs() / t).collect();
+    let mean_error = errors.iter().sum::<f64>() / errors.len() as f64;
+    let (p, t): (Vec<f64>, Vec<f64>) = sampled.iter().copied().unzip();
+    let tau = kendall_tau(&p, &t);
+    Ok(json!({
+        "workload": name,
+        "mean_abs_error": round(mean_error, 3),
+        "kendall_tau": round(tau, 3),
+        "automatic": automatic_label,
+        "automatic_ops_per_s": round(automatic, 1),
+        "automatic_predicted_ops_per_s": predicted.get(&chosen_configuration).map(|p| round(*p, 1)),
+        "best_measured": best_measured_configuration,
+        "best_measured_ops_per_s": round(best_measured, 1),
+        "automatic_within_5_percent_of_best": automatic >= 0.95 * best_measured,
+        "heuristics": heuristic_results.iter().map(|(h, c, t)| json!({"heuristic": h, "configuration": c, "ops_per_s": round(*t, 1)})).collect::<Vec<_>>(),
+        "automatic_beats_every_heuristic": heuristic_results.iter().all(|(_, _, t)| automatic >= *t),
+        "configurations_measured": measured.len(),
+    }))
+}
+
+/// Workload A, then B, the configurator running every 2 s.
+fn adapt(bench: &Bench) -> anyhow::Result<serde_json::Value> {
+    let all = workloads();
+    let (a, b) = (&all[0], &all[1]);
+    let mix = MIXES[0];
+    bench.configure(&Vec::new())?;
+    let first = Arc::new(bench.operations(a, mix, &UPDATED)?);
+    let second = Arc::new(bench.operations(b, mix, &UPDATED)?);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tuner = {
+        let (db, stop) = (bench.db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_secs(2));
+                db.tune_tables();
+            }
+        })
+    };
+    let (before, after) = (30.0, 40.0);
+    let started_unix_ms = unix_ms();
+    let series = run_series(
+        &bench.db,
+        &first,
+        bench.args.clients,
+        before + after,
+        after,
+        400,
+        Some((before, second)),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    tuner
+        .join()
+        .map_err(|_| anyhow::anyhow!("the tuner panicked"))?;
+    let series = series?;
+    let status = bench.db.hyperspace_status(TABLE)?;
+    let switch_unix_ms = started_unix_ms + (before * 1000.0) as u64;
+    let reconfiguration = status.last_reconfiguration.clone();
+    let switched_after_s = reconfiguration
+        .as_ref()
+        .filter(|r| r.started_unix_ms >= switch_unix_ms)
+        .map(|r| (r.started_unix_ms + r.duration_ms - switch_unix_ms) as f64 / 1000.0);
+    let mean = |from: usize, to: usize| -> f64 {
+        let part =
+            &series.per_second[from.min(series.per_second.len())..to.min(series.per_second.len())];
+        part.iter().sum::<u64>() as f64 / part.len().max(1) as f64
+    };
+    let total = series.per_second.len();
+    let mut csv = std::fs::File::create(bench.args.out_dir.join("adaptation.csv"))?;
+    writeln!(csv, "second,ops,workload")?;
+    for (s, n) in series.per_second.iter().enumerate() {
+        writeln!(
+            csv,
+            "{s},{n},{}",
+            if (s as f64) < before { "A" } else { "B" }
+        )?;
+    }
+    Ok(json!({
+        "a_seconds": before,
+        "b_seconds": after,
+        "a_last_10_s_ops_per_s": round(mean(before as usize - 10, before as usize), 1),
+        "b_first_5_s_ops_per_s": round(mean(before as usize, before as usize + 5), 1),
+        "b_last_10_s_ops_per_s": round(mean(total - 10, total), 1),
+        "switched_after_s": switched_after_s.map(|s| round(s, 1)),
+        "last_reconfiguration": reconfiguration,
+        "configuration_at_end": label(&bench.db.describe_subspaces(TABLE).into_iter().map(|s| (s.attributes, s.regions)).collect::<Vec<_>>()),
+    }))
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn write_csv(path: &std::path::Path, header: &str, rows: &[String]) -> anyhow::Result<()> {
+    let mut file =
+        std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    writeln!(file, "{header}")?;
+    for row in rows {
+        writeln!(file, "{row}")?;
+    }
+    Ok(())
+}
+
+fn print_summary(summaries: &[serde_json::Value], adaptation: Option<&serde_json::Value>) {
+    println!(
+        "\n{:<7} {:>8} {:>6} {:>30} {:>9} {:>30} {:>9} {:>6} {:>6}",
+        "load", "MAE", "tau", "automatic", "ops/s", "best measured", "ops/s", "<=5%", "beats"
+    );
+    for s in summaries {
+        println!(
+            "{:<7} {:>8} {:>6} {:>30} {:>9} {:>30} {:>9} {:>6} {:>6}",
+            s["workload"].as_str().unwrap_or(""),
+            s["mean_abs_error"],
+            s["kendall_tau"],
+            s["automatic"].as_str().unwrap_or(""),
+            s["automatic_ops_per_s"],
+            s["best_measured"].as_str().unwrap_or(""),
+            s["best_measured_ops_per_s"],
+            s["automatic_within_5_percent_of_best"],
+            s["automatic_beats_every_heuristic"],
+        );
+    }
+    if let Some(a) = adaptation {
+        println!(
+            "\nadaptation A -> B: switched after {} s; A {} ops/s, B first 5 s {} ops/s, B last 10 s {} ops/s; at the end: {}",
+            a["switched_after_s"], a["a_last_10_s_ops_per_s"], a["b_first_5_s_ops_per_s"], a["b_last_10_s_ops_per_s"], a["configuration_at_end"]
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! The paper's workloads (Table 1) on the listings, and a closed-loop driver.
+//!
+//! Updates are common to all workloads: half change `price`, half `ratings`, each a
+//! fetch by key and a put of the changed record (the model's update). Searches fix each
+//! attribute of their class by equality, with the values of a listing that has them all
+//! (so every search finds at least that listing, as a booking site's would), and ask for
+//! a page of [`PAGE_ROWS`] results, as a booking site shows: an answer of thousands of
+//! rows costs its extraction, whatever the configuration, which is not what the
+//! experiment is about.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use puffer_adapt::hyperspace::{
+    AttributeSet, SearchFrequency, SearchShape, UpdateFrequency, WorkloadProfile,
+};
+use puffer_node::{Database, ReadAnswer, ReadRequest, Wait};
+use puffer_store::{Predicate, Query, ReadOptions, Record, WriteOp};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::data::id;
+
+/// Rows a search asks for.
+pub const PAGE_ROWS: usize = 100;
+
+/// The table the experiment uses.
+pub const TABLE: &str = "listings";
+
+/// One of Table 1's workloads: search classes (attributes, weight among searches).
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub name: &'static str,
+    pub searches: Vec<(Vec<&'static str>, f64)>,
+}
+
+/// Workloads A, B and C of the paper's Table 1.
+pub fn workloads() -> Vec<Workload> {
+    let a = vec![
+        (vec!["locality"], 6.0),
+        (vec!["region", "price"], 13.0),
+        (vec!["locality", "ratings", "price"], 26.0),
+        (vec!["locality", "price", "pets", "pool"], 55.0),
+    ];
+    let b = vec![
+        (vec!["locality"], 55.0),
+        (vec!["region", "price"], 26.0),
+        (vec!["locality", "ratings", "price"], 13.0),
+        (vec!["locality", "price", "pets", "pool"], 6.0),
+    ];
+    let c = vec![
+        (vec!["locality", "price"], 20.0),
+        (vec!["locality", "ratings"], 20.0),
+        (vec!["locality", "price", "ratings"], 20.0),
+        (vec!["postcode", "price"], 10.0),
+        (vec!["postcode", "ratings"], 10.0),
+        (vec!["postcode", "price", "ratings"], 10.0),
+        (vec!["locality", "stars", "ratings"], 2.0),
+        (vec!["locality", "stars", "price"], 2.0),
+        (vec!["locality", "price", "category"], 1.0),
+        (vec!["locality", "ratings", "category"], 1.0),
+        (vec!["postcode", "stars", "ratings"], 1.0),
+        (vec!["postcode", "stars", "price"], 1.0),
+        (vec!["region", "price"], 1.0),
+        (vec!["region", "ratings"], 1.0),
+    ];
+    vec![
+        Workload {
+            name: "A",
+            searches: a,
+        },
+        Workload {
+            name: "B",
+            searches: b,
+        },
+        Workload {
+            name: "C",
+            searches: c,
+        },
+    ]
+}
+
+/// A workload's variant: the share of searches among operations (0.9 read-heavy, 0.5
+/// balanced, 0.1 write-heavy).
+#[derive(Clone, Copy, Debug)]
+pub struct Mix {
+    pub name: &'static str,
+    pub search_share: f64,
+}
+
+pub const MIXES: [Mix; 3] = [
+    Mix {
+        name: "RH",
+        search_share: 0.9,
+    },
+    Mix {
+        name: "BAL",
+        search_share: 0.5,
+    },
+    Mix {
+        name: "WH",
+        search_share: 0.1,
+    },
+];
+
+/// The attributes updates change, each half of them.
+pub const UPDATED: [&str; 2] = ["price", "ratings"];
+
+/// The workload's profile in the model's terms (frequencies as shares of all
+/// operations).
+pub fn profile(workload: &Workload, mix: Mix) -> WorkloadProfile {
+    let total: f64 = workload.searches.iter().map(|(_, w)| w).sum();
+    WorkloadProfile {
+        searches: workload
+            .searches
+            .iter()
+            .map(|(attributes, weight)| SearchFrequency {
+                shape: SearchShape::equalities(attributes.iter().map(|a| id(a))),
+                frequency: mix.search_share * weight / total,
+            })
+            .collect(),
+        updates: UPDATED
+            .iter()
+            .map(|a| UpdateFrequency {
+                attributes: AttributeSet::from([id(a)]),
+                frequency: (1.0 - mix.search_share) / UPDATED.len() as f64,
+            })
+            .collect(),
+    }
+}
+
+/// What one client does: searches by class, updates, from a seed.
+pub struct Operations {
+    records: Arc<Vec<Record>>,
+    /// Per search class: its attributes, its cumulative weight, and the listings that
+    /// have all of them.
+    classes: Vec<(Vec<&'static str>, f64, Vec<usize>)>,
+    search_share: f64,
+    /// The attributes updates change, each equally often.
+    updated: Vec<&'static str>,
+}
+
+impl Operations {
+    /// `workload` at `mix`, updates changing the attributes of `updated` (the
+    /// experiment's [`UPDATED`]; calibration runs change one).
+    pub fn new(
+        records: Arc<Vec<Record>>,
+        workload: &Workload,
+        mix: Mix,
+        updated: &[&'static str],
+    ) -> anyhow::Result<Self> {
+        let total: f64 = workload.searches.iter().map(|(_, w)| w).sum();
+        let mut cumulative = 0.0;
+        let mut classes = Vec::new();
+        for (attributes, weight) in &workload.searches {
+            cumulative += weight / total;
+            let having: Vec<usize> = records
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| attributes.iter().all(|a| r.values.contains_key(*a)))
+                .map(|(i, _)| i)
+                .collect();
+            if having.is_empty() {
+                bail!("no listing has all of {attributes:?}");
+            }
+            classes.push((attributes.clone(), cumulative, having));
+        }
+        Ok(Operations {
+            records,
+            classes,
+            search_share: mix.search_share,
+            updated: updated.to_vec(),
+        })
+    }
+
+    /// Runs one operation; whether it was a search.
+    pub fn run_one(&self, db: &Database, rng: &mut StdRng) -> anyhow::Result<bool> {
+        if rng.gen_bool(self.search_share) {
+            let pick = rng.gen::<f64>();
+            let (attributes, _, having) = self
+                .classes
+                .iter()
+                .find(|(_, cumulative, _)| pick < *cumulative)
+                .unwrap_or_else(|| self.classes.last().expect("a class"));
+            let listing = &self.records[having[rng.gen_range(0..having.len())]];
+            let predicate = Predicate::And(
+                attributes
+                    .iter()
+                    .map(|a| Predicate::Eq((*a).into(), listing.values[*a].clone()))
+                    .collect(),
+            );
+            search(db, predicate)?;
+            Ok(true)
+        } else {
+            let attribute = self.updated[rng.gen_range(0..self.updated.len())];
+            let listing = &self.records[rng.gen_range(0..self.records.len())];
+            let donor = &self.records[rng.gen_range(0..self.records.len())];
+            update(db, &listing.key, attribute, donor)?;
+            Ok(false)
+        }
+    }
+}
+
+fn search(db: &Database, predicate: Predicate) -> anyhow::Result<()> {
+    let request = ReadRequest::Search {
+        query: Query {
+            predicate,
+            projection: None,
+            limit: Some(PAGE_ROWS),
+            read: ReadOptions::default(),
+        },
+    };
+    match db.read(TABLE, &request, Wait::Allowed)? {
+        Some(ReadAnswer::Rows(_)) => Ok(()),
+        other => bail!("a search answered {other:?}"),
+    }
+}
+
+/// Fetches `key`'s record and puts it back with `attribute` taken from `donor` (a
+/// missing value removes it).
+fn update(db: &Database, key: &[u8], attribute: &str, donor: &Record) -> anyhow::Result<()> {
+    let request = ReadRequest::Get {
+        key: key.to_vec(),
+        read: ReadOptions::default(),
+    };
+    let Some(ReadAnswer::Record {
+        record: Some(mut record),
+        ..
+    }) = db.read(TABLE, &request, Wait::Allowed)?
+    else {
+        bail!("listing {:?} is gone", String::from_utf8_lossy(key));
+    };
+    match donor.values.get(attribute) {
+        Some(value) => record.values.insert(attribute.into(), value.clone()),
+        None => record.values.remove(attribute),
+    };
+    write_retrying(db, vec![WriteOp::Put(record)])
+}
+
+/// Writes one batch, again (a bounded number of times) while the store refuses it as
+/// overloaded: compaction behind is the store's to say, and the client's to wait out.
+pub fn write_retrying(db: &Database, ops: Vec<WriteOp>) -> anyhow::Result<()> {
+    for _ in 0..10_000 {
+        match db.write_batch(vec![(TABLE.into(), ops.clone())]) {
+            Ok(_) => return Ok(()),
+            Err(puffer_query::QueryError::Store(puffer_store::StoreError::Overloaded(_))) => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e).context("a write"),
+        }
+    }
+    bail!("the store stayed overloaded for 20 s")
+}
+
+/// Closed-loop clients running `operations` for `seconds` after `warm_seconds`:
+/// operations per second completed in the measured part.
+pub fn measure(
+    db: &Arc<Database>,
+    operations: &Arc<Operations>,
+    clients: usize,
+    warm_seconds: f64,
+    seconds: f64,
+    seed: u64,
+) -> anyhow::Result<f64> {
+    let series = run_series(
+        db,
+        operations,
+        clients,
+        warm_seconds + seconds,
+        seconds,
+        seed,
+        None,
+    )?;
+    Ok(series.total_measured as f64 / seconds)
+}
+
+/// Operations completed, per second of the run, and in the last `measured_seconds`.
+pub struct Series {
+    pub per_second: Vec<u64>,
+    pub total_measured: u64,
+}
+
+/// Runs clients for `seconds`; `switch` (at seconds, new operations) changes the
+/// workload while running.
+pub fn run_series(
+    db: &Arc<Database>,
+    operations: &Arc<Operations>,
+    clients: usize,
+    seconds: f64,
+    measured_seconds: f64,
+    seed: u64,
+    switch: Option<(f64, Arc<Operations>)>,
+) -> anyhow::Result<Series> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let current = Arc::new(std::sync::RwLock::new(operations.clone()));
+    let buckets: Arc<Vec<AtomicU64>> = Arc::new(
+        (0..(seconds.ceil() as usize + 2))
+            .map(|_| AtomicU64::new(0))
+            .collect(),
+    );
+    let start = Instant::now();
+    let handles: Vec<_> = (0..clients)
+        .map(|c| {
+            let (db, stop, current, buckets) =
+                (db.clone(), stop.clone(), current.clone(), buckets.clone());
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let mut rng = StdRng::seed_from_u64(seed * 1000 + c as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let operations = current.read().expect("workload lock").clone();
+                    operations.run_one(&db, &mut rng)?;
+                    let second = start.elapsed().as_secs() as usize;
+                    if let Some(bucket) = buckets.get(second) {
+                        bucket.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    if let Some((at, next)) = switch {
+        std::thread::sleep(Duration::from_secs_f64(at));
+        *current.write().expect("workload lock") = next;
+        std::thread::sleep(Duration::from_secs_f64((seconds - at).max(0.0)));
+    } else {
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client panicked"))??;
+    }
+    let per_second: Vec<u64> = buckets
+        .iter()
+        .take(seconds.ceil() as usize)
+        .map(|b| b.load(Ordering::Relaxed))
+        .collect();
+    let first_measured = (seconds - measured_seconds).max(0.0).round() as usize;
+    let total_measured = per_second[first_measured.min(per_second.len())..]
+        .iter()
+        .sum();
+    Ok(Series {
+        per_second,
+        total_measured,
+    })
+}
+
+/// Kendall's tau-a of two rankings given as values (pairs tied in either count as
+/// neither concordant nor discordant).
+pub fn kendall_tau(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    if n < 2 {
+        return 1.0;
+    }
+    let mut score = 0i64;
+    for i in 0..n {
+        for j in i + 1..n {
+            let product = (a[i] - a[j]) * (b[i] - b[j]);
+            score += if product > 0.0 {
+                1
+            } else if product < 0.0 {
+                -1
+            } else {
+                0
+            };
+        }
+    }
+    score as f64 / (n * (n - 1) / 2) as f64
+}
+
+/// A configuration as the experiment names it: its subspaces' attributes.
+pub fn label(subspaces: &[(Vec<String>, u32)]) -> String {
+    if subspaces.is_empty() {
+        return "key only".into();
+    }
+    subspaces
+        .iter()
+        .map(|(attributes, _)| format!("({})", attributes.join(",")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kendall_tau_counts_concordant_and_discordant_pairs() {
+        assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), 1.0);
+        assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[30.0, 20.0, 10.0]), -1.0);
+        // Pairs (1,2) concordant, (1,3) concordant, (2,3) discordant: 1/3.
+        assert!((kendall_tau(&[1.0, 2.0, 3.0], &[1.0, 3.0, 2.0]) - 1.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn profiles_give_each_class_its_share_of_all_operations() {
+        for workload in workloads() {
+            for mix in MIXES {
+                let profile = profile(&workload, mix);
+                let searches: f64 = profile.searches.iter().map(|s| s.frequency).sum();
+                let updates: f64 = profile.updates.iter().map(|u| u.frequency).sum();
+                assert!((searches - mix.search_share).abs() < 1e-9);
+                assert!((searches + updates - 1.0).abs() < 1e-9);
+            }
+        }
+    }
+}
