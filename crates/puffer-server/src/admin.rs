@@ -210,6 +210,7 @@ pub(crate) async fn subspaces(
         Ok(Json(json!({
             "table": table,
             "subspaces": state.db.describe_subspaces(&table),
+            "configurator": state.db.hyperspace_status(&table)?,
         })))
     })
     .await
@@ -254,4 +255,28 @@ pub(crate) async fn drop_subspace(
         Ok(Json(json!({"ok": true, "name": name})))
     })
     .await
+}
+
+/// `GET /v1/admin/hyperspace/calibration`: the model's parameters, if set.
+pub(crate) async fn calibration(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Read)?;
+    Ok(Json(
+        json!({"calibration": state.db.hyperspace_calibration()}),
+    ))
+}
+
+/// `PUT /v1/admin/hyperspace/calibration` with `{"beta_s_per_object", "alpha",
+/// "max_throughput_ops_per_s"}` as `puffer-bench hyperspace --calibrate` measured them.
+pub(crate) async fn set_calibration(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Admin)?;
+    let measured: puffer_node::hyperspace::MeasuredCalibration = parse_json(&body?)?;
+    state.db.set_hyperspace_calibration(measured)?;
+    Ok(Json(json!({"calibration": measured})))
 }

@@ -64,6 +64,126 @@ pub struct ServerConfig {
     pub admin_token: Option<String>,
     /// Tables' layout and the adaptive node (`[adapt]` in the file).
     pub adapt: AdaptConfig,
+    /// Choosing subspaces from the workload (`[hyperspace]` in the file).
+    pub hyperspace: HyperspaceConfig,
+}
+
+/// The configurator of subspaces (hyperspace hashing; docs/subspaces.md).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HyperspaceConfig {
+    /// Whether the configurator builds and drops subspaces by itself (off: it only
+    /// profiles tables that have subspaces and ranks configurations).
+    pub auto: bool,
+    /// Seconds between two configurator passes.
+    pub interval_s: u64,
+    /// Seconds of operations the profile covers.
+    pub window_s: u32,
+    /// Regions of each subspace the configurator builds.
+    pub regions: u32,
+    /// How much faster (a fraction) a configuration must be predicted to replace the
+    /// current one.
+    pub switch_margin: f64,
+    /// The model's parameters as `puffer-bench hyperspace --calibrate` measured them on
+    /// this machine: `beta_s_per_object`, `alpha`, `max_throughput_ops_per_s` (all or
+    /// none; without them the configurator ranks nothing).
+    pub beta_s_per_object: Option<f64>,
+    /// See `beta_s_per_object`.
+    pub alpha: Option<f64>,
+    /// See `beta_s_per_object`.
+    pub max_throughput_ops_per_s: Option<f64>,
+}
+
+impl Default for HyperspaceConfig {
+    fn default() -> Self {
+        let options = puffer_node::hyperspace::HyperspaceOptions::default();
+        HyperspaceConfig {
+            auto: options.auto,
+            interval_s: options.interval.as_secs(),
+            window_s: options.profiler.window_buckets,
+            regions: options.regions,
+            switch_margin: options.switch_margin,
+            beta_s_per_object: None,
+            alpha: None,
+            max_throughput_ops_per_s: None,
+        }
+    }
+}
+
+impl HyperspaceConfig {
+    /// The database's options these settings describe, and the calibration if given;
+    /// the error names a bad setting.
+    pub fn options(
+        &self,
+    ) -> Result<
+        (
+            puffer_node::hyperspace::HyperspaceOptions,
+            Option<puffer_node::hyperspace::MeasuredCalibration>,
+        ),
+        ApiError,
+    > {
+        let invalid = |what: String| ApiError::invalid(format!("bad [hyperspace] setting: {what}"));
+        if !(1..=3600).contains(&self.interval_s) {
+            return Err(invalid(format!(
+                "interval_s is 1 to 3600, got {}",
+                self.interval_s
+            )));
+        }
+        let max_window = puffer_adapt::hyperspace::ProfilerConfig::MAX_WINDOW_BUCKETS;
+        if !(1..=max_window).contains(&self.window_s) {
+            return Err(invalid(format!(
+                "window_s is 1 to {max_window}, got {}",
+                self.window_s
+            )));
+        }
+        if !(1..=puffer_node::layout::MAX_SHARDS).contains(&self.regions) {
+            return Err(invalid(format!(
+                "regions is 1 to 256, got {}",
+                self.regions
+            )));
+        }
+        if !(self.switch_margin.is_finite() && (0.0..=10.0).contains(&self.switch_margin)) {
+            return Err(invalid(format!(
+                "switch_margin is 0 to 10, got {}",
+                self.switch_margin
+            )));
+        }
+        let defaults = puffer_node::hyperspace::HyperspaceOptions::default();
+        let options = puffer_node::hyperspace::HyperspaceOptions {
+            auto: self.auto,
+            interval: std::time::Duration::from_secs(self.interval_s),
+            profiler: puffer_adapt::hyperspace::ProfilerConfig {
+                bucket_width_ms: 1000,
+                window_buckets: self.window_s,
+                ..defaults.profiler
+            },
+            regions: self.regions,
+            switch_margin: self.switch_margin,
+            ..defaults
+        };
+        let calibration = match (
+            self.beta_s_per_object,
+            self.alpha,
+            self.max_throughput_ops_per_s,
+        ) {
+            (None, None, None) => None,
+            (Some(beta_s_per_object), Some(alpha), Some(max_throughput_ops_per_s)) => {
+                let measured = puffer_node::hyperspace::MeasuredCalibration {
+                    beta_s_per_object,
+                    alpha,
+                    max_throughput_ops_per_s,
+                };
+                measured.check().map_err(|e| invalid(e.to_string()))?;
+                Some(measured)
+            }
+            _ => {
+                return Err(invalid(
+                    "beta_s_per_object, alpha and max_throughput_ops_per_s go together".into(),
+                ))
+            }
+        };
+        Ok((options, calibration))
+    }
 }
 
 /// Shards, replicas, queues and the layer manager (BlowFish on one node).
@@ -196,6 +316,7 @@ impl Default for ServerConfig {
             write_token: None,
             admin_token: None,
             adapt: AdaptConfig::default(),
+            hyperspace: HyperspaceConfig::default(),
         }
     }
 }
@@ -323,6 +444,75 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hyperspace_settings_are_checked_and_a_calibration_goes_whole() {
+        let defaults = HyperspaceConfig::default();
+        let (options, calibration) = defaults.options().unwrap();
+        assert!(!options.auto);
+        assert_eq!(calibration, None);
+        let parsed: ServerConfig = toml::from_str(
+            "[hyperspace]\nauto = true\ninterval_s = 3\nwindow_s = 20\nregions = 64\n\
+             beta_s_per_object = 3.5e-7\nalpha = 0.3\nmax_throughput_ops_per_s = 15000\n",
+        )
+        .unwrap();
+        let (options, calibration) = parsed.hyperspace.options().unwrap();
+        assert!(options.auto);
+        assert_eq!(options.interval.as_secs(), 3);
+        assert_eq!(options.profiler.window_buckets, 20);
+        assert_eq!(options.regions, 64);
+        assert_eq!(calibration.unwrap().alpha, 0.3);
+        let bad = [
+            (
+                HyperspaceConfig {
+                    interval_s: 0,
+                    ..defaults.clone()
+                },
+                "interval_s",
+            ),
+            (
+                HyperspaceConfig {
+                    window_s: 0,
+                    ..defaults.clone()
+                },
+                "window_s",
+            ),
+            (
+                HyperspaceConfig {
+                    regions: 257,
+                    ..defaults.clone()
+                },
+                "regions",
+            ),
+            (
+                HyperspaceConfig {
+                    switch_margin: f64::NAN,
+                    ..defaults.clone()
+                },
+                "switch_margin",
+            ),
+            (
+                HyperspaceConfig {
+                    alpha: Some(1.0),
+                    ..defaults.clone()
+                },
+                "go together",
+            ),
+            (
+                HyperspaceConfig {
+                    beta_s_per_object: Some(-1.0),
+                    alpha: Some(1.0),
+                    max_throughput_ops_per_s: Some(10.0),
+                    ..defaults.clone()
+                },
+                "beta",
+            ),
+        ];
+        for (config, says) in bad {
+            let error = config.options().unwrap_err().to_string();
+            assert!(error.contains(says), "{error:?} should name {says:?}");
+        }
+    }
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {

@@ -89,7 +89,16 @@ impl AppState {
         }
         options.shard.log_table_max_records = config.log_table_max_records;
         config.connection_limits()?;
+        let (hyperspace, calibration) = config.hyperspace.options()?;
+        options.hyperspace = hyperspace;
         let db = Arc::new(Database::open_with(&config.data_dir, options)?);
+        if let Some(calibration) = calibration {
+            db.set_hyperspace_calibration(calibration)?;
+        }
+        start_configurator(
+            &db,
+            std::time::Duration::from_secs(config.hyperspace.interval_s),
+        )?;
         let state = Arc::new(AppState {
             db,
             cluster_status,
@@ -102,6 +111,30 @@ impl AppState {
         });
         Ok(state)
     }
+}
+
+/// Runs the subspace configurator over every profiled table every `interval`, for as
+/// long as the database is open.
+fn start_configurator(db: &Arc<Database>, interval: std::time::Duration) -> Result<(), ApiError> {
+    let db = Arc::downgrade(db);
+    std::thread::Builder::new()
+        .name("puffer-hyperspace".into())
+        .spawn(move || loop {
+            // Slept in short steps: the thread ends soon after the database closes.
+            let until = std::time::Instant::now() + interval;
+            while std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(200).min(interval));
+                if db.strong_count() == 0 {
+                    return;
+                }
+            }
+            match db.upgrade() {
+                Some(db) => db.tune_tables(),
+                None => return,
+            }
+        })
+        .map_err(|e| ApiError::invalid(format!("cannot start the configurator thread: {e}")))?;
+    Ok(())
 }
 
 /// The router with every route, auth, metrics, the body limit, and panics answered 500.
@@ -142,6 +175,10 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         .route(
             "/v1/admin/tables/{table}/subspaces/{name}",
             axum::routing::delete(admin::drop_subspace),
+        )
+        .route(
+            "/v1/admin/hyperspace/calibration",
+            get(admin::calibration).put(admin::set_calibration),
         )
         .route("/v1/texts/{name}/extract", get(texts::extract))
         .route("/v1/texts/{name}/count", get(texts::count))

@@ -30,6 +30,8 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/v1/admin/tables/{table}/subspaces", "A table's subspaces (hyperspace hashing): attributes, parts, regions, readiness"),
     ("post", "/v1/admin/tables/{table}/subspaces", "Build a subspace over attributes, cut into at most regions regions (answered once ready)"),
     ("delete", "/v1/admin/tables/{table}/subspaces/{name}", "Drop a subspace"),
+    ("get", "/v1/admin/hyperspace/calibration", "The subspace model's measured parameters (beta, alpha, T_max), if set"),
+    ("put", "/v1/admin/hyperspace/calibration", "Set the subspace model's parameters as puffer-bench hyperspace --calibrate measured them"),
     ("get", "/", "The dashboard page"),
     ("get", "/health", "Liveness"),
     ("get", "/ready", "Readiness: every table open and writable"),
