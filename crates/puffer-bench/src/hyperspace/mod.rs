@@ -149,6 +149,24 @@ impl Bench {
         Ok(started.elapsed().as_secs_f64())
     }
 
+    /// The median of three runs (the calibration's few runs carry every prediction).
+    fn measure_median(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
+        let operations = Arc::new(operations);
+        let mut runs = Vec::with_capacity(3);
+        for repeat in 0..3 {
+            runs.push(measure(
+                &self.db,
+                &operations,
+                self.args.clients,
+                self.args.warm_seconds,
+                self.args.seconds,
+                seed + repeat,
+            )?);
+        }
+        runs.sort_by(f64::total_cmp);
+        Ok(runs[1])
+    }
+
     fn measure(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
         measure(
             &self.db,
@@ -183,8 +201,10 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     let records = Arc::new(data::load(&args.inputs)?);
     let dir = tempfile::tempdir()?;
     let options = DatabaseOptions {
+        // Layers fixed (the layer manager off): only the subspaces change between runs.
         node: NodeConfig {
             workers_per_replica: 1,
+            automatic: false,
             ..NodeConfig::default()
         },
         hyperspace: HyperspaceOptions {
@@ -341,7 +361,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     };
     // T_max: the key subspace alone; an update is a fetch and one write (1 + K).
     bench.configure(&Vec::new())?;
-    let key_only = bench.measure(bench.operations(any, updates_only, &UPDATED)?, 11)?;
+    let key_only = bench.measure_median(bench.operations(any, updates_only, &UPDATED)?, 11)?;
     let max_throughput = key_only * 2.0;
     eprintln!("calibration: updates, key only: {key_only:.0} ops/s");
     // α: updates of price with subspaces it moves (M) or leaves (N).
@@ -355,7 +375,8 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     let mut rows = Vec::new();
     for (subspaces, untouched, modified) in update_cases {
         bench.configure(&subspaces)?;
-        let measured = bench.measure(bench.operations(any, updates_only, &["price"])?, 12)?;
+        let measured =
+            bench.measure_median(bench.operations(any, updates_only, &["price"])?, 12)?;
         eprintln!(
             "calibration: updates of price, {}: {measured:.0} ops/s",
             label(&subspaces)
@@ -368,8 +389,15 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             measured_throughput_ops_per_s: measured,
         });
     }
-    let alpha = model::alpha_from_update_runs(&update_runs, max_throughput)
-        .map_err(|e| anyhow::anyhow!("alpha: {}: {}", e.setting, e.reason))?;
+    // Runs faster than equation 4 allows for any alpha (moves cost no more than
+    // overwrites here, within the noise) give alpha 0, said so in the file.
+    let (alpha, alpha_note) = match model::alpha_from_update_runs(&update_runs, max_throughput) {
+        Ok(alpha) => (alpha, None),
+        Err(e) => {
+            eprintln!("calibration: {}; alpha taken as 0", e.reason);
+            (0.0, Some(e.reason))
+        }
+    };
     // β: searches of one class, scanning different shares of the table.
     let search_cases: [(Vec<&'static str>, Subspaces); 4] = [
         (vec!["locality"], Vec::new()),
@@ -391,7 +419,8 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             name: "calibration",
             searches: vec![(attributes.clone(), 1.0)],
         };
-        let measured = bench.measure(bench.operations(&workload, searches_only, &UPDATED)?, 13)?;
+        let measured =
+            bench.measure_median(bench.operations(&workload, searches_only, &UPDATED)?, 13)?;
         let configuration = model_configuration(&subspaces, bench.args.shards)?;
         let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
         let scanned = search_cost_s(&configuration, &shape, &unit)
@@ -417,6 +446,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     let file = json!({
         "parameters": measured,
         "key_only_update_ops_per_s": round(key_only, 1),
+        "alpha_note": alpha_note,
         "runs": rows,
         "clients": bench.args.clients,
         "seconds": bench.args.seconds,
