@@ -413,7 +413,7 @@ pub fn subspace_ops(
 
 /// A record given by attribute ids as one by names (ids the schema lacks are left out:
 /// validation refuses them later).
-fn record_of_fields(fields: &StoredRecord, schema: &Schema) -> Record {
+pub(crate) fn record_of_fields(fields: &StoredRecord, schema: &Schema) -> Record {
     Record {
         key: fields.key.clone(),
         values: fields

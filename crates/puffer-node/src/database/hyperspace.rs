@@ -12,7 +12,7 @@ use puffer_adapt::hyperspace::{
     DecisionReason, Deployment, RankedConfiguration,
 };
 use puffer_query::Result;
-use puffer_store::{AttrType, Predicate, Query, ReadOptions, Record, WriteOp};
+use puffer_store::{AttrType, Predicate, Query, ReadOptions, WriteOp};
 
 use super::Database;
 use crate::hyperspace::{
@@ -105,19 +105,9 @@ impl Database {
                 }
                 let new = match op {
                     WriteOp::Put(record) => Some(record.clone()),
-                    WriteOp::PutFields(fields) => Some(Record {
-                        key: fields.key.clone(),
-                        values: fields
-                            .fields
-                            .iter()
-                            .filter_map(|(id, v)| {
-                                Some((
-                                    schema.attributes.get(usize::from(*id))?.name.clone(),
-                                    v.clone(),
-                                ))
-                            })
-                            .collect(),
-                    }),
+                    WriteOp::PutFields(fields) => {
+                        Some(crate::subspace::record_of_fields(fields, &schema))
+                    }
                     _ => None,
                 };
                 current.insert(key.clone(), new);
