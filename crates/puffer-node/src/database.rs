@@ -507,18 +507,21 @@ impl Database {
             .collect()
     }
 
-    /// Every shard held here and the reads it has answered: what a cluster's
-    /// coordinator collects as access counts.
-    pub fn shard_reads(&self) -> Vec<ShardReads> {
-        let tables: Vec<Arc<Table>> = self
-            .tables
+    /// Every open table, by name (a copy of the list: no lock is held while it is used).
+    pub(crate) fn all_tables(&self) -> Vec<Arc<Table>> {
+        self.tables
             .read()
             .expect("tables lock")
             .values()
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Every shard held here and the reads it has answered: what a cluster's
+    /// coordinator collects as access counts.
+    pub fn shard_reads(&self) -> Vec<ShardReads> {
         let mut counts = Vec::new();
-        for table in tables {
+        for table in self.all_tables() {
             for group in table.held_groups() {
                 counts.push(ShardReads {
                     table: table.name().to_string(),

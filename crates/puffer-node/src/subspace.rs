@@ -362,51 +362,47 @@ pub fn subspace_ops(
     current: &mut Current,
 ) -> Result<Vec<WriteOp>> {
     let mut out = Vec::with_capacity(ops.len());
-    let leave = |out: &mut Vec<WriteOp>, key: &[u8], current: &Current| {
-        if let Some(Some(old)) = current.get(key) {
-            out.push(WriteOp::Delete(stored_key(subspace.region_of(old), key)));
-        }
-    };
     for op in ops {
-        match op {
+        // A put: its key, its record (by names), its copy under the region's key.
+        let (key, record, copy) = match op {
             WriteOp::Put(record) => {
-                check_key(&record.key)?;
                 let region = subspace.region_of(record);
-                let moved = current
-                    .get(&record.key)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|old| subspace.region_of(old) != region);
-                if moved {
-                    leave(&mut out, &record.key, current);
-                }
-                out.push(WriteOp::Put(Record {
+                let copy = WriteOp::Put(Record {
                     key: stored_key(region, &record.key),
                     values: record.values.clone(),
-                }));
-                current.insert(record.key.clone(), Some(record.clone()));
+                });
+                (&record.key, record.clone(), copy)
             }
             WriteOp::PutFields(fields) => {
-                check_key(&fields.key)?;
                 let region = subspace.region_of_fields(fields, schema);
-                let moved = current
-                    .get(&fields.key)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|old| subspace.region_of(old) != region);
-                if moved {
-                    leave(&mut out, &fields.key, current);
-                }
-                out.push(WriteOp::PutFields(StoredRecord {
+                let copy = WriteOp::PutFields(StoredRecord {
                     key: stored_key(region, &fields.key),
                     fields: fields.fields.clone(),
-                }));
-                current.insert(fields.key.clone(), Some(record_of_fields(fields, schema)));
+                });
+                (&fields.key, record_of_fields(fields, schema), copy)
             }
             WriteOp::Delete(key) => {
-                leave(&mut out, key, current);
+                if let Some(Some(old)) = current.get(key) {
+                    out.push(WriteOp::Delete(stored_key(subspace.region_of(old), key)));
+                }
                 current.insert(key.clone(), None);
+                continue;
             }
-            WriteOp::AddAttribute(attribute) => out.push(WriteOp::AddAttribute(attribute.clone())),
+            WriteOp::AddAttribute(attribute) => {
+                out.push(WriteOp::AddAttribute(attribute.clone()));
+                continue;
+            }
+        };
+        check_key(key)?;
+        // A record that moves leaves its old region in the same SCU.
+        if let Some(Some(old)) = current.get(key) {
+            let old_region = subspace.region_of(old);
+            if old_region != subspace.region_of(&record) {
+                out.push(WriteOp::Delete(stored_key(old_region, key)));
+            }
         }
+        out.push(copy);
+        current.insert(key.clone(), Some(record));
     }
     Ok(out)
 }

@@ -113,7 +113,7 @@ pub struct Table {
     /// The time-partitioned table it is a chunk of, if any.
     chunk_of: Option<crate::catalog::ChunkOf>,
     /// The table it is a subspace of, if any (marked ready once built).
-    subspace_of: RwLock<Option<crate::subspace::SubspaceOf>>,
+    subspace_of: RwLock<Option<Arc<crate::subspace::SubspaceOf>>>,
 }
 
 impl Table {
@@ -300,19 +300,23 @@ impl Table {
         if entry.subspace_of.is_some() {
             table.shards.route_by_region();
         }
-        table.subspace_of = RwLock::new(entry.subspace_of.clone());
+        table.subspace_of = RwLock::new(entry.subspace_of.clone().map(Arc::new));
         table
     }
 
-    /// The table it is a subspace of, if it is one.
-    pub fn subspace_of(&self) -> Option<crate::subspace::SubspaceOf> {
+    /// The table it is a subspace of, if it is one (shared: every read and write asks).
+    pub fn subspace_of(&self) -> Option<Arc<crate::subspace::SubspaceOf>> {
         self.subspace_of.read().expect("subspace lock").clone()
     }
 
     /// Marks a subspace ready (its catalog entry says so already).
     pub(crate) fn set_subspace_ready(&self) {
-        if let Some(subspace) = self.subspace_of.write().expect("subspace lock").as_mut() {
-            subspace.ready = true;
+        let mut current = self.subspace_of.write().expect("subspace lock");
+        if let Some(subspace) = current.as_ref() {
+            *current = Some(Arc::new(crate::subspace::SubspaceOf {
+                ready: true,
+                ..(**subspace).clone()
+            }));
         }
     }
 
@@ -550,7 +554,7 @@ impl Table {
             schema: (*self.schema()).clone(),
             partition: self.partition.clone(),
             chunk_of: self.chunk_of.clone(),
-            subspace_of: self.subspace_of(),
+            subspace_of: self.subspace_of().map(|s| (*s).clone()),
         }
     }
 

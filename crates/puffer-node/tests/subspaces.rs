@@ -615,7 +615,7 @@ fn an_unfinished_subspace_is_dropped_on_open_and_bad_requests_are_refused() {
         let name = db.add_subspace("rooms", &["city".into()], 8).unwrap();
         // As a build cut short by a crash leaves it: listed, not ready.
         let copy = db.table(&name).unwrap();
-        let mut of = copy.subspace_of().unwrap();
+        let mut of = (*copy.subspace_of().unwrap()).clone();
         of.ready = false;
         db.catalog().set_subspace(&name, copy.uid(), &of).unwrap();
         let refused = |result: puffer_query::Result<String>, says: &str| {

@@ -164,14 +164,7 @@ impl Database {
     /// One configurator pass over every profiled table (see [`Database::tune_table`]);
     /// a table's failure is recorded in its status and does not stop the others.
     pub fn tune_tables(&self) {
-        let tables: Vec<std::sync::Arc<Table>> = self
-            .tables
-            .read()
-            .expect("tables lock")
-            .values()
-            .cloned()
-            .collect();
-        for table in tables {
+        for table in self.all_tables() {
             if self.profiling(&table) {
                 if let Err(e) = self.tune_table(table.name()) {
                     let _ = self.tuning.with_table(table.uid(), |tuning, _| {

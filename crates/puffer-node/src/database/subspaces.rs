@@ -26,12 +26,9 @@ impl Database {
     /// The subspaces of table `table` (ready or being built), by name.
     pub fn subspaces_of(&self, table: &str) -> Vec<Arc<Table>> {
         // The map is ordered by name: subspaces come out in that order.
-        self.tables
-            .read()
-            .expect("tables lock")
-            .values()
+        self.all_tables()
+            .into_iter()
             .filter(|t| t.subspace_of().is_some_and(|s| s.table == table))
-            .cloned()
             .collect()
     }
 
@@ -45,7 +42,7 @@ impl Database {
                     name: copy.name().to_string(),
                     parts: of.grid.dimensions.iter().map(|d| d.parts()).collect(),
                     regions: copy.layout().shards,
-                    attributes: of.attributes,
+                    attributes: of.attributes.clone(),
                     ready: of.ready,
                 })
             })
@@ -317,7 +314,7 @@ impl Database {
                 .filter_map(|t| {
                     let of = t.subspace_of()?;
                     let orphan = !tables.contains_key(&of.table);
-                    (!of.ready || orphan).then(|| (of.table, t.name().to_string()))
+                    (!of.ready || orphan).then(|| (of.table.clone(), t.name().to_string()))
                 })
                 .collect()
         };
