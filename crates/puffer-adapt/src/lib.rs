@@ -7,6 +7,7 @@
 //! - [`averager`]: the exponentially averaged queue length (BlowFish equation 1).
 //! - [`marks`]: high and low marks per layer count, with hysteresis between them.
 //! - [`curve`]: each replica's storage-throughput curve, measured on the running system.
+//! - [`attributes`]: which replicas hold attribute layers, by rows found per byte.
 //! - [`manager`]: the layer manager, spending a node memory budget where the queues need it.
 //! - [`scheduler`]: routing a shard's queries to its replicas in inverse proportion to their queues.
 //! - [`planner`]: the storage needed for a load by layers versus by selective replication.
@@ -18,6 +19,7 @@
 //!   (equation 1), a windowed profiler, the query analyser, the throughput model
 //!   (equations 2 to 5), the configurator's margin rule and the paper's heuristics.
 
+pub mod attributes;
 pub mod averager;
 pub mod curve;
 pub mod hyperspace;

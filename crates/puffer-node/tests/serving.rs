@@ -58,6 +58,7 @@ fn config() -> NodeConfig {
             idle_drop_after_seconds: 0.0,
             drop_headroom: 0.7,
         },
+        attributes: puffer_adapt::attributes::AttributeConfig::default(),
         memory_budget_bytes: u64::MAX,
         construction: Construction::Opportunistic,
         queue_capacity: 64,
@@ -256,4 +257,158 @@ fn bad_settings_are_refused_with_their_name() {
     let node = AdaptiveNode::<TextIndex>::start(config()).unwrap();
     assert!(node.add_shard("t", 0, Vec::new()).is_err());
     assert!(node.set_layers(99, 2).is_err());
+}
+
+/// A shard of 3,000 records (`city` = one of 20, `n` = its number) in one segment.
+fn city_shard(dir: &std::path::Path) -> (puffer_store::Shard, Vec<(String, String)>) {
+    use puffer_store::{AttrType, Attribute, Record, Schema, Shard, ShardOptions, Value, WriteOp};
+    let schema = Schema::new(
+        "id",
+        vec![
+            Attribute {
+                name: "city".into(),
+                attr_type: AttrType::String,
+            },
+            Attribute {
+                name: "n".into(),
+                attr_type: AttrType::Int,
+            },
+        ],
+    )
+    .unwrap();
+    let shard = Shard::open(dir, schema, ShardOptions::default()).unwrap();
+    let rows: Vec<(String, String)> = (0..3_000)
+        .map(|i| (format!("k{i:05}"), format!("c{}", (i * 7) % 20)))
+        .collect();
+    let ops = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (key, city))| {
+            WriteOp::Put(
+                Record::new(key.as_str())
+                    .with("city", Value::str(city))
+                    .with("n", Value::Int(i as i64)),
+            )
+        })
+        .collect();
+    shard.write(ops).unwrap();
+    shard.compact_all().unwrap();
+    (shard, rows)
+}
+
+#[test]
+fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_when_it_cools() {
+    use puffer_adapt::attributes::AttributeConfig;
+    use puffer_store::{Predicate, Query, ReadOptions, Shard, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let (shard, rows) = city_shard(dir.path());
+    let node = AdaptiveNode::<Shard>::start(NodeConfig {
+        attributes: AttributeConfig {
+            enabled: true,
+            buy_rows_per_second: 100.0,
+            sell_fraction: 0.2,
+            hold_seconds: 0.0,
+            window_seconds: 0.2,
+        },
+        ..config()
+    })
+    .unwrap();
+    let group = node
+        .add_shard(
+            "t",
+            0,
+            vec![NewReplica {
+                replica: shard,
+                memory_limit_bytes: None,
+            }],
+        )
+        .unwrap();
+    // Searches on `city`, each answer checked against a scan of the rows written.
+    let search_cities = |round: usize| {
+        for i in 0..10 {
+            let city = format!("c{}", (round * 10 + i) % 20);
+            let asked = city.clone();
+            let keys: Vec<Vec<u8>> = group
+                .execute(move |shard| {
+                    shard.search(&Query {
+                        predicate: Predicate::Eq("city".into(), Value::str(&asked)),
+                        projection: Some(Vec::new()),
+                        limit: None,
+                        read: ReadOptions::default(),
+                    })
+                })
+                .unwrap()
+                .unwrap()
+                .rows
+                .into_iter()
+                .map(|r| r.key)
+                .collect();
+            let expected: Vec<Vec<u8>> = rows
+                .iter()
+                .filter(|(_, c)| *c == city)
+                .map(|(k, _)| k.clone().into_bytes())
+                .collect();
+            assert_eq!(keys, expected, "{city}");
+        }
+    };
+    let city_layer = |node: &AdaptiveNode<Shard>| {
+        node.status().replicas[0]
+            .attribute_layers
+            .iter()
+            .find(|a| a.layers.attribute == 0)
+            .cloned()
+    };
+    // No memory to spare: nothing is bought however hot the attribute is.
+    let footprint = node.status().memory_used_bytes;
+    node.set_memory_budget(footprint);
+    for round in 0..10 {
+        search_cities(round);
+        std::thread::sleep(Duration::from_millis(30));
+        node.tick();
+    }
+    let city = city_layer(&node).expect("the hot attribute is reported");
+    assert!(city.rows_per_second > 100.0, "{city:?}");
+    assert!(!city.target && city.layers.held_bytes == 0, "{city:?}");
+    // With memory: bought, built on the segment, and used by the same searches.
+    node.set_memory_budget(u64::MAX);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut round = 0;
+    loop {
+        search_cities(round);
+        round += 1;
+        std::thread::sleep(Duration::from_millis(30));
+        node.tick();
+        let city = city_layer(&node).unwrap();
+        if city.target && city.layers.segments_held == city.layers.segments {
+            assert!(city.layers.held_bytes > 0, "{city:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never bought: {city:?}");
+    }
+    search_cities(round);
+    let layered: u64 = group.replicas()[0]
+        .pool()
+        .replica()
+        .attribute_demand()
+        .iter()
+        .map(|rows| rows.layered)
+        .sum();
+    assert!(layered > 0, "the searches read the layer");
+    // The attribute `n` was never queried: no layer.
+    assert!(node.status().replicas[0]
+        .attribute_layers
+        .iter()
+        .all(|a| a.layers.attribute == 0));
+    // Cold: sold, and its memory given back.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        node.tick();
+        let city = city_layer(&node).unwrap();
+        if !city.target {
+            assert_eq!(city.layers.held_bytes, 0, "{city:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never sold: {city:?}");
+    }
 }

@@ -219,6 +219,10 @@ pub struct AdaptConfig {
     pub workers_per_replica: usize,
     /// Whether the layer manager runs (false: layers change only by hand).
     pub automatic: bool,
+    /// Whether the layer manager buys attribute layers (docs/layers.md).
+    pub attribute_layers: bool,
+    /// Rows found through an attribute per second at which its layer is bought.
+    pub attribute_buy_rows_per_second: f64,
 }
 
 impl Default for AdaptConfig {
@@ -239,6 +243,8 @@ impl Default for AdaptConfig {
             queue_capacity: node.queue_capacity,
             workers_per_replica: 0,
             automatic: true,
+            attribute_layers: node.attributes.enabled,
+            attribute_buy_rows_per_second: node.attributes.buy_rows_per_second,
         }
     }
 }
@@ -268,6 +274,11 @@ impl AdaptConfig {
                 hold_seconds: self.hold_seconds,
                 idle_drop_after_seconds: self.idle_drop_after_seconds,
                 drop_headroom: self.drop_headroom,
+            },
+            attributes: puffer_adapt::attributes::AttributeConfig {
+                enabled: self.attribute_layers,
+                buy_rows_per_second: self.attribute_buy_rows_per_second,
+                ..defaults.attributes.clone()
             },
             memory_budget_bytes: self.memory_budget_mb.saturating_mul(1 << 20),
             construction,

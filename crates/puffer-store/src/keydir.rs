@@ -240,6 +240,42 @@ impl KeyDirectory {
         Ok(cursor.key)
     }
 
+    /// The keys of `ranks` (ascending, repeats allowed), in their order: each block they
+    /// fall in is decoded once, so a run of nearby ranks costs about one key each.
+    pub fn keys(&self, ranks: &[u64]) -> Result<Vec<Vec<u8>>, String> {
+        if let Some(&rank) = ranks.iter().find(|&&rank| rank >= self.key_count) {
+            return Err(format!(
+                "key directory: rank {rank} out of range for {} keys",
+                self.key_count
+            ));
+        }
+        if let Some(pair) = ranks.windows(2).find(|pair| pair[1] < pair[0]) {
+            return Err(format!(
+                "key directory: ranks not ascending ({} after {})",
+                pair[1], pair[0]
+            ));
+        }
+        let mut out = Vec::with_capacity(ranks.len());
+        let mut i = 0;
+        while i < ranks.len() {
+            let block = ranks[i] / self.keys_per_block;
+            let mut cursor = self.block_cursor(block)?;
+            // The rank of the key the cursor holds, once it holds one.
+            let mut at = block * self.keys_per_block;
+            cursor.next_key()?;
+            while i < ranks.len() && ranks[i] / self.keys_per_block == block {
+                let rank = ranks[i];
+                while at < rank {
+                    cursor.next_key()?;
+                    at += 1;
+                }
+                out.push(cursor.key.clone());
+                i += 1;
+            }
+        }
+        Ok(out)
+    }
+
     /// All keys in ascending order; iteration stops after the first error.
     pub fn iter(&self) -> impl Iterator<Item = Result<Vec<u8>, String>> + '_ {
         (0..self.block_count)
@@ -465,6 +501,15 @@ mod tests {
         assert_eq!(directory.lower_bound(b"z").unwrap(), keys.len() as u64);
         let all: Vec<Vec<u8>> = directory.iter().collect::<Result<_, _>>().unwrap();
         assert_eq!(all, keys);
+        // Batched lookups against one at a time: every third rank, repeats, all of them.
+        let n = keys.len() as u64;
+        let picks: Vec<u64> = (0..n).step_by(3).chain([n - 1, n - 1]).collect();
+        for ranks in [picks, (0..n).collect(), Vec::new(), vec![0, 0, 5]] {
+            let expected: Vec<Vec<u8>> = ranks.iter().map(|&r| keys[r as usize].clone()).collect();
+            assert_eq!(directory.keys(&ranks).unwrap(), expected, "{ranks:?}");
+        }
+        assert!(directory.keys(&[3, 2]).is_err(), "ranks out of order");
+        assert!(directory.keys(&[n]).is_err(), "rank past the end");
     }
 
     #[test]

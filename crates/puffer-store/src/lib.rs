@@ -26,6 +26,7 @@
 //! assert_eq!(found.unwrap().values["city"], Value::str("Boston"));
 //! ```
 
+pub mod attr_layer;
 pub mod bounds;
 pub mod clock;
 pub mod codec;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::ops::Bound;
 
+use crate::attr_layer::AttributeDemand;
 use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::memtable::MemInner;
@@ -325,13 +326,17 @@ impl Check {
 struct LeafProbes {
     probes: Vec<Probe>,
     check: Check,
+    /// The attribute whose fields every probe's entries start at (exact probes on one
+    /// attribute), so that an attribute layer can give their records.
+    attribute: Option<u16>,
 }
 
 fn leaf_probes(compiled: &Compiled) -> Option<LeafProbes> {
-    let exact = |probes| {
+    let exact = |probes, attribute| {
         Some(LeafProbes {
             probes,
             check: Check::Exact,
+            attribute: Some(attribute),
         })
     };
     // Escaped patterns hold no marker before their end, so an occurrence lies within
@@ -344,27 +349,31 @@ fn leaf_probes(compiled: &Compiled) -> Option<LeafProbes> {
                 attribute,
                 may_split_escape,
             },
+            attribute: None,
         })
     };
     match compiled {
         Compiled::Attr(id, TestBox(test)) => {
             let id = *id;
             match test {
-                Test::Eq(v) => exact(vec![Probe::Prefix(codec::equals_pattern(id, v))]),
+                Test::Eq(v) => exact(vec![Probe::Prefix(codec::equals_pattern(id, v))], id),
                 Test::In(vs) => {
                     let mut distinct: Vec<Vec<u8>> =
                         vs.iter().map(|v| codec::equals_pattern(id, v)).collect();
                     distinct.sort();
                     distinct.dedup();
-                    exact(distinct.into_iter().map(Probe::Prefix).collect())
+                    exact(distinct.into_iter().map(Probe::Prefix).collect(), id)
                 }
-                Test::Prefix(p) => exact(vec![Probe::Prefix(codec::value_prefix_pattern(
+                Test::Prefix(p) => exact(
+                    vec![Probe::Prefix(codec::value_prefix_pattern(
+                        id,
+                        &Value::String(p.clone()),
+                    ))],
                     id,
-                    &Value::String(p.clone()),
-                ))]),
-                Test::Exists => exact(vec![Probe::Prefix(codec::field_start(id))]),
+                ),
+                Test::Exists => exact(vec![Probe::Prefix(codec::field_start(id))], id),
                 Test::Suffix(s) | Test::Contains(s) if s.is_empty() => {
-                    exact(vec![Probe::Prefix(codec::field_start(id))])
+                    exact(vec![Probe::Prefix(codec::field_start(id))], id)
                 }
                 Test::Suffix(s) => {
                     let mut pattern = codec::escape(s);
@@ -383,7 +392,7 @@ fn leaf_probes(compiled: &Compiled) -> Option<LeafProbes> {
                         Bound::Excluded(v) => (codec::equals_pattern(id, v), false),
                         Bound::Unbounded => (codec::field_start(id), true),
                     };
-                    exact(vec![Probe::Between(lower, upper)])
+                    exact(vec![Probe::Between(lower, upper)], id)
                 }
             }
         }
@@ -398,7 +407,7 @@ enum Source {
     Scan,
     /// Suffix-array ranges, and/or given record numbers.
     Found {
-        ranges: Vec<(u64, u64)>,
+        ranges: Vec<EntryRange>,
         records: Vec<u64>,
         check: Check,
     },
@@ -410,8 +419,24 @@ impl Source {
             Source::Scan => stage.record_count().saturating_mul(4),
             Source::Found {
                 ranges, records, ..
-            } => ranges.iter().map(|(s, e)| e - s).sum::<u64>() + records.len() as u64,
+            } => ranges.iter().map(EntryRange::len).sum::<u64>() + records.len() as u64,
         }
+    }
+}
+
+/// Suffix-array entries `start..end`; `attribute` when they all start at that
+/// attribute's fields (an exact probe on it), so that its attribute layer, where the
+/// stage holds one, gives their records without a walk.
+#[derive(Clone, Copy, Debug)]
+struct EntryRange {
+    start: u64,
+    end: u64,
+    attribute: Option<u16>,
+}
+
+impl EntryRange {
+    fn len(&self) -> u64 {
+        self.end - self.start
     }
 }
 
@@ -438,7 +463,14 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
         let ranges = leaf
             .probes
             .iter()
-            .map(|p| resolve(stage, p))
+            .map(|p| {
+                let (start, end) = resolve(stage, p)?;
+                Ok(EntryRange {
+                    start,
+                    end,
+                    attribute: leaf.attribute,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         return Ok(Source::Found {
             ranges,
@@ -524,7 +556,8 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
 const LOCATE_CHUNK: u64 = 64;
 
 /// Records of a text stage that match at `snapshot`, at most `limit`, with the decoded
-/// record when `want_records` (or when verification decoded it anyway).
+/// record when `want_records` (or when verification decoded it anyway). Rows that
+/// attribute predicates find are counted in `demand`.
 pub fn search_text(
     stage: &dyn TextStage,
     compiled: &Compiled,
@@ -532,6 +565,7 @@ pub fn search_text(
     snapshot: u64,
     limit: usize,
     want_records: bool,
+    demand: &AttributeDemand,
 ) -> Result<Vec<(u64, Option<StoredRecord>)>> {
     let source = plan_text(stage, compiled)?;
     let check = match &source {
@@ -592,15 +626,38 @@ pub fn search_text(
             // With a limit, locate just enough entries (most are live matches), then
             // twice as many each time the verified matches fall short.
             let mut chunk = (limit as u64).clamp(1, LOCATE_CHUNK);
-            'ranges: for (start, end) in ranges {
-                let mut at = start;
-                while at < end {
+            'ranges: for range in ranges {
+                let layer = range
+                    .attribute
+                    .and_then(|attribute| stage.attribute_layer(attribute))
+                    .filter(|layer| layer.covers(range.start, range.end));
+                if let Some(layer) = layer {
+                    // Every record at once, from the layer: no walk to stop early.
+                    let mut entry = range.start;
+                    while entry < range.end {
+                        let more = consider(layer.record(entry), &mut out, &mut seen)?;
+                        entry += 1;
+                        if !more {
+                            break;
+                        }
+                    }
+                    demand.record(layer.attribute(), entry - range.start, true);
+                    if entry < range.end || out.len() >= limit {
+                        break 'ranges;
+                    }
+                    continue;
+                }
+                let mut at = range.start;
+                while at < range.end {
                     let chunk_end = if limit == usize::MAX {
-                        end
+                        range.end
                     } else {
-                        end.min(at.saturating_add(chunk))
+                        range.end.min(at.saturating_add(chunk))
                     };
                     chunk = chunk.saturating_mul(2);
+                    if let Some(attribute) = range.attribute {
+                        demand.record(attribute, chunk_end - at, false);
+                    }
                     for offset in stage.locate(at, chunk_end)? {
                         let record = stage.record_at(offset)?;
                         if let Some((attribute, may_split_escape)) = check.placement() {
@@ -646,12 +703,14 @@ fn occurrence_counts(
     })
 }
 
-/// Number of records of a text stage that match at `snapshot`.
+/// Number of records of a text stage that match at `snapshot` (rows found by attribute
+/// predicates counted in `demand`).
 pub fn count_text(
     stage: &dyn TextStage,
     compiled: &Compiled,
     types: &[AttrType],
     snapshot: u64,
+    demand: &AttributeDemand,
 ) -> Result<u64> {
     let exact_total = match (&plan_text(stage, compiled)?, compiled) {
         (_, Compiled::All) => Some(stage.record_count()),
@@ -662,7 +721,7 @@ pub fn count_text(
                 check: Check::Exact,
             },
             _,
-        ) if records.is_empty() => Some(ranges.iter().map(|(s, e)| e - s).sum::<u64>()),
+        ) if records.is_empty() => Some(ranges.iter().map(EntryRange::len).sum::<u64>()),
         _ => None,
     };
     match exact_total {
@@ -676,7 +735,9 @@ pub fn count_text(
             }
             Ok(total - deleted_matching)
         }
-        None => Ok(search_text(stage, compiled, types, snapshot, usize::MAX, false)?.len() as u64),
+        None => Ok(
+            search_text(stage, compiled, types, snapshot, usize::MAX, false, demand)?.len() as u64,
+        ),
     }
 }
 

@@ -11,11 +11,13 @@
 //! ascending) as of checkpoint C. Marks made after the checkpoint live in the log.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use puffer_index::{BuildOptions, TextIndex};
 use serde::{Deserialize, Serialize};
 
+use crate::attr_layer::AttributeLayer;
 use crate::bounds::{encode_bounds, RecordBounds};
 use crate::codec::{self, Place, MARK};
 use crate::container::{decode_sections, encode_sections, find_section};
@@ -60,7 +62,21 @@ pub struct Segment {
     dir: PathBuf,
     /// The shard's cache of extracted record texts (none: every read extracts).
     record_cache: Option<Arc<RecordCache>>,
+    /// Attribute layers held, one per attribute at most, swapped whole.
+    attribute_layers: ArcSwap<Vec<Arc<AttributeLayer>>>,
+    /// Attributes whose layer is being built, and those whose build failed (not tried
+    /// again: a segment that cannot be read reports it to every query anyway).
+    attribute_builds: Mutex<AttributeBuilds>,
 }
+
+#[derive(Default)]
+struct AttributeBuilds {
+    running: Vec<u16>,
+    failed: Vec<(u16, String)>,
+}
+
+/// Entries located at once while an attribute layer is built (bounds the positions held).
+const LAYER_BUILD_CHUNK: u64 = 4096;
 
 /// A record's text and where it came from.
 enum Cached {
@@ -214,6 +230,8 @@ impl Segment {
             file_bytes: index_file_bytes + bytes.len() as u64,
             dir: dir.to_path_buf(),
             record_cache: None,
+            attribute_layers: ArcSwap::from_pointee(Vec::new()),
+            attribute_builds: Mutex::new(AttributeBuilds::default()),
         };
         if let Some(name) = deletions {
             for record in read_deletions(&dir.join(name), facts.records)? {
@@ -306,6 +324,154 @@ impl Segment {
             + self.bounds.byte_len() as u64
             + self.long_fields.as_ref().map_or(0, |f| f.byte_len() as u64)
             + self.deletions.memory_bytes()
+            + self.attribute_layer_bytes()
+    }
+
+    /// The entries of attribute `attribute`'s fields: every suffix starting `MARK id`.
+    fn attribute_entries(&self, attribute: u16) -> Result<(u64, u64)> {
+        Ok(self.index.suffix_range(&codec::field_start(attribute))?)
+    }
+
+    /// The attribute layer of `attribute`, if the segment holds one.
+    pub fn attribute_layer(&self, attribute: u16) -> Option<Arc<AttributeLayer>> {
+        self.attribute_layers
+            .load()
+            .iter()
+            .find(|layer| layer.attribute() == attribute)
+            .cloned()
+    }
+
+    /// The attributes whose layers the segment holds, ascending.
+    pub fn attribute_layer_attributes(&self) -> Vec<u16> {
+        let mut held: Vec<u16> = self
+            .attribute_layers
+            .load()
+            .iter()
+            .map(|layer| layer.attribute())
+            .collect();
+        held.sort_unstable();
+        held
+    }
+
+    /// Bytes of the attribute layers held.
+    pub fn attribute_layer_bytes(&self) -> u64 {
+        self.attribute_layers
+            .load()
+            .iter()
+            .map(|layer| layer.byte_len())
+            .sum()
+    }
+
+    /// Bytes a layer of `attribute` would take here.
+    pub fn attribute_layer_cost_bytes(&self, attribute: u16) -> Result<u64> {
+        let (start, end) = self.attribute_entries(attribute)?;
+        Ok(AttributeLayer::bytes_for(end - start, self.record_count()))
+    }
+
+    /// Builds the layer of `attribute` (one locate of its entries, in chunks) without
+    /// publishing it.
+    pub fn build_attribute_layer(&self, attribute: u16) -> Result<AttributeLayer> {
+        let (start, end) = self.attribute_entries(attribute)?;
+        let mut records = Vec::with_capacity((end - start) as usize);
+        let mut at = start;
+        while at < end {
+            let chunk_end = end.min(at + LAYER_BUILD_CHUNK);
+            for offset in self.index.locate(at, chunk_end)? {
+                records.push(self.record_at(offset)?);
+            }
+            at = chunk_end;
+        }
+        Ok(AttributeLayer::from_records(
+            attribute,
+            start,
+            self.record_count(),
+            records,
+        ))
+    }
+
+    /// Publishes `layer` (replacing a layer of the same attribute): queries that start
+    /// from now on use it.
+    pub fn add_attribute_layer(&self, layer: AttributeLayer) {
+        let layer = Arc::new(layer);
+        self.attribute_layers.rcu(|held| {
+            let mut next: Vec<Arc<AttributeLayer>> = held
+                .iter()
+                .filter(|l| l.attribute() != layer.attribute())
+                .cloned()
+                .collect();
+            next.push(layer.clone());
+            next
+        });
+    }
+
+    /// Drops the layer of `attribute`; whether there was one. Queries that loaded it
+    /// keep it until they end.
+    pub fn drop_attribute_layer(&self, attribute: u16) -> bool {
+        let mut dropped = false;
+        self.attribute_layers.rcu(|held| {
+            dropped = held.iter().any(|l| l.attribute() == attribute);
+            held.iter()
+                .filter(|l| l.attribute() != attribute)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        dropped
+    }
+
+    /// Starts building the layer of `attribute` on a thread of its own, which publishes
+    /// it when done; false when the segment holds it, is building it, or failed to.
+    pub fn start_attribute_layer(self: &Arc<Self>, attribute: u16) -> bool {
+        if self.attribute_layer(attribute).is_some() {
+            return false;
+        }
+        {
+            let mut builds = self.attribute_builds.lock().expect("attribute builds");
+            if builds.running.contains(&attribute)
+                || builds.failed.iter().any(|(a, _)| *a == attribute)
+            {
+                return false;
+            }
+            builds.running.push(attribute);
+        }
+        let segment = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("attr-layer-{}-{attribute}", self.id))
+            .spawn(move || {
+                let built = segment.build_attribute_layer(attribute);
+                let mut builds = segment.attribute_builds.lock().expect("attribute builds");
+                builds.running.retain(|a| *a != attribute);
+                match built {
+                    Ok(layer) => segment.add_attribute_layer(layer),
+                    Err(e) => builds.failed.push((attribute, e.to_string())),
+                }
+            });
+        if let Err(e) = spawned {
+            let mut builds = self.attribute_builds.lock().expect("attribute builds");
+            builds.running.retain(|a| *a != attribute);
+            builds
+                .failed
+                .push((attribute, format!("no thread for the build: {e}")));
+            return false;
+        }
+        true
+    }
+
+    /// Attributes whose layer is being built now.
+    pub fn attribute_layers_building(&self) -> Vec<u16> {
+        self.attribute_builds
+            .lock()
+            .expect("attribute builds")
+            .running
+            .clone()
+    }
+
+    /// Why building a layer of each attribute failed.
+    pub fn attribute_layer_failures(&self) -> Vec<(u16, String)> {
+        self.attribute_builds
+            .lock()
+            .expect("attribute builds")
+            .failed
+            .clone()
     }
 
     /// (key, text) of every record live at `snapshot`, in key order.
@@ -397,6 +563,12 @@ impl TextStage for Segment {
     }
     fn deletions(&self) -> &Deletions {
         &self.deletions
+    }
+    fn attribute_layer(&self, attribute: u16) -> Option<Arc<AttributeLayer>> {
+        Segment::attribute_layer(self, attribute)
+    }
+    fn keys(&self, records: &[u64]) -> Result<Vec<Vec<u8>>> {
+        self.keys.keys(records).map_err(|e| self.corrupt_meta(e))
     }
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
         self.decode(record, &self.text(record, false)?, types)

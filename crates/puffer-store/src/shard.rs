@@ -17,6 +17,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use puffer_index::BuildOptions;
 
+use crate::attr_layer::{AttributeDemand, AttributeRows};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Result, StoreError};
 use crate::fs::{Fs, RealFs};
@@ -265,6 +266,8 @@ struct Shared {
     checkpoint: AtomicU64,
     /// Record texts extracted from the segments (shared by all of them).
     record_cache: Option<Arc<RecordCache>>,
+    /// Rows that attribute predicates found in the segments, by walks and by layers.
+    attribute_demand: AttributeDemand,
     /// For a shard fed by an outside log: the highest SCU number that every shard of
     /// that log has applied. A log table is only frozen while the shard holds nothing
     /// past it, so sealed stages never hold an SCU that a reader cannot see whole yet.
@@ -476,6 +479,7 @@ impl Shard {
             ],
             checkpoint: AtomicU64::new(checkpoint),
             record_cache,
+            attribute_demand: AttributeDemand::default(),
             fed,
             _lock: lock,
             options,
@@ -803,14 +807,26 @@ impl Shard {
                 break;
             }
             let left = wanted - found.len();
-            for (record, decoded) in
-                search_text(stage, &compiled, &types, info.snapshot, left, want_values)?
-            {
-                found.push(match decoded {
-                    Some(r) => name(&r),
-                    None => Record::new(stage.key(record)?),
-                });
+            let matching = search_text(
+                stage,
+                &compiled,
+                &types,
+                info.snapshot,
+                left,
+                want_values,
+                &self.shared.attribute_demand,
+            )?;
+            // Rows without values need only keys: read in record order, each block of
+            // the key directory decoded once.
+            let mut keys_only: Vec<u64> = Vec::new();
+            for (record, decoded) in matching {
+                match decoded {
+                    Some(r) => found.push(name(&r)),
+                    None => keys_only.push(record),
+                }
             }
+            keys_only.sort_unstable();
+            found.extend(stage.keys(&keys_only)?.into_iter().map(Record::new));
         }
         let truncated = found.len() > limit;
         found.truncate(limit);
@@ -844,7 +860,13 @@ impl Shard {
             }
         }
         for stage in set.text_stages() {
-            total += count_text(stage, &compiled, &types, info.snapshot)?;
+            total += count_text(
+                stage,
+                &compiled,
+                &types,
+                info.snapshot,
+                &self.shared.attribute_demand,
+            )?;
         }
         Ok((total, info))
     }
@@ -893,6 +915,12 @@ impl Shard {
             .as_ref()
             .map(|c| c.stats())
             .unwrap_or_default()
+    }
+
+    /// Rows that attribute predicates found in this shard's segments since it opened,
+    /// per attribute: by walks and from attribute layers (what the layer manager weighs).
+    pub fn attribute_demand(&self) -> Vec<AttributeRows> {
+        self.shared.attribute_demand.rows()
     }
 
     /// The segments (for layer management).

@@ -1,8 +1,9 @@
 //! What the stages of a shard have in common: versioned deletion marks, and the
 //! text-search interface that sorted batches and compressed segments both offer.
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
+use crate::attr_layer::AttributeLayer;
 use crate::error::Result;
 use crate::schema::{AttrType, StoredRecord};
 
@@ -103,6 +104,15 @@ pub trait TextStage: Send + Sync {
     fn find_key(&self, key: &[u8]) -> Result<Option<u64>>;
     /// The deletion marks.
     fn deletions(&self) -> &Deletions;
+    /// The attribute layer of `attribute`, if the stage holds one (segments may; sorted
+    /// batches locate in O(1) and need none).
+    fn attribute_layer(&self, _attribute: u16) -> Option<Arc<AttributeLayer>> {
+        None
+    }
+    /// The keys of `records` (ascending), in their order.
+    fn keys(&self, records: &[u64]) -> Result<Vec<Vec<u8>>> {
+        records.iter().map(|&r| self.key(r)).collect()
+    }
     /// Decodes a record.
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord>;
     /// [`TextStage::record`] for a point read or a short answer: the stage may keep the
@@ -114,7 +124,7 @@ pub trait TextStage: Send + Sync {
     /// The text of a record, known to decode with `types` (what [`TextStage::record`]
     /// would decode), for callers that read the fields straight from the text; kept as
     /// [`TextStage::record_kept`] keeps it.
-    fn checked_text(&self, record: u64, types: &[AttrType]) -> Result<std::sync::Arc<[u8]>> {
+    fn checked_text(&self, record: u64, types: &[AttrType]) -> Result<Arc<[u8]>> {
         self.record(record, types)?;
         Ok(self.record_text(record)?.into())
     }

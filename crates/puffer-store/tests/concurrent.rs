@@ -1,7 +1,7 @@
 //! Readers racing a writer: keys that always exist are replaced over and over (with
 //! background sealing and compaction on), while readers get and search them. Every
 //! answer must show every key exactly once, with a value the writer wrote at or before
-//! the snapshot the answer reports.
+//! the snapshot the answer reports, also while attribute layers are added and dropped.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -63,6 +63,29 @@ fn readers_never_miss_a_replaced_key() {
             }
             done.store(true, Ordering::SeqCst);
         });
+        // Attribute layers of `round` come and go on every segment meanwhile: built here
+        // and published, built on a thread of their own, or dropped.
+        scope.spawn(|| {
+            let mut step = 0u64;
+            while !done.load(Ordering::SeqCst) {
+                for segment in shard.segments() {
+                    match step % 3 {
+                        0 => {
+                            let layer = segment.build_attribute_layer(0).unwrap();
+                            segment.add_attribute_layer(layer);
+                        }
+                        1 => {
+                            segment.start_attribute_layer(0);
+                        }
+                        _ => {
+                            segment.drop_attribute_layer(0);
+                        }
+                    }
+                    step += 1;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
         for reader in 0..2 {
             let (shard, done) = (&shard, &done);
             scope.spawn(move || {
@@ -84,10 +107,34 @@ fn readers_never_miss_a_replaced_key() {
                     let keys: Vec<Vec<u8>> = all.rows.into_iter().map(|r| r.key).collect();
                     let expected: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
                     assert_eq!(keys, expected, "snapshot {}", all.snapshot.snapshot);
+                    // Through the attribute's entries (a layer's, where one is held now).
+                    let rounds = shard
+                        .search(&Query {
+                            predicate: Predicate::Range {
+                                attribute: "round".into(),
+                                lower: std::ops::Bound::Included(Value::Int(0)),
+                                upper: std::ops::Bound::Unbounded,
+                            },
+                            projection: Some(Vec::new()),
+                            limit: None,
+                            read: ReadOptions::default(),
+                        })
+                        .unwrap();
+                    let keys: Vec<Vec<u8>> = rounds.rows.into_iter().map(|r| r.key).collect();
+                    assert_eq!(
+                        keys, expected,
+                        "range, snapshot {}",
+                        rounds.snapshot.snapshot
+                    );
                     checks += 1;
                 }
             });
         }
         writer.join().unwrap();
     });
+    let demand = shard.attribute_demand();
+    assert!(
+        demand.iter().any(|rows| rows.layered > 0) && demand.iter().any(|rows| rows.walked > 0),
+        "reads went through attribute layers and walks both: {demand:?}"
+    );
 }

@@ -222,6 +222,32 @@ impl Run {
     }
 }
 
+impl Run {
+    /// Adds or drops attribute layers on random segments and attributes: answers must not
+    /// change (queries take records from a layer where one covers their entries).
+    fn change_attribute_layers(&mut self, shard: &Shard) {
+        for segment in shard.segments() {
+            for attribute in 0..ATTRIBUTES {
+                match self.rng.below(3) {
+                    0 => {
+                        let layer = segment
+                            .build_attribute_layer(attribute)
+                            .expect("build an attribute layer");
+                        segment.add_attribute_layer(layer);
+                    }
+                    1 => {
+                        segment.drop_attribute_layer(attribute);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Attributes of the test schema (`common::schema`).
+const ATTRIBUTES: u16 = 5;
+
 trait NowForTest {
     fn now_micros_for_test(&self) -> u64;
 }
@@ -259,6 +285,7 @@ fn run_seed(seed: u64, steps: usize) {
                 shard = open_caching(dir.path(), &clock, cache_bytes);
             }
             10 => clock.advance_micros(run.rng.below(2_000_000)),
+            11 => run.change_attribute_layers(&shard),
             _ => run.query(&shard),
         }
     }

@@ -223,6 +223,11 @@ fn node_config(
             idle_drop_after_seconds: args.idle_drop_after_seconds,
             drop_headroom: 0.7,
         },
+        // The experiments measure what sample layers buy (as without a record cache).
+        attributes: puffer_adapt::attributes::AttributeConfig {
+            enabled: false,
+            ..Default::default()
+        },
         memory_budget_bytes: u64::MAX,
         construction,
         queue_capacity: args.queue_capacity,

@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use puffer_adapt::attributes::{self, AttributeConfig, AttributeDecision, AttributeSample};
 use puffer_adapt::manager::{DropReason, ReplicaSample};
 use puffer_adapt::replication::joint::LayerCost;
 use puffer_adapt::{
@@ -23,7 +24,7 @@ use puffer_index::Construction;
 use serde::Serialize;
 
 use crate::serving::pool::{PoolCounters, ReplicaPool};
-use crate::serving::replica::{reconcile, LayerState, LayeredReplica};
+use crate::serving::replica::{reconcile, AttributeLayerRow, LayerState, LayeredReplica};
 use puffer_store::{Result, StoreError};
 
 /// Most layers an index has (puffer-index allows up to 8 levels).
@@ -39,6 +40,8 @@ pub struct NodeConfig {
     pub alpha: f64,
     /// Marks, hold time and drop headroom of the layer manager.
     pub manager: ManagerConfig,
+    /// When attribute layers are bought and sold.
+    pub attributes: AttributeConfig,
     /// Memory the node may spend on all replicas' indexes.
     pub memory_budget_bytes: u64,
     /// How new layers are filled.
@@ -66,6 +69,7 @@ impl Default for NodeConfig {
                 idle_drop_after_seconds: 10.0,
                 drop_headroom: 0.7,
             },
+            attributes: AttributeConfig::default(),
             memory_budget_bytes: 1 << 30,
             construction: Construction::Opportunistic,
             queue_capacity: 256,
@@ -91,6 +95,9 @@ impl NodeConfig {
         }
         QueueAverager::new(self.alpha).map_err(|e| StoreError::InvalidSetting(e.to_string()))?;
         self.manager
+            .validate()
+            .map_err(|e| StoreError::InvalidSetting(e.to_string()))?;
+        self.attributes
             .validate()
             .map_err(|e| StoreError::InvalidSetting(e.to_string()))?;
         if !(1..=1 << 20).contains(&self.queue_capacity) {
@@ -126,6 +133,8 @@ pub struct ReplicaSlot<R: LayeredReplica> {
     pool: ReplicaPool<R>,
     target_layers: AtomicU32,
     pinned: AtomicBool,
+    /// Attributes whose layers the node reconciles this replica to, ascending.
+    target_attributes: Mutex<Vec<u16>>,
 }
 
 impl<R: LayeredReplica> ReplicaSlot<R> {
@@ -137,6 +146,14 @@ impl<R: LayeredReplica> ReplicaSlot<R> {
     /// The layer count the node reconciles this replica to.
     pub fn target_layers(&self) -> u32 {
         self.target_layers.load(Ordering::Relaxed)
+    }
+
+    /// The attributes whose layers the node reconciles this replica to.
+    pub fn target_attributes(&self) -> Vec<u16> {
+        self.target_attributes
+            .lock()
+            .expect("target attributes poisoned")
+            .clone()
     }
 }
 
@@ -362,6 +379,20 @@ pub struct ReplicaStatus {
     pub curve_ops_per_thread_second: Vec<Option<f64>>,
     /// Worker threads.
     pub workers: usize,
+    /// Attributes held or queried: their layers and the rows found through them.
+    pub attribute_layers: Vec<AttributeLayerStatus>,
+}
+
+/// One attribute of a replica in the admin API.
+#[derive(Clone, Debug, Serialize)]
+pub struct AttributeLayerStatus {
+    /// Its layers on the replica's segments.
+    #[serde(flatten)]
+    pub layers: AttributeLayerRow,
+    /// Whether the node keeps the replica's layers of it.
+    pub target: bool,
+    /// Rows found through it per second, averaged.
+    pub rows_per_second: f64,
 }
 
 /// What the admin API shows of the node.
@@ -389,6 +420,18 @@ struct ReplicaControl {
     counters: PoolCounters,
     state: LayerState,
     history: VecDeque<ReplicaHistoryRow>,
+    /// Per attribute: rows found so far, their averaged rate, and when its layers were
+    /// last bought or sold.
+    attributes: HashMap<u16, AttributeDemandState>,
+    /// The replica's attribute layers at the last tick.
+    attribute_rows: Vec<AttributeLayerRow>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct AttributeDemandState {
+    rows: u64,
+    rows_per_second: f64,
+    changed_at_seconds: Option<f64>,
 }
 
 struct Control {
@@ -501,6 +544,7 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                 pool,
                 target_layers: AtomicU32::new(initial_target),
                 pinned: AtomicBool::new(false),
+                target_attributes: Mutex::new(Vec::new()),
             }));
         }
         let group = Arc::new(ShardGroup {
@@ -533,6 +577,8 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                         counters: slot.pool.counters(),
                         state,
                         history: VecDeque::new(),
+                        attributes: HashMap::new(),
+                        attribute_rows: Vec::new(),
                     },
                 );
             }
@@ -697,6 +743,20 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                         .map(|p| p.ops_per_thread_second)
                         .collect(),
                     workers: slot.pool.threads(),
+                    attribute_layers: {
+                        let target = slot.target_attributes();
+                        c.attribute_rows
+                            .iter()
+                            .map(|row| AttributeLayerStatus {
+                                layers: row.clone(),
+                                target: target.contains(&row.attribute),
+                                rows_per_second: c
+                                    .attributes
+                                    .get(&row.attribute)
+                                    .map_or(0.0, |a| a.rows_per_second),
+                            })
+                            .collect()
+                    },
                 });
             }
         }
@@ -799,6 +859,8 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
 
     let slots: Vec<&Arc<ReplicaSlot<R>>> = groups.iter().flat_map(|g| g.replicas.iter()).collect();
     let mut samples = Vec::with_capacity(slots.len());
+    let mut attribute_samples = Vec::new();
+    let mut attribute_pending_bytes = 0u64;
     for slot in &slots {
         let Some(c) = control.replicas.get_mut(&slot.id) else {
             continue;
@@ -843,6 +905,13 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
             c.history.pop_front();
         }
         c.history.push_back(row);
+        attribute_pending_bytes += observe_attributes(
+            slot,
+            c,
+            elapsed_seconds,
+            &config.attributes,
+            &mut attribute_samples,
+        );
         // Indexes come and go with compactions: keep the target within what they allow.
         let target = slot.target_layers().clamp(1, c.state.max_layers.max(1));
         slot.target_layers.store(target, Ordering::Relaxed);
@@ -870,7 +939,37 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
         return Vec::new();
     }
     let budget = inner.memory_budget_bytes.load(Ordering::Relaxed);
-    let decisions = control.manager.decide(t_seconds, budget, &samples);
+    // Attribute layers give memory back before sample layers do (puffer-adapt
+    // `attributes`): the layer manager does not count them against the budget, and what
+    // they take beyond it is sold below.
+    let attribute_held_bytes: u64 = control
+        .replicas
+        .values()
+        .flat_map(|c| c.attribute_rows.iter())
+        .map(|row| row.held_bytes)
+        .sum();
+    let decisions = control.manager.decide(
+        t_seconds,
+        budget.saturating_add(attribute_held_bytes),
+        &samples,
+    );
+    // Attribute layers get what the sample layers leave: the footprints now, the layers
+    // just granted and the attribute layers still being built are spoken for.
+    let granted: u64 = decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Add { replica } => samples.iter().find(|s| s.id == *replica),
+            Decision::Drop { .. } => None,
+        })
+        .map(|s| s.next_layer_bytes)
+        .sum();
+    let used: u64 =
+        samples.iter().map(|s| s.footprint_bytes).sum::<u64>() + granted + attribute_pending_bytes;
+    let as_i64 = |bytes: u64| bytes.min(i64::MAX as u64) as i64;
+    let free = as_i64(budget) - as_i64(used);
+    let attribute_decisions =
+        attributes::decide(t_seconds, free, &attribute_samples, &config.attributes);
+    apply_attribute_decisions(&slots, &mut control, &attribute_decisions, t_seconds);
     for decision in &decisions {
         let (replica, delta) = match *decision {
             Decision::Add { replica } => (replica, 1i64),
@@ -915,6 +1014,105 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
         }
     }
     decisions
+}
+
+/// Updates a replica's averaged rows per attribute, reconciles its attribute layers to
+/// its target, and adds a sample for every attribute held or with rows found; returns
+/// the bytes the attribute layers it holds still need (builds not yet done).
+fn observe_attributes<R: LayeredReplica>(
+    slot: &ReplicaSlot<R>,
+    c: &mut ReplicaControl,
+    elapsed_seconds: f64,
+    config: &AttributeConfig,
+    samples: &mut Vec<AttributeSample>,
+) -> u64 {
+    let replica = slot.pool.replica();
+    for rows in replica.attribute_demand() {
+        let total = rows.walked + rows.layered;
+        let state = c.attributes.entry(rows.attribute).or_default();
+        state.rows_per_second = attributes::averaged_rate(
+            state.rows_per_second,
+            total.saturating_sub(state.rows),
+            elapsed_seconds,
+            config.window_seconds,
+        );
+        state.rows = total;
+    }
+    let target = slot.target_attributes();
+    let mut report: Vec<u16> = c
+        .attributes
+        .iter()
+        .filter(|(a, state)| state.rows_per_second > 0.0 || target.contains(a))
+        .map(|(&a, _)| a)
+        .chain(target.iter().copied())
+        .collect();
+    report.sort_unstable();
+    report.dedup();
+    c.attribute_rows = replica.reconcile_attributes(&target, &report);
+    let mut pending = 0;
+    for row in &c.attribute_rows {
+        let held = target.contains(&row.attribute);
+        let state = c
+            .attributes
+            .get(&row.attribute)
+            .copied()
+            .unwrap_or_default();
+        if held {
+            pending += row.missing_bytes;
+        }
+        samples.push(AttributeSample {
+            replica: slot.id,
+            attribute: row.attribute,
+            rows_per_second: state.rows_per_second,
+            bytes: row.held_bytes + row.missing_bytes,
+            held,
+            changed_at_seconds: state.changed_at_seconds,
+        });
+    }
+    pending
+}
+
+/// Changes the replicas' target attributes as decided, and drops sold layers at once.
+fn apply_attribute_decisions<R: LayeredReplica>(
+    slots: &[&Arc<ReplicaSlot<R>>],
+    control: &mut Control,
+    decisions: &[AttributeDecision],
+    t_seconds: f64,
+) {
+    for decision in decisions {
+        let (replica, attribute, buy) = match *decision {
+            AttributeDecision::Buy { replica, attribute } => (replica, attribute, true),
+            AttributeDecision::Sell {
+                replica, attribute, ..
+            } => (replica, attribute, false),
+        };
+        let (Some(slot), Some(c)) = (
+            slots.iter().find(|s| s.id == replica),
+            control.replicas.get_mut(&replica),
+        ) else {
+            continue;
+        };
+        {
+            let mut target = slot
+                .target_attributes
+                .lock()
+                .expect("target attributes poisoned");
+            target.retain(|&a| a != attribute);
+            if buy {
+                target.push(attribute);
+                target.sort_unstable();
+            }
+        }
+        c.attributes
+            .entry(attribute)
+            .or_default()
+            .changed_at_seconds = Some(t_seconds);
+        let report: Vec<u16> = c.attribute_rows.iter().map(|r| r.attribute).collect();
+        c.attribute_rows = slot
+            .pool
+            .replica()
+            .reconcile_attributes(&slot.target_attributes(), &report);
+    }
 }
 
 /// The steps of `curves` (one per replica of a shard) that were measured: at each layer

@@ -8,6 +8,7 @@
 
 use puffer_index::{Construction, TextIndex};
 
+use puffer_store::attr_layer::AttributeRows;
 use puffer_store::Shard;
 
 /// A copy of a shard's data whose sample layers the runtime manages.
@@ -16,6 +17,18 @@ pub trait LayeredReplica: Send + Sync + 'static {
     fn indexes(&self) -> Vec<TextIndex>;
     /// Resident bytes outside the indexes (key directories, boundaries, deletion marks).
     fn other_memory_bytes(&self) -> u64;
+
+    /// Rows attribute predicates found since the replica opened, per attribute (none
+    /// for a replica without attributes).
+    fn attribute_demand(&self) -> Vec<AttributeRows> {
+        Vec::new()
+    }
+
+    /// Brings the replica's attribute layers to `target` (drops at once, one build at a
+    /// time started on a thread of its own) and reports on the attributes of `report`.
+    fn reconcile_attributes(&self, _target: &[u16], _report: &[u16]) -> Vec<AttributeLayerRow> {
+        Vec::new()
+    }
 
     /// Resident bytes in all: the indexes at their present layers and the rest.
     fn footprint_bytes(&self) -> u64 {
@@ -38,6 +51,25 @@ impl LayeredReplica for TextIndex {
     }
 }
 
+/// One attribute's layers on a replica, read off its segments.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AttributeLayerRow {
+    /// The attribute.
+    pub attribute: u16,
+    /// Segments holding its layer, of all segments.
+    pub segments_held: usize,
+    /// Segments of the replica.
+    pub segments: usize,
+    /// Bytes the layers held take.
+    pub held_bytes: u64,
+    /// Bytes the layers of the other segments would take.
+    pub missing_bytes: u64,
+    /// A build is running.
+    pub building: bool,
+    /// Why a segment's build failed, if one did.
+    pub failure: Option<String>,
+}
+
 impl LayeredReplica for Shard {
     fn indexes(&self) -> Vec<TextIndex> {
         self.segments().iter().map(|s| s.index().clone()).collect()
@@ -50,6 +82,58 @@ impl LayeredReplica for Shard {
             .map(|s| s.memory_bytes() - s.index().footprint().total_bytes())
             .sum();
         segments + self.record_cache_stats().bytes
+    }
+
+    fn attribute_demand(&self) -> Vec<AttributeRows> {
+        Shard::attribute_demand(self)
+    }
+
+    fn reconcile_attributes(&self, target: &[u16], report: &[u16]) -> Vec<AttributeLayerRow> {
+        let segments = self.segments();
+        let mut rows: Vec<AttributeLayerRow> = report
+            .iter()
+            .map(|&attribute| AttributeLayerRow {
+                attribute,
+                segments: segments.len(),
+                ..AttributeLayerRow::default()
+            })
+            .collect();
+        let mut building = segments
+            .iter()
+            .any(|s| !s.attribute_layers_building().is_empty());
+        for segment in &segments {
+            for attribute in segment.attribute_layer_attributes() {
+                if !target.contains(&attribute) {
+                    segment.drop_attribute_layer(attribute);
+                }
+            }
+            for &attribute in target {
+                if !building && segment.attribute_layer(attribute).is_none() {
+                    building = segment.start_attribute_layer(attribute);
+                }
+            }
+            let building_here = segment.attribute_layers_building();
+            let failures = segment.attribute_layer_failures();
+            for row in &mut rows {
+                match segment.attribute_layer(row.attribute) {
+                    Some(layer) => {
+                        row.segments_held += 1;
+                        row.held_bytes += layer.byte_len();
+                    }
+                    // A segment that cannot say what a layer costs reports why below.
+                    None => {
+                        row.missing_bytes += segment
+                            .attribute_layer_cost_bytes(row.attribute)
+                            .unwrap_or(0)
+                    }
+                }
+                row.building |= building_here.contains(&row.attribute);
+                if let Some((_, why)) = failures.iter().find(|(a, _)| *a == row.attribute) {
+                    row.failure = Some(format!("segment {}: {why}", segment.id));
+                }
+            }
+        }
+        rows
     }
 }
 

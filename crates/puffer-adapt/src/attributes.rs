@@ -1,0 +1,422 @@
+//! Which replicas hold which attribute layers.
+//!
+//! An attribute layer (`puffer_store::attr_layer`) turns each row an attribute predicate
+//! finds from a Psi walk (a few microseconds) into a read of a packed array. What it saves
+//! is proportional to the rows found through the attribute per second; what it costs is
+//! its bytes. So the policy ranks (replica, attribute) pairs by rows per second per byte,
+//! and buys from the memory budget the sample layers leave free:
+//!
+//! 1. a held layer whose attribute has gone cold (below `sell_fraction` of the buying
+//!    rate) and has been held `hold_seconds` is sold;
+//! 2. while the node is over its budget, held layers are sold, least rows per byte
+//!    first (attribute layers give memory back before sample layers do: a sample layer
+//!    serves every query of its replica, an attribute layer one attribute's);
+//! 3. pairs at or above `buy_rows_per_second` are bought, most rows per byte first, while
+//!    memory lasts; one that does not fit may displace held layers of less than half its
+//!    rows per byte that have been held `hold_seconds` (so layers follow a shifting mix
+//!    even when memory is short, without flapping).
+//!
+//! Rates are averaged over a time constant ([`averaged_rate`]) so that one long answer
+//! does not buy a layer and one quiet second does not sell it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{config_error, ConfigError, ReplicaId};
+
+/// The attribute-layer policy's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttributeConfig {
+    /// Whether attribute layers are bought at all (off: none is; held ones are sold).
+    pub enabled: bool,
+    /// Rows per second found through an attribute at which its layer is bought.
+    pub buy_rows_per_second: f64,
+    /// A held layer is cold below this fraction of `buy_rows_per_second`.
+    pub sell_fraction: f64,
+    /// Least time between two changes of one replica's layer of one attribute.
+    pub hold_seconds: f64,
+    /// Time constant of the averaged rates, in seconds.
+    pub window_seconds: f64,
+}
+
+impl Default for AttributeConfig {
+    fn default() -> Self {
+        AttributeConfig {
+            enabled: true,
+            // 500 rows a second walked at ~3 us a row is 1.5 ms of a core every second,
+            // for a layer of about 2 bytes a record: cheap to hold for any attribute
+            // queried that often.
+            buy_rows_per_second: 500.0,
+            sell_fraction: 0.2,
+            hold_seconds: 10.0,
+            window_seconds: 5.0,
+        }
+    }
+}
+
+impl AttributeConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.buy_rows_per_second.is_finite() && self.buy_rows_per_second > 0.0) {
+            return Err(config_error(
+                "buy_rows_per_second",
+                format!("{} is not a positive rate", self.buy_rows_per_second),
+            ));
+        }
+        if !(self.sell_fraction >= 0.0 && self.sell_fraction < 1.0) {
+            return Err(config_error(
+                "sell_fraction",
+                format!("{} is not in [0, 1)", self.sell_fraction),
+            ));
+        }
+        if !(self.hold_seconds.is_finite() && self.hold_seconds >= 0.0) {
+            return Err(config_error(
+                "hold_seconds",
+                format!("{} is not a duration", self.hold_seconds),
+            ));
+        }
+        if !(self.window_seconds.is_finite() && self.window_seconds > 0.0) {
+            return Err(config_error(
+                "window_seconds",
+                format!("{} is not a positive duration", self.window_seconds),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One attribute of one replica, as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttributeSample {
+    /// The replica.
+    pub replica: ReplicaId,
+    /// The attribute.
+    pub attribute: u16,
+    /// Rows found through the attribute per second (walked and from layers), averaged.
+    pub rows_per_second: f64,
+    /// Bytes the replica's layers of the attribute take (held) or would take (not held).
+    pub bytes: u64,
+    /// Whether the replica holds (or is building) the attribute's layers.
+    pub held: bool,
+    /// When the pair was last bought or sold (seconds on the caller's clock), if ever.
+    pub changed_at_seconds: Option<f64>,
+}
+
+impl AttributeSample {
+    fn rows_per_byte(&self) -> f64 {
+        self.rows_per_second / self.bytes.max(1) as f64
+    }
+
+    fn held_long_enough(&self, now_seconds: f64, config: &AttributeConfig) -> bool {
+        self.changed_at_seconds
+            .is_none_or(|at| now_seconds - at >= config.hold_seconds)
+    }
+}
+
+/// Why a layer is sold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SellReason {
+    /// Its attribute has gone cold.
+    Cold,
+    /// The node is over its memory budget.
+    OverBudget,
+    /// A pair with more than twice its rows per byte needed the memory.
+    Displaced,
+}
+
+/// A change to one replica's attribute layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum AttributeDecision {
+    /// Build the replica's layers of the attribute.
+    Buy {
+        /// The replica.
+        replica: ReplicaId,
+        /// The attribute.
+        attribute: u16,
+    },
+    /// Drop them.
+    Sell {
+        /// The replica.
+        replica: ReplicaId,
+        /// The attribute.
+        attribute: u16,
+        /// Why.
+        reason: SellReason,
+    },
+}
+
+/// One round of the policy (see the module doc). `free_bytes` is the budget minus what
+/// the node holds now (negative when over); `samples` lists every pair worth looking at.
+pub fn decide(
+    now_seconds: f64,
+    free_bytes: i64,
+    samples: &[AttributeSample],
+    config: &AttributeConfig,
+) -> Vec<AttributeDecision> {
+    let mut decisions = Vec::new();
+    let mut free = free_bytes;
+    let mut held: Vec<&AttributeSample> = samples.iter().filter(|s| s.held).collect();
+    if !config.enabled {
+        for sample in held {
+            decisions.push(AttributeDecision::Sell {
+                replica: sample.replica,
+                attribute: sample.attribute,
+                reason: SellReason::OverBudget,
+            });
+        }
+        return decisions;
+    }
+    let sell = |sample: &AttributeSample, reason, decisions: &mut Vec<_>, free: &mut i64| {
+        decisions.push(AttributeDecision::Sell {
+            replica: sample.replica,
+            attribute: sample.attribute,
+            reason,
+        });
+        *free = free.saturating_add(sample.bytes as i64);
+    };
+    // 1. Cold layers.
+    let cold_below = config.buy_rows_per_second * config.sell_fraction;
+    held.retain(|s| {
+        let cold = s.rows_per_second < cold_below && s.held_long_enough(now_seconds, config);
+        if cold {
+            sell(s, SellReason::Cold, &mut decisions, &mut free);
+        }
+        !cold
+    });
+    // 2. Over the budget: least rows per byte first.
+    held.sort_by(|a, b| a.rows_per_byte().total_cmp(&b.rows_per_byte()));
+    while free < 0 && !held.is_empty() {
+        let sample = held.remove(0);
+        sell(sample, SellReason::OverBudget, &mut decisions, &mut free);
+    }
+    // 3. Buy, most rows per byte first; displace what is worth less than half as much.
+    let mut wanted: Vec<&AttributeSample> = samples
+        .iter()
+        .filter(|s| {
+            !s.held
+                && s.rows_per_second >= config.buy_rows_per_second
+                && s.held_long_enough(now_seconds, config)
+        })
+        .collect();
+    wanted.sort_by(|a, b| b.rows_per_byte().total_cmp(&a.rows_per_byte()));
+    for sample in wanted {
+        let bytes = sample.bytes as i64;
+        if bytes > free {
+            // `held` is ascending by rows per byte: the cheapest to lose come first.
+            let mut freeable = free;
+            let mut victims = 0;
+            for victim in &held {
+                if freeable >= bytes
+                    || victim.rows_per_byte() * 2.0 >= sample.rows_per_byte()
+                    || !victim.held_long_enough(now_seconds, config)
+                {
+                    break;
+                }
+                freeable = freeable.saturating_add(victim.bytes as i64);
+                victims += 1;
+            }
+            if freeable < bytes {
+                continue;
+            }
+            for victim in held.drain(..victims) {
+                sell(victim, SellReason::Displaced, &mut decisions, &mut free);
+            }
+        }
+        decisions.push(AttributeDecision::Buy {
+            replica: sample.replica,
+            attribute: sample.attribute,
+        });
+        free -= bytes;
+    }
+    decisions
+}
+
+/// The rate averaged over time constant `window_seconds`, after `rows` more rows in
+/// `elapsed_seconds` since the `previous` average: an exponential average whose weight
+/// follows the elapsed time, so irregular sampling intervals average alike.
+pub fn averaged_rate(previous: f64, rows: u64, elapsed_seconds: f64, window_seconds: f64) -> f64 {
+    if elapsed_seconds <= 0.0 {
+        return previous;
+    }
+    let rate = rows as f64 / elapsed_seconds;
+    let weight = 1.0 - (-elapsed_seconds / window_seconds).exp();
+    previous + weight * (rate - previous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(replica: ReplicaId, attribute: u16, rate: f64, bytes: u64) -> AttributeSample {
+        AttributeSample {
+            replica,
+            attribute,
+            rows_per_second: rate,
+            bytes,
+            held: false,
+            changed_at_seconds: None,
+        }
+    }
+
+    fn held(mut sample: AttributeSample, at: f64) -> AttributeSample {
+        sample.held = true;
+        sample.changed_at_seconds = Some(at);
+        sample
+    }
+
+    #[test]
+    fn defaults_are_valid_and_bad_settings_are_named() {
+        AttributeConfig::default().validate().unwrap();
+        let bad = AttributeConfig {
+            window_seconds: 0.0,
+            ..AttributeConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().setting, "window_seconds");
+    }
+
+    /// With nothing held, the buys never exceed the free memory, skip pairs below the
+    /// buying rate, and are the greedy choice by rows per byte (re-derived here: each pair
+    /// in density order taken if it still fits).
+    #[test]
+    fn buys_fit_the_free_memory_and_follow_rows_per_byte() {
+        let config = AttributeConfig::default();
+        let samples = vec![
+            pair(1, 0, 10_000.0, 100),
+            pair(1, 1, 600.0, 10),
+            pair(2, 0, 100.0, 1),
+            pair(2, 3, 50_000.0, 1_000),
+            pair(3, 4, 900.0, 400),
+        ];
+        for free in [0i64, 10, 100, 500, 1_000, 1_110, 1_600, 10_000] {
+            let decisions = decide(0.0, free, &samples, &config);
+            let bought: Vec<&AttributeSample> = decisions
+                .iter()
+                .map(|d| match d {
+                    AttributeDecision::Buy { replica, attribute } => samples
+                        .iter()
+                        .find(|s| s.replica == *replica && s.attribute == *attribute)
+                        .unwrap(),
+                    other => panic!("nothing held, nothing to sell: {other:?}"),
+                })
+                .collect();
+            let spent: i64 = bought.iter().map(|s| s.bytes as i64).sum();
+            assert!(spent <= free, "free {free}: spent {spent}");
+            // Below the buying rate: never.
+            assert!(bought.iter().all(|s| s.rows_per_second >= 500.0));
+            // Greedy by density: every candidate left out did not fit when its turn came.
+            let mut left = free;
+            let mut expected = Vec::new();
+            let mut order: Vec<&AttributeSample> = samples
+                .iter()
+                .filter(|s| s.rows_per_second >= 500.0)
+                .collect();
+            order.sort_by(|a, b| b.rows_per_byte().total_cmp(&a.rows_per_byte()));
+            for s in order {
+                if s.bytes as i64 <= left {
+                    left -= s.bytes as i64;
+                    expected.push((s.replica, s.attribute));
+                }
+            }
+            let got: Vec<(ReplicaId, u16)> =
+                bought.iter().map(|s| (s.replica, s.attribute)).collect();
+            assert_eq!(got, expected, "free {free}");
+        }
+    }
+
+    #[test]
+    fn cold_layers_are_sold_after_the_hold_and_over_budget_ones_cheapest_first() {
+        let config = AttributeConfig::default();
+        let samples = vec![
+            held(pair(1, 0, 10.0, 100), 0.0),
+            held(pair(1, 1, 5_000.0, 100), 0.0),
+            held(pair(1, 2, 800.0, 100), 0.0),
+        ];
+        // Within the hold, a cold layer stays.
+        assert!(decide(5.0, 0, &samples, &config).is_empty());
+        assert_eq!(
+            decide(11.0, 0, &samples, &config),
+            vec![AttributeDecision::Sell {
+                replica: 1,
+                attribute: 0,
+                reason: SellReason::Cold
+            }]
+        );
+        // 150 bytes over: the cold one, then the one with fewer rows per byte.
+        assert_eq!(
+            decide(11.0, -150, &samples, &config),
+            vec![
+                AttributeDecision::Sell {
+                    replica: 1,
+                    attribute: 0,
+                    reason: SellReason::Cold
+                },
+                AttributeDecision::Sell {
+                    replica: 1,
+                    attribute: 2,
+                    reason: SellReason::OverBudget
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_much_hotter_pair_displaces_held_ones_after_their_hold_only() {
+        let config = AttributeConfig::default();
+        let samples = vec![
+            held(pair(1, 0, 600.0, 100), 0.0),
+            held(pair(1, 1, 1_100.0, 100), 0.0),
+            pair(1, 2, 20_000.0, 150),
+        ];
+        assert!(
+            decide(5.0, 0, &samples, &config).is_empty(),
+            "within the hold"
+        );
+        assert_eq!(
+            decide(20.0, 0, &samples, &config),
+            vec![
+                AttributeDecision::Sell {
+                    replica: 1,
+                    attribute: 0,
+                    reason: SellReason::Displaced
+                },
+                AttributeDecision::Sell {
+                    replica: 1,
+                    attribute: 1,
+                    reason: SellReason::Displaced
+                },
+                AttributeDecision::Buy {
+                    replica: 1,
+                    attribute: 2
+                },
+            ]
+        );
+        // Not twice as dense: nothing moves.
+        let close = vec![held(pair(1, 0, 600.0, 100), 0.0), pair(1, 2, 1_000.0, 100)];
+        assert!(decide(20.0, 0, &close, &config).is_empty());
+        // Turned off: everything held goes, nothing is bought.
+        let off = AttributeConfig {
+            enabled: false,
+            ..config
+        };
+        let decisions = decide(0.0, 1 << 30, &samples, &off);
+        assert_eq!(decisions.len(), 2);
+        assert!(decisions
+            .iter()
+            .all(|d| matches!(d, AttributeDecision::Sell { .. })));
+    }
+
+    #[test]
+    fn averaged_rates_follow_a_step_within_a_few_windows() {
+        let mut rate = 0.0;
+        for _ in 0..4 * 20 {
+            // 1,000 rows a second, sampled every 250 ms, window 5 s: after 20 s.
+            rate = averaged_rate(rate, 250, 0.25, 5.0);
+        }
+        assert!((rate - 1_000.0).abs() < 1_000.0 * 0.02, "{rate}");
+        // Two samples of 0.1 s and one of 0.2 s weigh the same.
+        let a = averaged_rate(averaged_rate(0.0, 100, 0.1, 5.0), 100, 0.1, 5.0);
+        let b = averaged_rate(0.0, 200, 0.2, 5.0);
+        assert!((a - b).abs() / b < 0.01, "{a} {b}");
+    }
+}
