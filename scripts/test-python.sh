@@ -17,9 +17,10 @@ if ! python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; 
 fi
 
 echo "== building the server binary"
-# The test profile: the binary `cargo test` already built for the integration tests, not
-# a second build of the workspace at the dev profile.
-cargo build --profile test -p puffer --bin puffer
+# The test profile and the whole workspace's features: the binary `cargo test --workspace`
+# already built for the integration tests (with `-p puffer` alone, features resolve for
+# that package only and half the dependencies build again: 2 minutes here).
+cargo build --profile test --workspace --bin puffer
 target_dir="${CARGO_TARGET_DIR:-target}"
 case "$target_dir" in
     /*) ;;

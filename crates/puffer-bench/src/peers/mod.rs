@@ -36,7 +36,13 @@ use crate::stats::dataset_label;
 use measure::{measure, Engine, EngineReport, Mismatches, Planned};
 
 /// The engines, by the names `--skip` takes.
-const ENGINES: [&str; 4] = ["pufferdb", "sqlite", "postgres", "ripgrep"];
+const ENGINES: [&str; 5] = [
+    "pufferdb",
+    "pufferdb-layers",
+    "sqlite",
+    "postgres",
+    "ripgrep",
+];
 
 #[derive(clap::Args)]
 pub struct PeersArgs {
@@ -59,7 +65,8 @@ pub struct PeersArgs {
     /// Random seed of the queries.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Engines to leave out, comma-separated: pufferdb, sqlite, postgres, ripgrep.
+    /// Engines to leave out, comma-separated: pufferdb, pufferdb-layers (records only),
+    /// sqlite, postgres, ripgrep.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -347,6 +354,9 @@ fn run_records(args: &PeersArgs, work_dir: &Path) -> anyhow::Result<Outcome> {
     let mut runner = Runner::new(&planned, Some(&table.row_of_key));
     if args.wants("pufferdb") {
         runner.run("pufferdb", "puffer-store shard, one compacted segment (SA/ISA rate 32), every attribute searchable", || puffer::load_records(&table, work_dir))?;
+    }
+    if args.wants("pufferdb-layers") {
+        runner.run("pufferdb-layers", "pufferdb plus the attribute layers the node's policy buys for the query mix (run once first)", || puffer::load_records_with_layers(&table, work_dir, &planned))?;
     }
     if args.wants("sqlite") {
         runner.run("sqlite", "SQLite table + B-tree indexes (eq, range attributes) + FTS5 trigram external-content index (contains attributes)", || sqlite::load_records(&table, work_dir))?;

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::corpus::Corpus;
 use super::lines::LineDirectory;
-use super::measure::{current_rss_bytes, Answer, Engine, Sizes};
+use super::measure::{current_rss_bytes, Answer, Engine, Planned, Sizes};
 use super::records::{Condition, RecordQuery, RecordTable};
 
 /// Records per write (SCU) while loading.
@@ -107,7 +107,79 @@ impl Engine<Vec<u8>> for PufferText {
 pub(super) struct PufferRecords {
     shard: Shard,
     names: Vec<String>,
+    /// The attribute layers bought, and what choosing and building them took.
+    layers: Option<serde_json::Value>,
     _dir: tempfile::TempDir,
+}
+
+/// Memory budget the layer manager's policy buys attribute layers from: the server's
+/// default (`[adapt] memory_budget_mb`).
+const LAYER_BUDGET_BYTES: u64 = 4096 << 20;
+
+/// Loads as [`load_records`], runs the query mix once, and holds the attribute layers
+/// the node's policy (`puffer_adapt::attributes::decide`, default settings) buys for the
+/// rows those queries found per attribute, within [`LAYER_BUDGET_BYTES`]; the layers are
+/// built before the load time is taken.
+pub(super) fn load_records_with_layers(
+    table: &RecordTable,
+    work_dir: &Path,
+    planned: &[Planned<RecordQuery>],
+) -> anyhow::Result<(PufferRecords, f64)> {
+    use puffer_adapt::attributes::{decide, AttributeConfig, AttributeDecision, AttributeSample};
+    let (mut engine, load_seconds) = load_records(table, work_dir)?;
+    let started = Instant::now();
+    for query in planned {
+        engine.answer(&query.query)?;
+    }
+    let mix_seconds = started.elapsed().as_secs_f64();
+    let segments = engine.shard.segments();
+    let mut samples = Vec::new();
+    for rows in engine.shard.attribute_demand() {
+        let mut bytes = 0;
+        for segment in &segments {
+            bytes += segment.attribute_layer_cost_bytes(rows.attribute)?;
+        }
+        samples.push(AttributeSample {
+            replica: 0,
+            attribute: rows.attribute,
+            rows_per_second: (rows.walked + rows.layered) as f64 / mix_seconds,
+            bytes,
+            held: false,
+            changed_at_seconds: None,
+        });
+    }
+    let footprint = engine.shard.stats()?.memory_bytes;
+    let free = LAYER_BUDGET_BYTES.saturating_sub(footprint) as i64;
+    let decisions = decide(0.0, free, &samples, &AttributeConfig::default());
+    let build_started = Instant::now();
+    let mut bought = Vec::new();
+    for decision in decisions {
+        if let AttributeDecision::Buy { attribute, .. } = decision {
+            for segment in &segments {
+                segment.add_attribute_layer(segment.build_attribute_layer(attribute)?);
+            }
+            bought.push(attribute);
+        }
+    }
+    let build_seconds = build_started.elapsed().as_secs_f64();
+    let layer_bytes: u64 = segments.iter().map(|s| s.attribute_layer_bytes()).sum();
+    engine.layers = Some(json!({
+        "bought": bought.iter().map(|&a| engine.names[a as usize].clone()).collect::<Vec<_>>(),
+        "candidates": samples.iter().map(|s| json!({
+            "attribute": engine.names[s.attribute as usize],
+            "rows_per_second": s.rows_per_second,
+            "layer_bytes": s.bytes,
+        })).collect::<Vec<_>>(),
+        "layer_bytes": layer_bytes,
+        "query_mix_seconds": mix_seconds,
+        "build_seconds": build_seconds,
+    }));
+    eprintln!(
+        "pufferdb-layers: bought {} attribute layers ({} bytes) in {build_seconds:.2} s",
+        bought.len(),
+        layer_bytes
+    );
+    Ok((engine, load_seconds + build_seconds))
 }
 
 /// Loads the table into a fresh shard (one writer, SCUs of LOAD_BATCH_ROWS records)
@@ -146,6 +218,7 @@ pub(super) fn load_records(
         PufferRecords {
             shard,
             names,
+            layers: None,
             _dir: dir,
         },
         load_seconds,
@@ -217,6 +290,7 @@ impl Engine<RecordQuery> for PufferRecords {
                 "key_directory_bytes": stats.key_directory_bytes,
                 "sa_rate": build_options().sa_rate,
                 "isa_rate": build_options().isa_rate,
+                "attribute_layers": self.layers,
             }),
         })
     }
