@@ -575,6 +575,7 @@ pub fn search_text(
     };
     let mut out = Vec::new();
     let mut seen = HashSet::new();
+    let none_deleted = stage.deletions().none();
     // Adds `record` if it is live and matches; false once the limit is reached.
     let consider = |record: u64,
                     out: &mut Vec<(u64, Option<StoredRecord>)>,
@@ -584,7 +585,7 @@ pub fn search_text(
             return Ok(false);
         }
         if (check != Check::Exact && !seen.insert(record))
-            || !stage.deletions().live_at(record, snapshot)
+            || !(none_deleted || stage.deletions().live_at(record, snapshot))
         {
             return Ok(true);
         }

@@ -276,6 +276,31 @@ struct Shared {
     _lock: std::fs::File,
 }
 
+/// Sorts record numbers below `records` and drops repeats: through a bitmap of the
+/// records when they are many (one bit each, read in order: cheaper than comparing
+/// thousands of numbers), by comparison otherwise.
+fn sort_records(found: &mut Vec<u64>, records: u64) {
+    if (found.len() as u64).saturating_mul(64) < records {
+        found.sort_unstable();
+        found.dedup();
+        return;
+    }
+    let mut bits = vec![0u64; records.div_ceil(64) as usize];
+    for &record in found.iter() {
+        bits[(record / 64) as usize] |= 1 << (record % 64);
+    }
+    let mut at = 0;
+    for (word_index, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            found[at] = word_index as u64 * 64 + u64::from(word.trailing_zeros());
+            at += 1;
+            word &= word - 1;
+        }
+    }
+    found.truncate(at);
+}
+
 /// Where a shard's SCUs come from.
 #[derive(Clone, Debug)]
 pub enum ShardLog {
@@ -825,7 +850,7 @@ impl Shard {
                     None => keys_only.push(record),
                 }
             }
-            keys_only.sort_unstable();
+            sort_records(&mut keys_only, stage.record_count());
             found.extend(stage.keys(&keys_only)?.into_iter().map(Record::new));
         }
         let truncated = found.len() > limit;
@@ -1779,4 +1804,27 @@ impl Shared {
 enum BackgroundJob {
     Seal = 0,
     Compact = 1,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sort_records;
+
+    #[test]
+    fn record_numbers_sort_alike_by_bitmap_and_by_comparison() {
+        let mut state = 7u64;
+        for (count, records) in [(0, 10), (5, 1000), (40, 100), (900, 1000), (3000, 3000)] {
+            let mut found: Vec<u64> = (0..count)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    (state >> 33) % records
+                })
+                .collect();
+            let mut expected = found.clone();
+            expected.sort_unstable();
+            expected.dedup();
+            sort_records(&mut found, records);
+            assert_eq!(found, expected, "{count} of {records}");
+        }
+    }
 }

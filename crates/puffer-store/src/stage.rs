@@ -1,6 +1,7 @@
 //! What the stages of a shard have in common: versioned deletion marks, and the
 //! text-search interface that sorted batches and compressed segments both offer.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::attr_layer::AttributeLayer;
@@ -13,16 +14,26 @@ use crate::schema::{AttrType, StoredRecord};
 #[derive(Debug, Default)]
 pub struct Deletions {
     marks: RwLock<ahash::AHashMap<u64, u64>>,
+    /// Marks made so far (they are never taken back): read without the lock, so that a
+    /// reader of a stage without deletions checks nothing per record.
+    count: AtomicUsize,
 }
 
 impl Deletions {
     /// Marks `record` deleted by SCU `seq` (the first mark wins).
     pub fn mark(&self, record: u64, seq: u64) {
-        self.marks
-            .write()
-            .expect("deletion marks lock")
-            .entry(record)
-            .or_insert(seq);
+        let mut marks = self.marks.write().expect("deletion marks lock");
+        if let std::collections::hash_map::Entry::Vacant(entry) = marks.entry(record) {
+            entry.insert(seq);
+            self.count.store(marks.len(), Ordering::Release);
+        }
+    }
+
+    /// Whether no record is marked at all. A reader at snapshot `s` may take this as
+    /// "everything is live at `s`": every mark at or before `s` was made before `s` was
+    /// published, and marks made since are newer than `s`.
+    pub fn none(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
     }
 
     /// Whether `record` is live at `snapshot`.
