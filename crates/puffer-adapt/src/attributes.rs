@@ -16,8 +16,9 @@
 //!    rows per byte that have been held `hold_seconds` (so layers follow a shifting mix
 //!    even when memory is short, without flapping).
 //!
-//! Rates are averaged over a time constant ([`averaged_rate`]) so that one long answer
-//! does not buy a layer and one quiet second does not sell it.
+//! Rates are taken over a sliding window ([`WindowedRate`]) so that one long answer
+//! does not buy a layer on its own, and an attribute no longer queried reads cold one
+//! window later.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +35,7 @@ pub struct AttributeConfig {
     pub sell_fraction: f64,
     /// Least time between two changes of one replica's layer of one attribute.
     pub hold_seconds: f64,
-    /// Time constant of the averaged rates, in seconds.
+    /// Window of the rates, in seconds.
     pub window_seconds: f64,
 }
 
@@ -232,16 +233,48 @@ pub fn decide(
     decisions
 }
 
-/// The rate averaged over time constant `window_seconds`, after `rows` more rows in
-/// `elapsed_seconds` since the `previous` average: an exponential average whose weight
-/// follows the elapsed time, so irregular sampling intervals average alike.
-pub fn averaged_rate(previous: f64, rows: u64, elapsed_seconds: f64, window_seconds: f64) -> f64 {
-    if elapsed_seconds <= 0.0 {
-        return previous;
+/// Rows per second over the last `window_seconds`, from a cumulative count sampled now
+/// and then. A sliding window rather than an exponential average: an attribute queried
+/// at a million rows a second and then not at all reads zero one window later (an
+/// exponential average would take many time constants to fall below the selling rate).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowedRate {
+    window_seconds: f64,
+    /// (time, cumulative rows), ascending; the first is at or before the window's start
+    /// once the window is full. At most [`WINDOW_SAMPLES_MAX`].
+    samples: std::collections::VecDeque<(f64, u64)>,
+}
+
+/// Most samples a [`WindowedRate`] keeps (older ones are thinned out beyond it).
+pub const WINDOW_SAMPLES_MAX: usize = 1024;
+
+impl WindowedRate {
+    /// An empty window of `window_seconds`.
+    pub fn new(window_seconds: f64) -> WindowedRate {
+        WindowedRate {
+            window_seconds,
+            samples: std::collections::VecDeque::new(),
+        }
     }
-    let rate = rows as f64 / elapsed_seconds;
-    let weight = 1.0 - (-elapsed_seconds / window_seconds).exp();
-    previous + weight * (rate - previous)
+
+    /// Records the cumulative count `total` at `now_seconds` and returns the rate over
+    /// the window (over the time seen, while less than a window has passed).
+    pub fn observe(&mut self, now_seconds: f64, total: u64) -> f64 {
+        self.samples.push_back((now_seconds, total));
+        let start = now_seconds - self.window_seconds;
+        while self.samples.len() > 2 && self.samples[1].0 <= start {
+            self.samples.pop_front();
+        }
+        if self.samples.len() > WINDOW_SAMPLES_MAX {
+            self.samples.remove(1);
+        }
+        let (t0, n0) = self.samples[0];
+        let elapsed = now_seconds - t0;
+        if elapsed <= 0.0 {
+            return 0.0;
+        }
+        total.saturating_sub(n0) as f64 / elapsed
+    }
 }
 
 #[cfg(test)]
@@ -407,16 +440,31 @@ mod tests {
     }
 
     #[test]
-    fn averaged_rates_follow_a_step_within_a_few_windows() {
-        let mut rate = 0.0;
-        for _ in 0..4 * 20 {
-            // 1,000 rows a second, sampled every 250 ms, window 5 s: after 20 s.
-            rate = averaged_rate(rate, 250, 0.25, 5.0);
+    fn windowed_rates_count_the_last_window_only() {
+        let mut window = WindowedRate::new(5.0);
+        // One sample is no rate yet.
+        assert_eq!(window.observe(0.0, 0), 0.0);
+        let mut total = 0;
+        // 1,000 rows a second for 20 s, sampled every 250 ms: 1,000 a second.
+        for tick in 1..=80 {
+            total += 250;
+            let rate = window.observe(tick as f64 * 0.25, total);
+            assert!((rate - 1_000.0).abs() < 1e-6, "{rate} at tick {tick}");
         }
-        assert!((rate - 1_000.0).abs() < 1_000.0 * 0.02, "{rate}");
-        // Two samples of 0.1 s and one of 0.2 s weigh the same.
-        let a = averaged_rate(averaged_rate(0.0, 100, 0.1, 5.0), 100, 0.1, 5.0);
-        let b = averaged_rate(0.0, 200, 0.2, 5.0);
-        assert!((a - b).abs() / b < 0.01, "{a} {b}");
+        // Then nothing: the rate falls as the window slides, and is 0 one window later.
+        let mut rates = Vec::new();
+        for tick in 81..=104 {
+            rates.push(window.observe(tick as f64 * 0.25, total));
+        }
+        assert!(rates.windows(2).all(|w| w[1] <= w[0]), "{rates:?}");
+        assert_eq!(*rates.last().unwrap(), 0.0);
+        // A burst in one sample reads as its rows over the window, not over the sample.
+        let mut burst = WindowedRate::new(5.0);
+        for tick in 0..=20 {
+            burst.observe(tick as f64 * 0.25, 0);
+        }
+        let rate = burst.observe(5.25, 5_000);
+        assert!((rate - 1_000.0).abs() < 1e-6, "{rate}");
+        assert!(burst.samples.len() <= WINDOW_SAMPLES_MAX);
     }
 }

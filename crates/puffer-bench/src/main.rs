@@ -16,6 +16,7 @@ mod getafix;
 mod http_bench;
 mod hyperspace;
 mod index_bench;
+mod layer_shift;
 mod oracle;
 mod overload_bench;
 mod peers;
@@ -70,12 +71,17 @@ enum Experiment {
     /// model, its accuracy on workloads A, B and C, the configurator against the paper's
     /// heuristics, and adaptation from A to B.
     Hyperspace(hyperspace::HyperspaceArgs),
+    /// Attribute layers following the query mix: equality searches on one attribute,
+    /// then on another, against an adaptive node; when the layers came and went, and
+    /// the throughput before and after.
+    LayerShift(layer_shift::LayerShiftArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().experiment {
         Experiment::Index(args) => index_bench::run(&args),
         Experiment::Hyperspace(args) => hyperspace::run(&args),
+        Experiment::LayerShift(args) => layer_shift::run(&args),
         Experiment::Records(args) => records::run(&args),
         Experiment::Http(args) => http_bench::run(&args),
         Experiment::Peers(args) => peers::run(&args),

@@ -427,11 +427,20 @@ struct ReplicaControl {
     attribute_rows: Vec<AttributeLayerRow>,
 }
 
-#[derive(Clone, Copy, Default)]
 struct AttributeDemandState {
-    rows: u64,
+    window: attributes::WindowedRate,
     rows_per_second: f64,
     changed_at_seconds: Option<f64>,
+}
+
+impl AttributeDemandState {
+    fn new(config: &AttributeConfig) -> AttributeDemandState {
+        AttributeDemandState {
+            window: attributes::WindowedRate::new(config.window_seconds),
+            rows_per_second: 0.0,
+            changed_at_seconds: None,
+        }
+    }
 }
 
 struct Control {
@@ -908,7 +917,7 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
         attribute_pending_bytes += observe_attributes(
             slot,
             c,
-            elapsed_seconds,
+            t_seconds,
             &config.attributes,
             &mut attribute_samples,
         );
@@ -969,7 +978,13 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
     let free = as_i64(budget) - as_i64(used);
     let attribute_decisions =
         attributes::decide(t_seconds, free, &attribute_samples, &config.attributes);
-    apply_attribute_decisions(&slots, &mut control, &attribute_decisions, t_seconds);
+    apply_attribute_decisions(
+        &slots,
+        &mut control,
+        &attribute_decisions,
+        t_seconds,
+        &config.attributes,
+    );
     for decision in &decisions {
         let (replica, delta) = match *decision {
             Decision::Add { replica } => (replica, 1i64),
@@ -1022,21 +1037,17 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
 fn observe_attributes<R: LayeredReplica>(
     slot: &ReplicaSlot<R>,
     c: &mut ReplicaControl,
-    elapsed_seconds: f64,
+    t_seconds: f64,
     config: &AttributeConfig,
     samples: &mut Vec<AttributeSample>,
 ) -> u64 {
     let replica = slot.pool.replica();
     for rows in replica.attribute_demand() {
-        let total = rows.walked + rows.layered;
-        let state = c.attributes.entry(rows.attribute).or_default();
-        state.rows_per_second = attributes::averaged_rate(
-            state.rows_per_second,
-            total.saturating_sub(state.rows),
-            elapsed_seconds,
-            config.window_seconds,
-        );
-        state.rows = total;
+        let state = c
+            .attributes
+            .entry(rows.attribute)
+            .or_insert_with(|| AttributeDemandState::new(config));
+        state.rows_per_second = state.window.observe(t_seconds, rows.walked + rows.layered);
     }
     let target = slot.target_attributes();
     let mut report: Vec<u16> = c
@@ -1052,21 +1063,17 @@ fn observe_attributes<R: LayeredReplica>(
     let mut pending = 0;
     for row in &c.attribute_rows {
         let held = target.contains(&row.attribute);
-        let state = c
-            .attributes
-            .get(&row.attribute)
-            .copied()
-            .unwrap_or_default();
+        let state = c.attributes.get(&row.attribute);
         if held {
             pending += row.missing_bytes;
         }
         samples.push(AttributeSample {
             replica: slot.id,
             attribute: row.attribute,
-            rows_per_second: state.rows_per_second,
+            rows_per_second: state.map_or(0.0, |s| s.rows_per_second),
             bytes: row.held_bytes + row.missing_bytes,
             held,
-            changed_at_seconds: state.changed_at_seconds,
+            changed_at_seconds: state.and_then(|s| s.changed_at_seconds),
         });
     }
     pending
@@ -1078,6 +1085,7 @@ fn apply_attribute_decisions<R: LayeredReplica>(
     control: &mut Control,
     decisions: &[AttributeDecision],
     t_seconds: f64,
+    attribute_config: &AttributeConfig,
 ) {
     for decision in decisions {
         let (replica, attribute, buy) = match *decision {
@@ -1105,7 +1113,7 @@ fn apply_attribute_decisions<R: LayeredReplica>(
         }
         c.attributes
             .entry(attribute)
-            .or_default()
+            .or_insert_with(|| AttributeDemandState::new(attribute_config))
             .changed_at_seconds = Some(t_seconds);
         let report: Vec<u16> = c.attribute_rows.iter().map(|r| r.attribute).collect();
         c.attribute_rows = slot
