@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod blowfish;
 mod cluster_bench;
+mod columns_bench;
 mod consistency_bench;
 mod getafix;
 mod http_bench;
@@ -75,6 +76,9 @@ enum Experiment {
     /// then on another, against an adaptive node; when the layers came and went, and
     /// the throughput before and after.
     LayerShift(layer_shift::LayerShiftArgs),
+    /// Equality searches of thousands of rows asking for keys, a few columns or whole
+    /// records: what reading only the asked fields saves.
+    Columns(columns_bench::ColumnsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Experiment::Index(args) => index_bench::run(&args),
         Experiment::Hyperspace(args) => hyperspace::run(&args),
         Experiment::LayerShift(args) => layer_shift::run(&args),
+        Experiment::Columns(args) => columns_bench::run(&args),
         Experiment::Records(args) => records::run(&args),
         Experiment::Http(args) => http_bench::run(&args),
         Experiment::Peers(args) => peers::run(&args),

@@ -109,6 +109,48 @@ impl LongFields {
         Ok(Some((start, self.id_bytes[(position / 2) as usize])))
     }
 
+    /// The parts of `range` (a record's text) to read for a record whose long fields
+    /// are kept only when `keep` says so of their attribute byte: every short stretch and
+    /// every kept long field, adjacent parts joined. Parts start and end at field
+    /// boundaries, so their concatenation is a record text of the fields kept.
+    pub fn kept_parts(
+        &self,
+        range: std::ops::Range<u64>,
+        keep: impl Fn(u8) -> bool,
+    ) -> Result<Vec<std::ops::Range<u64>>, String> {
+        let mut parts: Vec<std::ops::Range<u64>> = Vec::new();
+        if range.is_empty() {
+            return Ok(parts);
+        }
+        let Some(mut position) = self.spans.record_at(range.start)? else {
+            return Err(format!("long fields: offset {} past the text", range.start));
+        };
+        let mut at = range.start;
+        while at < range.end {
+            let end = self.spans.range(position)?.end.min(range.end);
+            let long = position % 2 == 1;
+            if !long || keep(self.id_bytes[(position / 2) as usize]) {
+                match parts.last_mut() {
+                    Some(last) if last.end == at => last.end = end,
+                    _ if at < end => parts.push(at..end),
+                    _ => {}
+                }
+            }
+            at = end;
+            position += 1;
+            if position >= self.spans.len() {
+                break;
+            }
+        }
+        if at < range.end {
+            return Err(format!(
+                "long fields: the spans end at {at}, before the record's end {}",
+                range.end
+            ));
+        }
+        Ok(parts)
+    }
+
     /// Number of long fields.
     pub fn len(&self) -> u64 {
         self.id_bytes.len() as u64
@@ -183,5 +225,30 @@ mod tests {
         assert!(LongFields::from_bytes(&bytes, total + 1).is_err());
         assert!(LongFields::from_bytes(&bytes[..bytes.len() - 8], total).is_err());
         assert!(LongFields::from_bytes(&bytes[..4], total).is_err());
+
+        // The parts kept for a record are its text without the long fields not kept.
+        let all: Vec<u8> = texts.concat();
+        let mut start = 0u64;
+        for text in &texts {
+            let end = start + text.len() as u64;
+            for kept in [vec![], vec![0u16], vec![7, 28], vec![0, 7, 14, 21, 28]] {
+                let keep = |id_byte: u8| kept.contains(&u16::from(id_byte - ID_BASE));
+                let parts = fields.kept_parts(start..end, keep).unwrap();
+                let read: Vec<u8> = parts
+                    .iter()
+                    .flat_map(|p| all[p.start as usize..p.end as usize].iter().copied())
+                    .collect();
+                let mut expected = Vec::new();
+                for span in field_spans(text).unwrap() {
+                    let field = &text[span.value.start - 2..span.value.end];
+                    if (field.len() as u64) < LONG_FIELD_MIN_BYTES || kept.contains(&span.id) {
+                        expected.extend_from_slice(field);
+                    }
+                }
+                assert_eq!(read, expected, "record at {start}, keeping {kept:?}");
+                assert!(parts.windows(2).all(|w| w[0].end < w[1].start), "{parts:?}");
+            }
+            start = end;
+        }
     }
 }

@@ -555,8 +555,19 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
 /// Most entries located in the first step when a limit may stop early.
 const LOCATE_CHUNK: u64 = 64;
 
+/// What a search gives back of each record it finds.
+#[derive(Clone, Copy, Debug)]
+pub enum Want<'a> {
+    /// Record numbers only (the caller names them by key).
+    Keys,
+    /// Whole records.
+    Records,
+    /// Records with at least these attributes (by id).
+    Fields(&'a [u16]),
+}
+
 /// Records of a text stage that match at `snapshot`, at most `limit`, with the decoded
-/// record when `want_records` (or when verification decoded it anyway). Rows that
+/// record as `want` says (or whole when verification decoded it anyway). Rows that
 /// attribute predicates find are counted in `demand`.
 pub fn search_text(
     stage: &dyn TextStage,
@@ -564,7 +575,7 @@ pub fn search_text(
     types: &[AttrType],
     snapshot: u64,
     limit: usize,
-    want_records: bool,
+    want: Want<'_>,
     demand: &AttributeDemand,
 ) -> Result<Vec<(u64, Option<StoredRecord>)>> {
     let source = plan_text(stage, compiled)?;
@@ -589,7 +600,13 @@ pub fn search_text(
         {
             return Ok(true);
         }
-        if check.verifies_records() || want_records {
+        if let (Want::Fields(wanted), false, true) =
+            (want, check.verifies_records(), limit > KEEP_MAX_ROWS)
+        {
+            // A long answer of a few columns reads only their fields (short answers read
+            // whole records into the record cache instead, below).
+            out.push((record, Some(stage.record_fields(record, wanted, types)?)));
+        } else if check.verifies_records() || !matches!(want, Want::Keys) {
             // A long answer (or a count) is a scan and is not kept in a record cache; a
             // short answer is, with the few candidates it verifies (extracting one costs
             // far more than caching it, and the cache's policy admits one-off entries
@@ -736,9 +753,16 @@ pub fn count_text(
             }
             Ok(total - deleted_matching)
         }
-        None => Ok(
-            search_text(stage, compiled, types, snapshot, usize::MAX, false, demand)?.len() as u64,
-        ),
+        None => Ok(search_text(
+            stage,
+            compiled,
+            types,
+            snapshot,
+            usize::MAX,
+            Want::Keys,
+            demand,
+        )?
+        .len() as u64),
     }
 }
 

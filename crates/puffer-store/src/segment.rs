@@ -576,6 +576,35 @@ impl TextStage for Segment {
     fn record_kept(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
         self.decode(record, &self.text(record, true)?, types)
     }
+    fn record_fields(
+        &self,
+        record: u64,
+        wanted: &[u16],
+        types: &[AttrType],
+    ) -> Result<StoredRecord> {
+        let cached = self
+            .record_cache
+            .as_ref()
+            .and_then(|c| c.get(self.id, record));
+        let (Some(long), None) = (&self.long_fields, cached) else {
+            return self.record(record, types);
+        };
+        let range = self
+            .bounds
+            .range(record)
+            .map_err(|e| self.corrupt_meta(e))?;
+        let parts = long
+            .kept_parts(range, |id_byte| {
+                wanted.contains(&u16::from(id_byte.wrapping_sub(codec::ID_BASE)))
+            })
+            .map_err(|e| self.corrupt_meta(format!("long-field section: {e}")))?;
+        let mut text = Vec::new();
+        for part in parts {
+            text.extend_from_slice(&self.index.extract(part.start, part.end - part.start)?);
+        }
+        // Not cached: the cache holds whole records.
+        self.decode(record, &Cached::Uncached(text.into()), types)
+    }
     fn checked_text(&self, record: u64, types: &[AttrType]) -> Result<Arc<[u8]>> {
         let text = self.text(record, true)?;
         // A text read from the index now is checked (and then cached) by decoding it.

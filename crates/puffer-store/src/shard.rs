@@ -23,7 +23,7 @@ use crate::error::{Result, StoreError};
 use crate::fs::{Fs, RealFs};
 use crate::manifest::{Manifest, SegmentEntry};
 use crate::memtable::MemTable;
-use crate::query::{count_text, search_mem, search_text, Compiled, Predicate};
+use crate::query::{count_text, search_mem, search_text, Compiled, Predicate, Want};
 use crate::record_cache::{RecordCache, RecordCacheStats};
 use crate::schema::{display_key, AttrType, Attribute, Record, Schema, StoredRecord};
 use crate::segment::{self, Segment};
@@ -798,7 +798,11 @@ impl Shard {
                     .collect::<Result<Vec<u16>>>()?,
             ),
         };
-        let want_values = projection.as_ref().is_none_or(|p| !p.is_empty());
+        let want = match &projection {
+            None => Want::Records,
+            Some(ids) if ids.is_empty() => Want::Keys,
+            Some(ids) => Want::Fields(ids),
+        };
         let limit = query.limit.unwrap_or(MAX_RESULT_ROWS).min(MAX_RESULT_ROWS);
         let (set, info) = self.shared.read_view(query.read)?;
         let types = types_of(&schema);
@@ -838,7 +842,7 @@ impl Shard {
                 &types,
                 info.snapshot,
                 left,
-                want_values,
+                want,
                 &self.shared.attribute_demand,
             )?;
             // Rows without values need only keys: read in record order, each block of

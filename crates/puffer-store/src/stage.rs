@@ -132,6 +132,17 @@ pub trait TextStage: Send + Sync {
     fn record_kept(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
         self.record(record, types)
     }
+    /// Decodes a record with at least the attributes `wanted` (others may come along
+    /// where reading them costs nothing more), for answers that ask for a few columns:
+    /// a segment skips the long fields not asked for.
+    fn record_fields(
+        &self,
+        record: u64,
+        _wanted: &[u16],
+        types: &[AttrType],
+    ) -> Result<StoredRecord> {
+        self.record(record, types)
+    }
     /// The text of a record, known to decode with `types` (what [`TextStage::record`]
     /// would decode), for callers that read the fields straight from the text; kept as
     /// [`TextStage::record_kept`] keeps it.
