@@ -38,6 +38,8 @@ pub(super) struct Planned<Q> {
     pub(super) expected: Vec<u32>,
     /// The query, readable, for mismatch messages.
     pub(super) label: String,
+    /// A query with a LIMIT: the answer is any this many of `expected` (all when fewer).
+    pub(super) at_most: Option<usize>,
 }
 
 /// Sizes an engine reports once its queries have run.
@@ -104,6 +106,20 @@ pub(super) fn check<Q>(
         }
     };
     rows.sort_unstable();
+    if let Some(limit) = planned.at_most {
+        let wanted = limit.min(planned.expected.len());
+        if rows.windows(2).any(|w| w[0] == w[1]) {
+            return Some("a row came twice".into());
+        }
+        if let Some(row) = rows
+            .iter()
+            .find(|r| planned.expected.binary_search(r).is_err())
+        {
+            return Some(format!("row {row} does not match"));
+        }
+        return (rows.len() != wanted)
+            .then(|| format!("expected {wanted} rows (LIMIT {limit}), got {}", rows.len()));
+    }
     if rows == planned.expected {
         return None;
     }
@@ -248,6 +264,7 @@ mod tests {
             query: (),
             expected,
             label: String::new(),
+            at_most: None,
         }
     }
 
@@ -264,5 +281,35 @@ mod tests {
         let found = vec![b"c".to_vec(), b"a".to_vec(), b"b".to_vec()];
         assert!(check(&want, Answer::Keys(found), Some(&keys)).is_none());
         assert!(check(&want, Answer::Keys(vec![b"zz".to_vec()]), Some(&keys)).is_some());
+    }
+
+    #[test]
+    fn limited_answers_are_any_rows_of_the_answer_up_to_the_limit() {
+        let mut want = planned(vec![1, 5, 9, 12]);
+        want.at_most = Some(2);
+        assert!(check(&want, Answer::Rows(vec![12, 1]), None).is_none());
+        assert!(check(&want, Answer::Rows(vec![5, 9]), None).is_none());
+        assert!(
+            check(&want, Answer::Rows(vec![5]), None).is_some(),
+            "too few"
+        );
+        assert!(
+            check(&want, Answer::Rows(vec![1, 5, 9]), None).is_some(),
+            "too many"
+        );
+        assert!(
+            check(&want, Answer::Rows(vec![5, 5]), None).is_some(),
+            "twice"
+        );
+        assert!(
+            check(&want, Answer::Rows(vec![5, 6]), None).is_some(),
+            "not a match"
+        );
+        want.at_most = Some(10);
+        assert!(check(&want, Answer::Rows(vec![1, 5, 9, 12]), None).is_none());
+        assert!(
+            check(&want, Answer::Rows(vec![1, 5, 9]), None).is_some(),
+            "fewer than all"
+        );
     }
 }

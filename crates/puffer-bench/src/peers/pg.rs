@@ -454,20 +454,24 @@ pub(super) fn load_records(
 impl Engine<RecordQuery> for PgRecords {
     fn answer(&mut self, query: &RecordQuery) -> anyhow::Result<Answer> {
         let column = query.column;
+        let limited = |sql: String| match query.limit {
+            Some(limit) => format!("{sql} LIMIT {limit}"),
+            None => sql,
+        };
         let found = match &query.condition {
             Condition::Contains(needle) => {
                 let like = like_contains(
                     std::str::from_utf8(needle).context("PostgreSQL is given UTF-8 text only")?,
                 );
                 self.session.rows(
-                    &format!("SELECT rid FROM r WHERE c{column} LIKE $1"),
+                    &limited(format!("SELECT rid FROM r WHERE c{column} LIKE $1")),
                     &[&like],
                 )?
             }
             Condition::Eq(value) => {
                 let value = parameter(value);
                 self.session.rows(
-                    &format!("SELECT rid FROM r WHERE c{column} = $1"),
+                    &limited(format!("SELECT rid FROM r WHERE c{column} = $1")),
                     &[value.as_ref()],
                 )?
             }
@@ -486,7 +490,10 @@ impl Engine<RecordQuery> for PgRecords {
                 let references: Vec<&(dyn ToSql + Sync)> =
                     parameters.iter().map(|p| p.as_ref()).collect();
                 self.session.rows(
-                    &format!("SELECT rid FROM r WHERE {}", conditions.join(" AND ")),
+                    &limited(format!(
+                        "SELECT rid FROM r WHERE {}",
+                        conditions.join(" AND ")
+                    )),
                     &references,
                 )?
             }

@@ -263,15 +263,16 @@ impl PufferRecords {
 
 impl Engine<RecordQuery> for PufferRecords {
     fn answer(&mut self, query: &RecordQuery) -> anyhow::Result<Answer> {
+        let limit = query.limit;
         let query = Query {
             predicate: self.predicate(query),
             projection: Some(Vec::new()),
-            limit: None,
+            limit,
             read: ReadOptions::default(),
         };
         let result = self.shard.search(&query)?;
         anyhow::ensure!(
-            !result.truncated,
+            limit.is_some() || !result.truncated,
             "the answer was cut at the store's result limit"
         );
         Ok(Answer::Keys(

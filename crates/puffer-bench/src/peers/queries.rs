@@ -169,6 +169,7 @@ pub(super) fn plan_text_queries(
                 label: show_pattern(&pattern),
                 expected: expected.next().unwrap_or_default(),
                 query: pattern,
+                at_most: None,
             });
         }
     }

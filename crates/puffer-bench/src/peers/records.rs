@@ -88,7 +88,13 @@ pub(super) enum Condition {
 pub(super) struct RecordQuery {
     pub(super) column: usize,
     pub(super) condition: Condition,
+    /// LIMIT: any this many matching rows.
+    pub(super) limit: Option<usize>,
 }
+
+/// The LIMIT of the `len3-limit100` class: the 3-byte substring queries again, asking
+/// for any 100 matching rows (what a user paging through results asks).
+const LIMITED_ROWS: usize = 100;
 
 /// Reads the inputs as one table and chooses the attributes to query.
 pub(super) fn read_records(paths: &[PathBuf], key: Option<&str>) -> anyhow::Result<RecordTable> {
@@ -243,6 +249,7 @@ impl Sampler<'_> {
         Some(RecordQuery {
             column,
             condition: Condition::Contains(needle),
+            limit: None,
         })
     }
 
@@ -252,6 +259,7 @@ impl Sampler<'_> {
         Some(RecordQuery {
             column,
             condition: Condition::Eq(value),
+            limit: None,
         })
     }
 
@@ -277,6 +285,7 @@ impl Sampler<'_> {
         Some(RecordQuery {
             column,
             condition: Condition::Range(lower, upper),
+            limit: None,
         })
     }
 }
@@ -309,6 +318,16 @@ pub(super) fn plan_record_queries(
     for (class, len) in LENGTH_CLASSES {
         classes.push((class, draw_queries(per_class, || sampler.substring(len))));
     }
+    if let Some((_, len3)) = classes.iter().find(|(class, _)| *class == "len3") {
+        let limited = len3
+            .iter()
+            .map(|query| RecordQuery {
+                limit: Some(LIMITED_ROWS),
+                ..query.clone()
+            })
+            .collect();
+        classes.push(("len3-limit100", limited));
+    }
     if !table.contains_columns.is_empty() {
         classes.push(("absent", absent_queries(&mut sampler, per_class)?));
         classes.push(("frequent", frequent_queries(&mut sampler, per_class)?));
@@ -328,6 +347,7 @@ pub(super) fn plan_record_queries(
                 class,
                 label: label(table, &query),
                 expected: expected.next().unwrap_or_default(),
+                at_most: query.limit,
                 query,
             });
         }
@@ -337,7 +357,9 @@ pub(super) fn plan_record_queries(
 
 fn absent_queries(sampler: &mut Sampler<'_>, per_class: usize) -> anyhow::Result<Vec<RecordQuery>> {
     let candidates = draw_many(per_class * 4, "absent", || {
-        let RecordQuery { column, condition } = sampler.substring(ABSENT_SOURCE_BYTES)?;
+        let RecordQuery {
+            column, condition, ..
+        } = sampler.substring(ABSENT_SOURCE_BYTES)?;
         let Condition::Contains(piece) = condition else {
             return None;
         };
@@ -345,6 +367,7 @@ fn absent_queries(sampler: &mut Sampler<'_>, per_class: usize) -> anyhow::Result
         Some(RecordQuery {
             column,
             condition: Condition::Contains(needle),
+            limit: None,
         })
     })?;
     let matches = oracle(sampler.table, &candidates)?;

@@ -187,7 +187,10 @@ fn replace_newlines(text: &[u8], stand_in: u8) -> Vec<u8> {
 
 impl Engine<RecordQuery> for RipgrepRecords {
     fn supports(&self, query: &RecordQuery) -> bool {
-        matches!(query.condition, Condition::Contains(_)) && self.files.contains_key(&query.column)
+        // It counts lines; a LIMIT has no meaning there.
+        matches!(query.condition, Condition::Contains(_))
+            && query.limit.is_none()
+            && self.files.contains_key(&query.column)
     }
 
     fn answer(&mut self, query: &RecordQuery) -> anyhow::Result<Answer> {

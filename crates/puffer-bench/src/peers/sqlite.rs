@@ -254,9 +254,18 @@ pub(super) fn load_records(
     ))
 }
 
+/// `sql` with the query's LIMIT, if it has one.
+fn limited(sql: &str, limit: Option<usize>) -> String {
+    match limit {
+        Some(limit) => format!("{sql} LIMIT {limit}"),
+        None => sql.to_string(),
+    }
+}
+
 impl Engine<RecordQuery> for SqliteRecords {
     fn answer(&mut self, query: &RecordQuery) -> anyhow::Result<Answer> {
         let column = query.column;
+        let limit = query.limit;
         let found = match &query.condition {
             Condition::Contains(needle) => {
                 let needle = utf8(needle)?;
@@ -264,26 +273,26 @@ impl Engine<RecordQuery> for SqliteRecords {
                     let filter = SqlValue::Text(format!("c{column} : {}", fts_phrase(needle)));
                     rows(
                         &self.connection,
-                        "SELECT rowid FROM f WHERE f MATCH ?1",
+                        &limited("SELECT rowid FROM f WHERE f MATCH ?1", limit),
                         &[filter],
                     )?
                 } else {
                     let glob = SqlValue::Text(glob_contains(needle));
                     rows(
                         &self.connection,
-                        &format!("SELECT rid FROM r WHERE c{column} GLOB ?1"),
+                        &limited(&format!("SELECT rid FROM r WHERE c{column} GLOB ?1"), limit),
                         &[glob],
                     )?
                 }
             }
             Condition::Eq(value) => rows(
                 &self.connection,
-                &format!("SELECT rid FROM r WHERE c{column} = ?1"),
+                &limited(&format!("SELECT rid FROM r WHERE c{column} = ?1"), limit),
                 &[sql_value(value)],
             )?,
             Condition::Range(lower, upper) => {
                 let (sql, parameters) = range_sql(column, lower, upper);
-                rows(&self.connection, &sql, &parameters)?
+                rows(&self.connection, &limited(&sql, limit), &parameters)?
             }
         };
         Ok(Answer::Rows(found))
