@@ -288,6 +288,7 @@ impl AdaptConfig {
             } else {
                 self.workers_per_replica
             },
+            automatic: self.automatic,
             ..defaults
         };
         node.validate().map_err(|e| invalid(e.to_string()))?;
@@ -532,6 +533,29 @@ mod tests {
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    /// Every `[adapt]` switch reaches the node's settings (`automatic` once did not).
+    #[test]
+    fn adapt_switches_reach_the_node() {
+        for (automatic, attribute_layers) in [(false, true), (true, false)] {
+            let adapt = AdaptConfig {
+                automatic,
+                attribute_layers,
+                attribute_buy_rows_per_second: 1234.0,
+                ..AdaptConfig::default()
+            };
+            let node = adapt.database_options().unwrap().node;
+            assert_eq!(node.automatic, automatic);
+            assert_eq!(node.attributes.enabled, attribute_layers);
+            assert_eq!(node.attributes.buy_rows_per_second, 1234.0);
+        }
+        let bad = AdaptConfig {
+            attribute_buy_rows_per_second: -1.0,
+            ..AdaptConfig::default()
+        };
+        let error = bad.database_options().unwrap_err().to_string();
+        assert!(error.contains("buy_rows_per_second"), "{error}");
     }
 
     #[test]
