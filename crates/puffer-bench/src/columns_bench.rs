@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use puffer_query::import::{read_table, KeySource};
-use puffer_store::{Predicate, Query, ReadOptions, Shard, ShardOptions, Value, WriteOp};
+use puffer_store::{Predicate, Query, ReadOptions, Shard, ShardOptions, Value};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -90,21 +90,7 @@ pub fn run(args: &ColumnsArgs) -> anyhow::Result<()> {
             ..ShardOptions::default()
         },
     )?;
-    for rows in (0..table.len()).collect::<Vec<_>>().chunks(1000) {
-        loop {
-            let ops = rows
-                .iter()
-                .map(|&row| WriteOp::Put(table.record(row)))
-                .collect();
-            match shard.write(ops) {
-                Ok(_) => break,
-                Err(puffer_store::StoreError::Overloaded(_)) => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
+    crate::loading::put_rows(&shard, &table, 1000)?;
     shard.compact_all()?;
     for segment in shard.segments() {
         segment.add_attribute_layer(segment.build_attribute_layer(attribute as u16)?);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use puffer_node::serving::{AdaptiveNode, NewReplica, NodeConfig};
 use puffer_query::import::{read_table, KeySource};
-use puffer_store::{Predicate, Query, ReadOptions, Shard, ShardOptions, Value, WriteOp};
+use puffer_store::{Predicate, Query, ReadOptions, Shard, ShardOptions, Value};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -119,21 +119,7 @@ pub fn run(args: &LayerShiftArgs) -> anyhow::Result<()> {
         .prefix("puffer-bench-layer-shift-")
         .tempdir()?;
     let shard = Shard::open(dir.path(), table.schema.clone(), ShardOptions::default())?;
-    for rows in (0..table.len()).collect::<Vec<_>>().chunks(2000) {
-        loop {
-            let ops = rows
-                .iter()
-                .map(|&row| WriteOp::Put(table.record(row)))
-                .collect();
-            match shard.write(ops) {
-                Ok(_) => break,
-                Err(puffer_store::StoreError::Overloaded(_)) => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
+    crate::loading::put_rows(&shard, &table, 2000)?;
     shard.compact_all()?;
     let segments = shard.segments().len();
     shard.close();

@@ -18,6 +18,7 @@ mod http_bench;
 mod hyperspace;
 mod index_bench;
 mod layer_shift;
+mod loading;
 mod oracle;
 mod overload_bench;
 mod peers;

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use puffer_index::{BuildOptions, TextIndex};
-use puffer_store::{Predicate, Query, ReadOptions, Schema, Shard, ShardOptions, WriteOp};
+use puffer_store::{Predicate, Query, ReadOptions, Schema, Shard, ShardOptions};
 use serde_json::json;
 
 use super::corpus::Corpus;
@@ -201,10 +201,7 @@ pub(super) fn load_records(
     };
     let shard = Shard::open(dir.path(), schema, options).context("opening the shard")?;
     let started = Instant::now();
-    for start in (0..table.table.rows.len()).step_by(LOAD_BATCH_ROWS) {
-        let rows = start..(start + LOAD_BATCH_ROWS).min(table.table.rows.len());
-        write_with_retry(&shard, table, rows)?;
-    }
+    crate::loading::put_rows(&shard, &table.table, LOAD_BATCH_ROWS)?;
     shard.compact_all().context("compacting the shard")?;
     let load_seconds = started.elapsed().as_secs_f64();
     let names = table
@@ -223,27 +220,6 @@ pub(super) fn load_records(
         },
         load_seconds,
     ))
-}
-
-/// Writes `rows` as one SCU, waiting while the store asks writers to slow down.
-fn write_with_retry(
-    shard: &Shard,
-    table: &RecordTable,
-    rows: std::ops::Range<usize>,
-) -> anyhow::Result<()> {
-    loop {
-        let ops: Vec<WriteOp> = rows
-            .clone()
-            .map(|row| WriteOp::Put(table.table.record(row)))
-            .collect();
-        match shard.write(ops) {
-            Ok(_) => return Ok(()),
-            Err(puffer_store::StoreError::Overloaded(_)) => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            Err(e) => return Err(e).with_context(|| format!("writing rows {rows:?}")),
-        }
-    }
 }
 
 impl PufferRecords {
