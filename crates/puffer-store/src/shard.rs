@@ -1359,11 +1359,10 @@ impl Shared {
         set.active.note_applied(scu.seq);
         let mut next = set.with();
         next.published_seq = scu.seq;
+        // Published and acknowledged together: see `read_view`.
+        let mut acks = self.acks.lock().expect("acks lock");
         self.stages.store(Arc::new(next));
-        self.acks
-            .lock()
-            .expect("acks lock")
-            .push_back((scu.seq, scu.commit_micros));
+        acks.push_back((scu.seq, scu.commit_micros));
         Ok(())
     }
 
@@ -1391,6 +1390,9 @@ impl Shared {
 
     /// Picks the snapshot for a read and the stage set to read it from.
     fn read_view(&self, read: ReadOptions) -> Result<(Arc<StageSet>, SnapshotInfo)> {
+        // The set is loaded under the acks lock, which sealing and applying hold while
+        // they publish, so the set and the acks describe the same moment.
+        let acks = self.acks.lock().expect("acks lock");
         let set = self.stages.load_full();
         let now = self.clock.now_micros();
         if let Some(at) = read.at {
@@ -1409,13 +1411,10 @@ impl Shared {
                     sealed: set.sealed_seq,
                 });
             }
-            // Decided on the loaded set alone: `acks` may already have lost entries
-            // that a seal finished meanwhile, while this set still holds their table.
             let read_log = at > set.sealed_seq
                 && set
                     .log_tables()
                     .any(|table| !table.is_empty() && table.first_seq <= at);
-            let acks = self.acks.lock().expect("acks lock");
             let age = acks
                 .iter()
                 .find(|(seq, _)| *seq > at)
@@ -1431,7 +1430,6 @@ impl Shared {
                 },
             ));
         }
-        let acks = self.acks.lock().expect("acks lock");
         let first_unsealed = acks.iter().find(|(seq, _)| *seq > set.sealed_seq).copied();
         drop(acks);
         if read.min_snapshot > set.published_seq {
@@ -1518,11 +1516,12 @@ impl Shared {
         set.sealed_seq = set.sealed_seq.max(batch.last_seq).max(table.first_seq - 1);
         set.sorted.push(batch);
         let sealed = set.sealed_seq;
+        // Published and forgotten together: a reader that saw the old set with the
+        // pruned acks would find no unsealed SCU and read the old sealed snapshot,
+        // missing acknowledged writes.
+        let mut acks = self.acks.lock().expect("acks lock");
         self.stages.store(Arc::new(set));
-        self.acks
-            .lock()
-            .expect("acks lock")
-            .retain(|(seq, _)| *seq > sealed);
+        acks.retain(|(seq, _)| *seq > sealed);
         Ok(true)
     }
 

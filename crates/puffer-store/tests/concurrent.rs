@@ -1,9 +1,10 @@
 //! Readers racing a writer: keys that always exist are replaced over and over (with
 //! background sealing and compaction on), while readers get and search them. Every
 //! answer must show every key exactly once, with a value the writer wrote at or before
-//! the snapshot the answer reports, also while attribute layers are added and dropped.
+//! the snapshot the answer reports, also while attribute layers are added and dropped;
+//! and every answer's snapshot holds every SCU acknowledged before the read began.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use puffer_store::{
@@ -42,7 +43,7 @@ fn readers_never_miss_a_replaced_key() {
         shard.write(ops).unwrap()
     };
     // SCU n (n >= 1) writes round n - 1 to every key.
-    put_round(0);
+    let acknowledged = AtomicU64::new(put_round(0));
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
@@ -52,7 +53,10 @@ fn readers_never_miss_a_replaced_key() {
                     let record = Record::new(key(i)).with("round", Value::Int(round));
                     loop {
                         match shard.write(vec![WriteOp::Put(record.clone())]) {
-                            Ok(_) => break,
+                            Ok(seq) => {
+                                acknowledged.fetch_max(seq, Ordering::SeqCst);
+                                break;
+                            }
                             Err(puffer_store::StoreError::Overloaded(_)) => {
                                 std::thread::sleep(Duration::from_millis(5))
                             }
@@ -87,15 +91,25 @@ fn readers_never_miss_a_replaced_key() {
             }
         });
         for reader in 0..2 {
-            let (shard, done) = (&shard, &done);
+            let (shard, done, acknowledged) = (&shard, &done, &acknowledged);
             scope.spawn(move || {
                 let mut checks = 0u64;
+                // Reads with the default freshness see every acknowledged SCU.
+                let fresh = |snapshot: u64, before: u64, what: &str| {
+                    assert!(
+                        snapshot >= before,
+                        "{what} read snapshot {snapshot}, SCU {before} was acknowledged before"
+                    )
+                };
                 while !done.load(Ordering::SeqCst) || checks < 100 {
                     let i = (checks * 7 + reader) % KEYS;
+                    let before = acknowledged.load(Ordering::SeqCst);
                     let (found, info) = shard.get(&key(i), ReadOptions::default()).unwrap();
+                    fresh(info.snapshot, before, "get");
                     let record = found
                         .unwrap_or_else(|| panic!("k{i:02} missing at snapshot {}", info.snapshot));
                     assert!(matches!(record.values["round"], Value::Int(r) if r >= 0));
+                    let before = acknowledged.load(Ordering::SeqCst);
                     let all = shard
                         .search(&Query {
                             predicate: Predicate::All,
@@ -104,6 +118,7 @@ fn readers_never_miss_a_replaced_key() {
                             read: ReadOptions::default(),
                         })
                         .unwrap();
+                    fresh(all.snapshot.snapshot, before, "search");
                     let keys: Vec<Vec<u8>> = all.rows.into_iter().map(|r| r.key).collect();
                     let expected: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
                     assert_eq!(keys, expected, "snapshot {}", all.snapshot.snapshot);
