@@ -252,15 +252,21 @@ impl TextIndex {
 
     /// Text offsets of suffix-array entries `start..end`, in entry order (not sorted).
     pub fn locate(&self, start: u64, end: u64) -> Result<Vec<u64>> {
-        if start > end || end > self.entries() || (start == 0 && end > 0) {
-            return Err(IndexError::InvalidArgument(format!(
-                "entry range {start}..{end} is not within 1..{}",
-                self.entries()
-            )));
+        self.locate_runs(&[(start, end)])
+    }
+
+    /// Text offsets of the entries of each run `start..end`, runs in the order given and
+    /// entries in order within each; one lockstep locate for all of them.
+    pub fn locate_runs(&self, runs: &[(u64, u64)]) -> Result<Vec<u64>> {
+        for &(start, end) in runs {
+            if start > end || end > self.entries() || (start == 0 && end > 0) {
+                return Err(IndexError::InvalidArgument(format!(
+                    "entry range {start}..{end} is not within 1..{}",
+                    self.entries()
+                )));
+            }
         }
-        self.view()
-            .locate_range(start, end)
-            .map_err(inconsistent_index)
+        self.view().locate_runs(runs).map_err(inconsistent_index)
     }
 
     fn check_bound(bound: &[u8]) -> Result<()> {

@@ -82,10 +82,20 @@ impl QueryView<'_> {
     /// occurrences inside a run then costs O(occurrences), not O(occurrences x run).
     /// Fails only on an inconsistent index (a walk that never meets a sample).
     pub fn locate_range(&self, start: u64, end: u64) -> Result<Vec<u64>, String> {
+        self.locate_runs(&[(start, end)])
+    }
+
+    /// Text offsets of the entries of each run `start..end`, runs in the order given
+    /// (as [`QueryView::locate_range`] of their concatenation). Walks of all runs share
+    /// the lockstep batch, so many short runs cost about what one range of their total
+    /// length costs.
+    pub fn locate_runs(&self, runs: &[(u64, u64)]) -> Result<Vec<u64>, String> {
         const INCONSISTENT: &str =
             "a locate walk does not reach a sample: psi or the SA samples are inconsistent";
         let filling = self.sa_layers.any_filling || self.isa_layers.any_filling;
-        let mut out = vec![0u64; (end - start) as usize];
+        let total: u64 = runs.iter().map(|&(start, end)| end - start).sum();
+        let mut out = vec![0u64; total as usize];
+        let mut entries = runs.iter().flat_map(|&(start, end)| start..end);
         let mut indices: Vec<u64> = Vec::with_capacity(WALK_BATCH);
         // Per live walk: (slot in `out`, round at which it started).
         let mut walks: Vec<(usize, u64)> = Vec::with_capacity(WALK_BATCH);
@@ -96,13 +106,14 @@ impl QueryView<'_> {
         let mut visited: HashMap<u64, (usize, u64)> = HashMap::new();
         // out[slot] = out[target] + delta, for walks that joined another walk's path.
         let mut links: Vec<(usize, usize, i64)> = Vec::new();
-        let mut next = start;
+        let mut next_slot = 0usize;
         let mut round = 0u64;
         loop {
-            while indices.len() < WALK_BATCH && next < end {
-                indices.push(next);
-                walks.push(((next - start) as usize, round));
-                next += 1;
+            while indices.len() < WALK_BATCH {
+                let Some(entry) = entries.next() else { break };
+                indices.push(entry);
+                walks.push((next_slot, round));
+                next_slot += 1;
             }
             if indices.is_empty() {
                 break;

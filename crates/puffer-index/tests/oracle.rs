@@ -234,6 +234,40 @@ proptest! {
     ) {
         check_all_configurations(&text, &extra);
     }
+
+    /// Runs of entries in any order locate to the suffix array's slices, concatenated.
+    #[test]
+    fn locate_runs_match_the_suffix_array(
+        text in text_strategy(),
+        cuts in proptest::collection::vec(any::<u16>(), 0..12),
+    ) {
+        let mut suffixes: Vec<u64> = (0..text.len() as u64).collect();
+        suffixes.sort_by_key(|&i| &text[i as usize..]);
+        // Entry 0 is the sentinel; entries 1..=n are the suffixes in order.
+        let entries = text.len() as u64 + 1;
+        // Runs from pairs of cut points, in the order drawn (often out of entry order).
+        let runs: Vec<(u64, u64)> = cuts
+            .chunks(2)
+            .map(|pair| {
+                let a = 1 + u64::from(pair[0]) % entries;
+                let b = 1 + u64::from(*pair.last().unwrap()) % entries;
+                (a.min(b), a.max(b))
+            })
+            .collect();
+        let expected: Vec<u64> = runs
+            .iter()
+            .flat_map(|&(start, end)| suffixes[start as usize - 1..end as usize - 1].to_vec())
+            .collect();
+        for options in [
+            BuildOptions::default(),
+            BuildOptions { sa_rate: 4, isa_rate: 8, levels: 2, psi_block_len: 16, threads: 1 },
+        ] {
+            let index = TextIndex::build_with(&text, &options, &mut |_, _| {}).unwrap();
+            prop_assert_eq!(index.locate_runs(&runs).unwrap(), expected.clone());
+            prop_assert!(index.locate_runs(&[(0, 1)]).is_err());
+            prop_assert!(index.locate_runs(&[(1, entries + 1)]).is_err());
+        }
+    }
 }
 
 /// Several long runs of one byte: inside them the entries of consecutive positions can

@@ -554,6 +554,57 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
 
 /// Most entries located in the first step when a limit may stop early.
 const LOCATE_CHUNK: u64 = 64;
+/// Entries located together when a limited search spreads its locates over a range:
+/// neighbours decode from the same Psi blocks in a walk's first steps.
+const SPREAD_RUN_ENTRIES: u64 = 16;
+
+/// Entries `start..end` in runs of `run_entries`, the runs in bit-reversed order of
+/// their number (0, 1/2, 1/4, 3/4, ... of the range): every prefix of the order is an
+/// even sample of the range, and the whole order covers each entry once.
+struct SpreadRuns {
+    start: u64,
+    end: u64,
+    run_entries: u64,
+    runs: u64,
+    bits: u32,
+    next: u64,
+}
+
+impl SpreadRuns {
+    fn new(start: u64, end: u64, run_entries: u64) -> SpreadRuns {
+        let run_entries = run_entries.max(1);
+        let runs = (end.saturating_sub(start)).div_ceil(run_entries);
+        SpreadRuns {
+            start,
+            end,
+            run_entries,
+            runs,
+            bits: runs.next_power_of_two().trailing_zeros(),
+            next: 0,
+        }
+    }
+}
+
+impl Iterator for SpreadRuns {
+    type Item = (u64, u64);
+
+    fn next(&mut self) -> Option<(u64, u64)> {
+        // Numbers past `runs` are skipped: fewer than half of the 2^bits.
+        while self.next < 1u64 << self.bits {
+            let number = self.next;
+            self.next += 1;
+            let run = match self.bits {
+                0 => 0,
+                bits => number.reverse_bits() >> (64 - bits),
+            };
+            if run < self.runs {
+                let start = self.start + run * self.run_entries;
+                return Some((start, self.end.min(start + self.run_entries)));
+            }
+        }
+        None
+    }
+}
 
 /// What a search gives back of each record it finds.
 #[derive(Clone, Copy, Debug)]
@@ -641,9 +692,10 @@ pub fn search_text(
                     break 'records;
                 }
             }
-            // With a limit, locate just enough entries (most are live matches), then
-            // twice as many each time the verified matches fall short.
+            // With a limit, locate just enough entries (most are live matches), then as
+            // many more as the matches found per entry so far say are needed.
             let mut chunk = (limit as u64).clamp(1, LOCATE_CHUNK);
+            let mut located_entries = 0u64;
             'ranges: for range in ranges {
                 let layer = range
                     .attribute
@@ -665,20 +717,58 @@ pub fn search_text(
                     }
                     continue;
                 }
-                let mut at = range.start;
-                while at < range.end {
-                    let chunk_end = if limit == usize::MAX {
-                        range.end
-                    } else {
-                        range.end.min(at.saturating_add(chunk))
-                    };
-                    chunk = chunk.saturating_mul(2);
-                    if let Some(attribute) = range.attribute {
-                        demand.record(attribute, chunk_end - at, false);
+                // Under a limit the entries are taken spread over the range: entries
+                // next to each other share what follows the pattern, and whether an
+                // occurrence counts (its attribute) depends on that, so a prefix of the
+                // range can hold almost none of the matches that a spread sample finds.
+                let run_entries = if limit == usize::MAX {
+                    range.end - range.start
+                } else {
+                    SPREAD_RUN_ENTRIES
+                };
+                let mut spread = SpreadRuns::new(range.start, range.end, run_entries);
+                loop {
+                    let (mut runs, mut entries) = (Vec::new(), 0u64);
+                    while entries < chunk || limit == usize::MAX {
+                        let Some((start, end)) = spread.next() else {
+                            break;
+                        };
+                        runs.push((start, end));
+                        entries += end - start;
                     }
-                    for offset in stage.locate(at, chunk_end)? {
+                    if runs.is_empty() {
+                        break;
+                    }
+                    if let Some(attribute) = range.attribute {
+                        demand.record(attribute, entries, false);
+                    }
+                    located_entries += entries;
+                    let located = stage.locate(&runs)?;
+                    // Occurrences in short fields cost an extract each to place: they
+                    // are placed after the cheap ones, and only while those leave the
+                    // answer short.
+                    let mut unplaced = Vec::new();
+                    for offset in located {
                         let record = stage.record_at(offset)?;
                         if let Some((attribute, may_split_escape)) = check.placement() {
+                            if seen.contains(&record) {
+                                continue;
+                            }
+                            match stage.value_attribute_at_cheaply(offset, may_split_escape)? {
+                                Some(placed) if placement_counts(placed, attribute, types) => {}
+                                Some(_) => continue,
+                                None => {
+                                    unplaced.push((offset, record));
+                                    continue;
+                                }
+                            }
+                        }
+                        if !consider(record, &mut out, &mut seen)? {
+                            break 'ranges;
+                        }
+                    }
+                    if let Some((attribute, may_split_escape)) = check.placement() {
+                        for (offset, record) in unplaced {
                             if seen.contains(&record)
                                 || !occurrence_counts(
                                     stage,
@@ -690,12 +780,12 @@ pub fn search_text(
                             {
                                 continue;
                             }
-                        }
-                        if !consider(record, &mut out, &mut seen)? {
-                            break 'ranges;
+                            if !consider(record, &mut out, &mut seen)? {
+                                break 'ranges;
+                            }
                         }
                     }
-                    at = chunk_end;
+                    chunk = next_locate_chunk(chunk, limit - out.len(), out.len(), located_entries);
                 }
             }
         }
@@ -712,13 +802,35 @@ fn occurrence_counts(
     may_split_escape: bool,
     types: &[AttrType],
 ) -> Result<bool> {
-    Ok(match stage.value_attribute_at(offset, may_split_escape)? {
-        None => false,
-        Some(id) => match attribute {
-            Some(wanted) => id == wanted,
-            None => types.get(id as usize) == Some(&AttrType::String),
-        },
-    })
+    let placed = stage.value_attribute_at(offset, may_split_escape)?;
+    Ok(placement_counts(placed, attribute, types))
+}
+
+/// Entries to locate next under a limit, `missing` rows short after `found` rows from
+/// `located` entries: twice the last `chunk`, or fewer where the rows found per entry
+/// so far say fewer will do (a quarter more than that estimate, and at least
+/// [`LOCATE_CHUNK`]).
+fn next_locate_chunk(chunk: u64, missing: usize, found: usize, located: u64) -> u64 {
+    let doubled = chunk.saturating_mul(2);
+    if found == 0 {
+        return doubled;
+    }
+    let estimate = (missing as u64)
+        .saturating_mul(located)
+        .div_ceil(found as u64);
+    estimate
+        .saturating_add(estimate / 4)
+        .clamp(LOCATE_CHUNK.min(doubled), doubled)
+}
+
+/// Whether an occurrence placed in the value of `placed` (in no value when `None`)
+/// counts for `attribute` (any string attribute when `None`).
+fn placement_counts(placed: Option<u16>, attribute: Option<u16>, types: &[AttrType]) -> bool {
+    match (placed, attribute) {
+        (None, _) => false,
+        (Some(id), Some(wanted)) => id == wanted,
+        (Some(id), None) => types.get(id as usize) == Some(&AttrType::String),
+    }
 }
 
 /// Number of records of a text stage that match at `snapshot` (rows found by attribute
@@ -829,4 +941,60 @@ pub fn search_mem(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_runs_cover_every_entry_once_and_spread_every_prefix() {
+        let cases = [
+            (5, 5, 16),
+            (1, 2, 16),
+            (3, 100, 16),
+            (0, 1000, 7),
+            (0, 1024, 16),
+            (100, 100 + 16 * 32, 16),
+        ];
+        for (start, end, run) in cases {
+            let runs: Vec<(u64, u64)> = SpreadRuns::new(start, end, run).collect();
+            let mut entries: Vec<u64> = runs.iter().flat_map(|&(s, e)| s..e).collect();
+            entries.sort_unstable();
+            assert_eq!(
+                entries,
+                (start..end).collect::<Vec<_>>(),
+                "{start}..{end} by {run}"
+            );
+            // With a power of two of runs, the first k runs fall in k different k-ths
+            // of the range.
+            let count = runs.len() as u64;
+            let mut k = 2;
+            while k <= count && count.is_power_of_two() {
+                let mut parts: Vec<u64> = runs[..k as usize]
+                    .iter()
+                    .map(|&(s, _)| (s - start) / run / (count / k))
+                    .collect();
+                parts.sort_unstable();
+                assert_eq!(
+                    parts,
+                    (0..k).collect::<Vec<_>>(),
+                    "{start}..{end}: first {k}"
+                );
+                k *= 2;
+            }
+        }
+    }
+
+    #[test]
+    fn locate_chunks_follow_the_yield_within_doubling() {
+        // Nothing found yet: twice as many.
+        assert_eq!(next_locate_chunk(64, 100, 0, 64), 128);
+        // 50 found in 1,000 entries, 50 missing: 1,000 more and a quarter, under 2 x 1,024.
+        assert_eq!(next_locate_chunk(1024, 50, 50, 1000), 1250);
+        // A high yield asks for few, but never fewer than the first chunk.
+        assert_eq!(next_locate_chunk(64, 1, 60, 64), LOCATE_CHUNK);
+        // A low yield is capped by doubling.
+        assert_eq!(next_locate_chunk(256, 99, 1, 448), 512);
+    }
 }

@@ -539,8 +539,8 @@ impl TextStage for Segment {
     fn first_entry_past(&self, bound: &[u8]) -> Result<u64> {
         Ok(self.index.first_entry_past(bound)?)
     }
-    fn locate(&self, start: u64, end: u64) -> Result<Vec<u64>> {
-        Ok(self.index.locate(start, end)?)
+    fn locate(&self, runs: &[(u64, u64)]) -> Result<Vec<u64>> {
+        Ok(self.index.locate_runs(runs)?)
     }
     fn record_at(&self, offset: u64) -> Result<u64> {
         self.bounds
@@ -613,24 +613,35 @@ impl TextStage for Segment {
         }
         Ok(text.into_text())
     }
+    fn value_attribute_at_cheaply(
+        &self,
+        offset: u64,
+        may_split_escape: bool,
+    ) -> Result<Option<Option<u16>>> {
+        let Some(long) = &self.long_fields else {
+            return Ok(None);
+        };
+        let found = long
+            .field_at(offset)
+            .map_err(|e| self.corrupt_meta(format!("long-field section: {e}")))?;
+        let Some((start, id_byte)) = found else {
+            return Ok(None);
+        };
+        let value_start = start + 2;
+        if offset < value_start {
+            return Ok(Some(None));
+        }
+        if may_split_escape
+            && offset > value_start
+            && self.index.extract(offset - 1, 1)? == [codec::ESCAPE]
+        {
+            return Ok(Some(None));
+        }
+        Ok(Some(Some((id_byte - codec::ID_BASE) as u16)))
+    }
     fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>> {
-        if let Some(long) = &self.long_fields {
-            let found = long
-                .field_at(offset)
-                .map_err(|e| self.corrupt_meta(format!("long-field section: {e}")))?;
-            if let Some((start, id_byte)) = found {
-                let value_start = start + 2;
-                if offset < value_start {
-                    return Ok(None);
-                }
-                if may_split_escape
-                    && offset > value_start
-                    && self.index.extract(offset - 1, 1)? == [codec::ESCAPE]
-                {
-                    return Ok(None);
-                }
-                return Ok(Some((id_byte - codec::ID_BASE) as u16));
-            }
+        if let Some(placed) = self.value_attribute_at_cheaply(offset, may_split_escape)? {
+            return Ok(placed);
         }
         // A short field's marker is fewer than LONG_FIELD_MIN_BYTES bytes back; without
         // the directory (older segments) the window grows until it reaches the marker.

@@ -118,11 +118,15 @@ impl TextStage for SortedBatch {
     fn first_entry_past(&self, bound: &[u8]) -> Result<u64> {
         Ok(self.partition(bound, true))
     }
-    fn locate(&self, start: u64, end: u64) -> Result<Vec<u64>> {
-        let entries = self.sa.get(start as usize..end as usize).ok_or_else(|| {
-            StoreError::InvalidQuery(format!("entries {start}..{end} out of range"))
-        })?;
-        Ok(entries.iter().map(|&p| p as u64).collect())
+    fn locate(&self, runs: &[(u64, u64)]) -> Result<Vec<u64>> {
+        let mut out = Vec::new();
+        for &(start, end) in runs {
+            let entries = self.sa.get(start as usize..end as usize).ok_or_else(|| {
+                StoreError::InvalidQuery(format!("entries {start}..{end} out of range"))
+            })?;
+            out.extend(entries.iter().map(|&p| p as u64));
+        }
+        Ok(out)
     }
     fn record_at(&self, offset: u64) -> Result<u64> {
         let after = self.starts.partition_point(|&s| s <= offset);

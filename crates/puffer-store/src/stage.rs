@@ -103,8 +103,8 @@ pub trait TextStage: Send + Sync {
     fn first_entry_at_least(&self, bound: &[u8]) -> Result<u64>;
     /// First entry whose suffix is `> bound` and does not start with it.
     fn first_entry_past(&self, bound: &[u8]) -> Result<u64>;
-    /// Text offsets of entries `start..end`.
-    fn locate(&self, start: u64, end: u64) -> Result<Vec<u64>>;
+    /// Text offsets of the entries of each run `start..end`, runs in the order given.
+    fn locate(&self, runs: &[(u64, u64)]) -> Result<Vec<u64>>;
     /// The record whose text contains `offset`.
     fn record_at(&self, offset: u64) -> Result<u64>;
     /// The text of a record.
@@ -155,4 +155,13 @@ pub trait TextStage: Send + Sync {
     /// an escape pair, where no value substring starts. `may_split_escape`: the pattern
     /// could start inside an escape pair (see [`crate::codec::may_split_escape`]).
     fn value_attribute_at(&self, offset: u64, may_split_escape: bool) -> Result<Option<u16>>;
+    /// [`TextStage::value_attribute_at`] where it costs about one lookup; `None` where
+    /// it would extract text (a segment's short fields), so callers can place those last.
+    fn value_attribute_at_cheaply(
+        &self,
+        offset: u64,
+        may_split_escape: bool,
+    ) -> Result<Option<Option<u16>>> {
+        self.value_attribute_at(offset, may_split_escape).map(Some)
+    }
 }

@@ -4,7 +4,8 @@
 //! bytes are also digits; integers, whose encodings are letters and digits; values with
 //! escaped bytes and the letters that follow escapes; short fields and fields long enough
 //! for the long-field directory. Checked in every stage: log table, sorted batch,
-//! segment, a segment with a log on top, and a segment written without the directory.
+//! segment, a segment with a log on top, and a segment written without the directory;
+//! with and without a limit.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -235,6 +236,34 @@ fn check(shard: &Shard, model: &BTreeMap<Vec<u8>, Record>, rng: &mut Rng, stage:
             .map(|r| r.key)
             .collect();
         assert_eq!(found, expected, "{stage}: search {predicate:?}");
+        // Under a limit, any that many of the matches (located spread over the entries,
+        // occurrences in short fields placed last).
+        let limit = [1, 3, 20, 100][rng.below(4) as usize];
+        let limited = shard
+            .search(&Query {
+                limit: Some(limit),
+                ..query
+            })
+            .expect("search with a limit");
+        let keys: Vec<&Vec<u8>> = limited.rows.iter().map(|r| &r.key).collect();
+        assert_eq!(
+            keys.len(),
+            limit.min(expected.len()),
+            "{stage}: {predicate:?} limit {limit}"
+        );
+        assert_eq!(
+            limited.truncated,
+            expected.len() > limit,
+            "{stage}: truncated"
+        );
+        assert!(
+            keys.windows(2).all(|w| w[0] < w[1]),
+            "{stage}: sorted, no repeats"
+        );
+        assert!(
+            keys.iter().all(|k| expected.contains(k)),
+            "{stage}: {predicate:?} limit {limit}: a row that does not match"
+        );
         let (count, _) = shard
             .count(&predicate, ReadOptions::default())
             .expect("count");

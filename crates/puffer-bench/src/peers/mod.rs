@@ -69,11 +69,35 @@ pub struct PeersArgs {
     /// sqlite, postgres, ripgrep.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
+    /// Query classes to run, comma-separated (default: all), e.g. `len3-limit100,eq`.
+    #[arg(long, value_delimiter = ',')]
+    classes: Vec<String>,
 }
 
 impl PeersArgs {
     fn wants(&self, engine: &str) -> bool {
         !self.skip.iter().any(|s| s == engine)
+    }
+
+    /// The planned queries of the classes asked; an error names a class nothing has.
+    fn keep_classes<Q>(&self, planned: Vec<Planned<Q>>) -> anyhow::Result<Vec<Planned<Q>>> {
+        if self.classes.is_empty() {
+            return Ok(planned);
+        }
+        for class in &self.classes {
+            if !planned.iter().any(|p| p.class == class.as_str()) {
+                let mut known: Vec<&str> = planned.iter().map(|p| p.class).collect();
+                known.dedup();
+                bail!(
+                    "--classes {class}: the classes planned are {}",
+                    known.join(", ")
+                );
+            }
+        }
+        Ok(planned
+            .into_iter()
+            .filter(|p| self.classes.iter().any(|c| c == p.class))
+            .collect())
     }
 }
 
@@ -269,7 +293,11 @@ fn run_text(args: &PeersArgs, path: &Path, work_dir: &Path) -> anyhow::Result<Ou
         corpus.text.len(),
         corpus.lines
     );
-    let planned = queries::plan_text_queries(&corpus, args.queries, args.seed)?;
+    let planned = args.keep_classes(queries::plan_text_queries(
+        &corpus,
+        args.queries,
+        args.seed,
+    )?)?;
     let corpus_file = work_dir.join("corpus.txt");
     std::fs::write(&corpus_file, &corpus.text)
         .with_context(|| format!("writing {}", corpus_file.display()))?;
@@ -349,7 +377,11 @@ fn run_records(args: &PeersArgs, work_dir: &Path) -> anyhow::Result<Outcome> {
         table.table.schema.attributes.len(),
         table.table.input_bytes
     );
-    let planned = records::plan_record_queries(&table, args.queries, args.seed)?;
+    let planned = args.keep_classes(records::plan_record_queries(
+        &table,
+        args.queries,
+        args.seed,
+    )?)?;
 
     let mut runner = Runner::new(&planned, Some(&table.row_of_key));
     if args.wants("pufferdb") {
