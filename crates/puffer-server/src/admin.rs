@@ -23,7 +23,34 @@ pub(crate) async fn replicas(
     Extension(role): Extension<Role>,
 ) -> Result<Json<JsonValue>, ApiError> {
     require(role, Role::Read)?;
-    Ok(Json(json!(state.db.node().status())))
+    let mut status = json!(state.db.node().status());
+    name_attribute_layers(&state, &mut status);
+    Ok(Json(status))
+}
+
+/// Adds each attribute layer's attribute name (the node knows attributes by id only),
+/// where the replica's table is still in the catalog.
+fn name_attribute_layers(state: &crate::AppState, status: &mut JsonValue) {
+    let Some(replicas) = status["replicas"].as_array_mut() else {
+        return;
+    };
+    for replica in replicas {
+        let Some(Ok(table)) = replica["table"].as_str().map(|name| state.db.table(name)) else {
+            continue;
+        };
+        let schema = table.schema();
+        let Some(layers) = replica["attribute_layers"].as_array_mut() else {
+            continue;
+        };
+        for layer in layers {
+            let attribute = layer["attribute"]
+                .as_u64()
+                .and_then(|id| usize::try_from(id).ok());
+            if let Some(attribute) = attribute.and_then(|id| schema.attributes.get(id)) {
+                layer["name"] = json!(attribute.name);
+            }
+        }
+    }
 }
 
 /// `GET /v1/admin/cluster`: nodes, roles, leases, leaders and the log, as etcd has

@@ -53,6 +53,7 @@ mod tests {
             "data-updates",
             "data-points",
             "data-replica-id",
+            "attributeLayers",
             "Authorization",
         ] {
             assert!(PAGE_HTML.contains(needed), "the dashboard lacks {needed:?}");

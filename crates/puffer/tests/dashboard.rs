@@ -389,6 +389,28 @@ fn elements<'a>(markup: &'a str, name: &str) -> Vec<Element<'a>> {
         .collect()
 }
 
+/// What the page's `data-attribute-layers` should say of a replica in the admin API:
+/// the names of the attributes every segment holds a layer of, sorted, comma-separated.
+fn complete_attribute_layers(replica: &Value) -> String {
+    let mut names: Vec<String> = replica["attribute_layers"]
+        .as_array()
+        .expect("attribute_layers")
+        .iter()
+        .filter(|row| {
+            let segments = row["segments"].as_u64().expect("segments");
+            segments > 0 && row["segments_held"].as_u64() == Some(segments)
+        })
+        .map(|row| {
+            row["name"]
+                .as_str()
+                .unwrap_or_else(|| panic!("attribute layer without a name: {row}"))
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names.join(",")
+}
+
 /// The text of the first element carrying `data-stat="{stat}"` in `markup`.
 fn stat_text(markup: &str, stat: &str) -> String {
     let needle = format!("data-stat=\"{stat}\"");
@@ -508,6 +530,12 @@ fn dashboard_plots_a_running_load() {
     let screenshot = workspace_root().join("target/dashboard-screenshot.png");
     std::fs::create_dir_all(screenshot.parent().expect("target")).expect("create target/");
     let _ = std::fs::remove_file(&screenshot);
+    let before = get_json(
+        &agent(),
+        &format!("{}/v1/admin/replicas", server.base),
+        None,
+    )
+    .expect("replicas");
     let rendered = {
         let _one_at_a_time = CHROMIUM.lock().unwrap_or_else(|e| e.into_inner());
         render(&chromium, &format!("{}/", server.base), Some(&screenshot))
@@ -631,6 +659,34 @@ fn dashboard_plots_a_running_load() {
             layers.ends_with(&format!(" of {max_layers}")),
             "replica {id}: layers {layers:?}, max {max_layers}"
         );
+        // Attribute layers: the page's list equals the API's wherever the API gave the
+        // same list before and after the page ran (a buy or a compaction in between
+        // leaves nothing to compare).
+        let shown = card.required("data-attribute-layers");
+        let stat = stat_text(card.inner, "attributes");
+        assert!(
+            stat != "–" && !stat.is_empty(),
+            "replica {id}: attributes not rendered"
+        );
+        let after_layers = complete_attribute_layers(api);
+        let before_layers = before["replicas"]
+            .as_array()
+            .expect("replicas")
+            .iter()
+            .find(|r| r["id"] == id)
+            .map(complete_attribute_layers);
+        if before_layers.as_ref() == Some(&after_layers) {
+            assert_eq!(
+                shown, after_layers,
+                "replica {id}: attribute layers ({stat})"
+            );
+        } else {
+            eprintln!(
+                "replica {id}: attribute layers changed while the page ran \
+                 ({before_layers:?} -> {after_layers:?}); not compared"
+            );
+        }
+        eprintln!("replica {id}: attribute layers shown: {stat}");
     }
     // The load shows: some bookings replica drew a positive rate.
     let rate_shown = cards
