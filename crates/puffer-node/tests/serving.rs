@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use puffer_adapt::{Decision, ManagerConfig, Marks};
 use puffer_index::{BuildOptions, Construction, TextIndex};
-use puffer_node::serving::{AdaptiveNode, NewReplica, NodeConfig};
+use puffer_node::serving::node::AttributeLayerStatus;
+use puffer_node::serving::{AdaptiveNode, AttributePin, NewReplica, NodeConfig};
 
 fn text(seed: u64) -> Vec<u8> {
     let words = [
@@ -411,4 +412,62 @@ fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_wh
         }
         assert!(Instant::now() < deadline, "never sold: {city:?}");
     }
+
+    // By hand: kept though cold, then dropped though hot, then handed back and bought.
+    let replica = node.status().replicas[0].id;
+    let until = |what: &str, done: &dyn Fn(&AttributeLayerStatus) -> bool, hot: bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut round = 0;
+        loop {
+            if hot {
+                search_cities(round);
+                round += 1;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+            node.tick();
+            let city = city_layer(&node).unwrap();
+            if done(&city) {
+                return city;
+            }
+            assert!(Instant::now() < deadline, "{what}: {city:?}");
+        }
+    };
+    let held = |c: &AttributeLayerStatus| c.layers.segments_held == c.layers.segments;
+    node.pin_attribute(replica, 0, Some(AttributePin::Keep))
+        .unwrap();
+    let city = until("never built when kept", &|c| c.target && held(c), false);
+    assert_eq!(city.pin, Some(AttributePin::Keep));
+    // Cold for longer than the policy's window: still held.
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(30));
+        node.tick();
+    }
+    let city = city_layer(&node).unwrap();
+    assert!(
+        city.target && held(&city),
+        "a kept layer was sold: {city:?}"
+    );
+    search_cities(0);
+    node.pin_attribute(replica, 0, Some(AttributePin::Drop))
+        .unwrap();
+    let city = until(
+        "never dropped",
+        &|c| !c.target && c.layers.held_bytes == 0,
+        true,
+    );
+    assert_eq!(city.pin, Some(AttributePin::Drop));
+    // Hot for longer than the policy's window: still not held.
+    let city = until("no demand seen", &|c| c.rows_per_second > 100.0, true);
+    assert!(!city.target && city.layers.held_bytes == 0, "{city:?}");
+    node.pin_attribute(replica, 0, None).unwrap();
+    let city = until(
+        "never bought once handed back",
+        &|c| c.target && held(c),
+        true,
+    );
+    assert_eq!(city.pin, None);
+    assert!(
+        node.pin_attribute(replica + 100, 0, None).is_err(),
+        "no such replica"
+    );
 }

@@ -10,6 +10,8 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value as JsonValue};
 
+use puffer_node::serving::AttributePin;
+
 use crate::auth::{require, Role};
 use crate::error::{ApiError, ErrorCode};
 use crate::routes::{blocking, parse_json, Shared};
@@ -191,6 +193,58 @@ pub(crate) async fn set_layers(
         }
         let target = node.set_layers(id, target)?;
         Ok(Json(json!({"id": id, "pinned": true, "target_layers": target})))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AttributeLayerRequest {
+    /// The attribute, by name.
+    attribute: String,
+    /// `keep`, `drop` or `auto` (hand it back to the policy).
+    action: String,
+}
+
+/// `POST /v1/admin/replicas/{id}/attribute-layers`: keep or drop a replica's layers of
+/// one attribute whatever the demand, or hand them back to the policy.
+pub(crate) async fn set_attribute_layers(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(id): Path<u64>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<JsonValue>, ApiError> {
+    require(role, Role::Admin)?;
+    let request: AttributeLayerRequest = parse_json(&body?)?;
+    let pin = match request.action.as_str() {
+        "keep" => Some(AttributePin::Keep),
+        "drop" => Some(AttributePin::Drop),
+        "auto" => None,
+        other => {
+            return Err(ApiError::invalid(format!(
+                "action {other:?}: give \"keep\", \"drop\" or \"auto\""
+            )))
+        }
+    };
+    blocking(move || {
+        let node = state.db.node();
+        let replica = node
+            .status()
+            .replicas
+            .into_iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::UnknownReplica,
+                    format!("no replica {id} on this node"),
+                )
+            })?;
+        let schema = state.db.table(&replica.table)?.schema();
+        let attribute = schema.require(&request.attribute)?;
+        node.pin_attribute(id, attribute, pin)?;
+        Ok(Json(
+            json!({"id": id, "attribute": request.attribute, "pin": pin}),
+        ))
     })
     .await
 }

@@ -167,6 +167,10 @@ fn router_with(state: Arc<AppState>, extra: Router<Arc<AppState>>) -> Router {
         .route("/v1/admin/placement", get(admin::placement))
         .route("/v1/admin/history", get(admin::history))
         .route("/v1/admin/replicas/{id}/layers", post(admin::set_layers))
+        .route(
+            "/v1/admin/replicas/{id}/attribute-layers",
+            post(admin::set_attribute_layers),
+        )
         .route("/v1/admin/budget", axum::routing::put(admin::set_budget))
         .route(
             "/v1/admin/tables/{table}/subspaces",

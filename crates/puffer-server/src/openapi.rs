@@ -26,6 +26,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/v1/admin/replicas", "The adaptive node: every shard replica's layers, footprint, queue and response rate"),
     ("get", "/v1/admin/history", "Every replica's samples of the last last_s seconds (what the dashboard plots)"),
     ("post", "/v1/admin/replicas/{id}/layers", "Add or drop a layer by hand (pins the replica), set a count, or hand it back to the layer manager"),
+    ("post", "/v1/admin/replicas/{id}/attribute-layers", "Keep or drop a replica's layers of one attribute whatever the demand, or hand them back to the policy"),
     ("put", "/v1/admin/budget", "Change the node's memory budget"),
     ("get", "/v1/admin/tables/{table}/subspaces", "A table's subspaces (hyperspace hashing): attributes, parts, regions, readiness"),
     ("post", "/v1/admin/tables/{table}/subspaces", "Build a subspace over attributes, cut into at most regions regions (answered once ready)"),

@@ -2065,6 +2065,72 @@ fn sharded_tables_replicas_status_and_manual_layers() {
         &json!({"action": "grow"}),
     );
     expect_error(&bad, 400, "invalid_request");
+
+    // Attribute layers by hand: kept, shown with the pin, handed back.
+    let city_row = |api: &Client| {
+        api.get("/v1/admin/replicas").expect(200)["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap()["attribute_layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["name"] == "city")
+            .cloned()
+    };
+    let url = format!("/v1/admin/replicas/{id}/attribute-layers");
+    let kept = api
+        .post_json(&url, &json!({"attribute": "city", "action": "keep"}))
+        .expect(200);
+    assert_eq!(kept, json!({"id": id, "attribute": "city", "pin": "keep"}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        match city_row(&api) {
+            Some(row) => break row,
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            None => panic!("no row for the kept attribute"),
+        }
+    };
+    assert_eq!(
+        (row["pin"].clone(), row["target"].clone()),
+        (json!("keep"), json!(true)),
+        "{row}"
+    );
+    let auto = api
+        .post_json(&url, &json!({"attribute": "city", "action": "auto"}))
+        .expect(200);
+    assert_eq!(auto["pin"], Value::Null);
+    assert_eq!(
+        city_row(&api).map(|row| row["pin"].clone()),
+        Some(Value::Null)
+    );
+    for (body, status, code) in [
+        (
+            json!({"attribute": "city", "action": "grow"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"attribute": "nope", "action": "keep"}),
+            400,
+            "invalid_request",
+        ),
+        (json!({"attribute": "city"}), 400, "bad_json"),
+    ] {
+        expect_error(&api.post_json(&url, &body), status, code);
+    }
+    expect_error(
+        &api.post_json(
+            "/v1/admin/replicas/9999/attribute-layers",
+            &json!({"attribute": "city", "action": "keep"}),
+        ),
+        404,
+        "unknown_replica",
+    );
     let history = api.get("/v1/admin/history?last_s=60").expect(200);
     assert!(history["replicas"].as_array().unwrap().len() >= 4);
     expect_error(

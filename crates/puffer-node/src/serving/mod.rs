@@ -12,8 +12,8 @@ pub mod pool;
 pub mod replica;
 
 pub use node::{
-    AdaptiveNode, NewReplica, NodeConfig, NodeStatus, Pending, ReplicaHistoryRow, ReplicaSlot,
-    ReplicaStatus, ShardGroup,
+    AdaptiveNode, AttributePin, NewReplica, NodeConfig, NodeStatus, Pending, ReplicaHistoryRow,
+    ReplicaSlot, ReplicaStatus, ShardGroup,
 };
 pub use pool::{ReplicaPool, Response};
 pub use replica::{reconcile, LayerState, LayeredReplica};

@@ -7,7 +7,7 @@
 //! the layer count decided. A background thread calls `tick` every `delta`; tests call it
 //! by hand.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -135,6 +135,18 @@ pub struct ReplicaSlot<R: LayeredReplica> {
     pinned: AtomicBool,
     /// Attributes whose layers the node reconciles this replica to, ascending.
     target_attributes: Mutex<Vec<u16>>,
+    /// Attributes whose layers were set by hand; the policy leaves them alone.
+    attribute_pins: Mutex<BTreeMap<u16, AttributePin>>,
+}
+
+/// An attribute's layers set by hand on a replica (`AdaptiveNode::pin_attribute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttributePin {
+    /// Held whatever the demand.
+    Keep,
+    /// Not held whatever the demand.
+    Drop,
 }
 
 impl<R: LayeredReplica> ReplicaSlot<R> {
@@ -154,6 +166,15 @@ impl<R: LayeredReplica> ReplicaSlot<R> {
             .lock()
             .expect("target attributes poisoned")
             .clone()
+    }
+
+    /// How `attribute`'s layers were set by hand, if they were.
+    pub fn attribute_pin(&self, attribute: u16) -> Option<AttributePin> {
+        self.attribute_pins
+            .lock()
+            .expect("attribute pins poisoned")
+            .get(&attribute)
+            .copied()
     }
 }
 
@@ -391,6 +412,8 @@ pub struct AttributeLayerStatus {
     pub layers: AttributeLayerRow,
     /// Whether the node keeps the replica's layers of it.
     pub target: bool,
+    /// Set by hand: kept or dropped whatever the demand (`None`: the policy decides).
+    pub pin: Option<AttributePin>,
     /// Rows found through it per second, averaged.
     pub rows_per_second: f64,
 }
@@ -554,6 +577,7 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                 target_layers: AtomicU32::new(initial_target),
                 pinned: AtomicBool::new(false),
                 target_attributes: Mutex::new(Vec::new()),
+                attribute_pins: Mutex::new(BTreeMap::new()),
             }));
         }
         let group = Arc::new(ShardGroup {
@@ -693,6 +717,37 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
         layer_costs(&curves)
     }
 
+    /// Keeps or drops a replica's layers of `attribute` by hand (the next tick builds or
+    /// drops them, and the policy no longer buys or sells them), or with `None` hands
+    /// them back to the policy (holding what they hold now).
+    pub fn pin_attribute(
+        &self,
+        replica: ReplicaId,
+        attribute: u16,
+        pin: Option<AttributePin>,
+    ) -> Result<()> {
+        let slot = self.slot(replica)?;
+        let mut pins = slot.attribute_pins.lock().expect("attribute pins poisoned");
+        let mut target = slot
+            .target_attributes
+            .lock()
+            .expect("target attributes poisoned");
+        match pin {
+            None => {
+                pins.remove(&attribute);
+            }
+            Some(pin) => {
+                pins.insert(attribute, pin);
+                target.retain(|&a| a != attribute);
+                if pin == AttributePin::Keep {
+                    target.push(attribute);
+                    target.sort_unstable();
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Hands a pinned replica back to the layer manager.
     pub fn unpin(&self, replica: ReplicaId) -> Result<()> {
         self.slot(replica)?.pinned.store(false, Ordering::Relaxed);
@@ -759,6 +814,7 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                             .map(|row| AttributeLayerStatus {
                                 layers: row.clone(),
                                 target: target.contains(&row.attribute),
+                                pin: slot.attribute_pin(row.attribute),
                                 rows_per_second: c
                                     .attributes
                                     .get(&row.attribute)
@@ -1067,6 +1123,9 @@ fn observe_attributes<R: LayeredReplica>(
         if held {
             pending += row.missing_bytes;
         }
+        if slot.attribute_pin(row.attribute).is_some() {
+            continue; // set by hand: not the policy's to buy or sell
+        }
         samples.push(AttributeSample {
             replica: slot.id,
             attribute: row.attribute,
@@ -1100,6 +1159,9 @@ fn apply_attribute_decisions<R: LayeredReplica>(
         ) else {
             continue;
         };
+        if slot.attribute_pin(attribute).is_some() {
+            continue; // pinned by hand since the samples were taken
+        }
         {
             let mut target = slot
                 .target_attributes
