@@ -1,9 +1,10 @@
 //! The dashboard page served at `/`: one self-contained HTML file (inline CSS and
 //! JavaScript, no external resources, so it works without network) that polls
 //! `/v1/admin/replicas` and `/v1/admin/history` every second and plots each replica's
-//! footprint, layers, queue and rates over the last five minutes; on a cluster node it
-//! also shows the cluster and its placement (`/v1/admin/cluster` and
-//! `/v1/admin/placement`, every five refreshes).
+//! footprint, layers, queue and rates over the last five minutes, and lists its attribute
+//! layers; every five refreshes it reads each table's subspaces and what the subspace
+//! configurator made of them (`/v1/admin/tables/{t}/subspaces`), and on a cluster node
+//! the cluster and its placement (`/v1/admin/cluster` and `/v1/admin/placement`).
 
 use axum::http::header;
 use axum::response::{Html, IntoResponse};
@@ -54,6 +55,8 @@ mod tests {
             "data-points",
             "data-replica-id",
             "attributeLayers",
+            "/subspaces",
+            "data-subspaces-of",
             "Authorization",
         ] {
             assert!(PAGE_HTML.contains(needed), "the dashboard lacks {needed:?}");

@@ -522,6 +522,13 @@ fn dashboard_plots_a_running_load() {
     };
     let started = Instant::now();
     let server = sample_server(&[]);
+    // A subspace for the page to list (answered once built).
+    post_json(
+        &agent(),
+        &format!("{}/v1/admin/tables/bookings/subspaces", server.base),
+        &json!({"attributes": ["country"], "regions": 4}),
+    )
+    .expect("add a subspace");
     let load = Load::start(&server.base, LOAD_THREADS);
     let load_started = Instant::now();
     wait_for_load_in_history(&server.base);
@@ -536,6 +543,8 @@ fn dashboard_plots_a_running_load() {
         None,
     )
     .expect("replicas");
+    let subspaces_url = format!("{}/v1/admin/tables/bookings/subspaces", server.base);
+    let subspaces_before = get_json(&agent(), &subspaces_url, None).expect("subspaces");
     let rendered = {
         let _one_at_a_time = CHROMIUM.lock().unwrap_or_else(|e| e.into_inner());
         render(&chromium, &format!("{}/", server.base), Some(&screenshot))
@@ -688,6 +697,49 @@ fn dashboard_plots_a_running_load() {
         }
         eprintln!("replica {id}: attribute layers shown: {stat}");
     }
+    // The table's subspaces and the configurator's decision, as the API gave them before
+    // and after the page ran (when those differ, nothing to compare).
+    let subspaces_after = get_json(&agent, &subspaces_url, None).expect("subspaces");
+    let line = elements(&markup, "p")
+        .into_iter()
+        .find(|p| p.attribute("data-subspaces-of").as_deref() == Some("bookings"))
+        .unwrap_or_else(|| panic!("no subspace line for bookings{context}"));
+    let names = |answer: &Value| {
+        let mut names: Vec<String> = answer["subspaces"]
+            .as_array()
+            .expect("subspaces")
+            .iter()
+            .map(|s| s["name"].as_str().expect("name").to_string())
+            .collect();
+        names.sort();
+        names.join(",")
+    };
+    let decision = |answer: &Value| {
+        answer["configurator"]["decision"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let api_line = (names(&subspaces_after), decision(&subspaces_after));
+    assert!(
+        !api_line.0.is_empty(),
+        "the subspace added: {subspaces_after}"
+    );
+    if (names(&subspaces_before), decision(&subspaces_before)) == api_line {
+        assert_eq!(
+            (
+                line.required("data-subspaces"),
+                line.required("data-decision")
+            ),
+            api_line,
+            "the subspace line: {}",
+            line.inner
+        );
+    } else {
+        eprintln!("bookings' subspaces changed while the page ran; not compared");
+    }
+    let shown_line: String = line.inner.split("</p>").next().unwrap_or("").to_string();
+    eprintln!("subspace line: {shown_line}");
     // The load shows: some bookings replica drew a positive rate.
     let rate_shown = cards
         .iter()
