@@ -287,9 +287,14 @@ pub(crate) async fn subspaces(
 ) -> Result<Json<JsonValue>, ApiError> {
     require(role, Role::Read)?;
     blocking(move || {
-        state.db.table(&table)?;
+        let described = state.db.table(&table)?;
         Ok(Json(json!({
             "table": table,
+            "subspace_of": described.subspace_of().map(|s| json!({
+                "table": s.table,
+                "attributes": s.attributes,
+                "ready": s.ready,
+            })),
             "subspaces": state.db.describe_subspaces(&table),
             "configurator": state.db.hyperspace_status(&table)?,
         })))

@@ -740,6 +740,22 @@ fn dashboard_plots_a_running_load() {
     }
     let shown_line: String = line.inner.split("</p>").next().unwrap_or("").to_string();
     eprintln!("subspace line: {shown_line}");
+    // The subspace's own table says whose subspace it is.
+    let copies: Vec<String> = elements(&markup, "p")
+        .iter()
+        .filter(|p| {
+            p.attribute("data-subspaces-of")
+                .is_some_and(|t| t != "bookings")
+        })
+        .map(|p| p.inner.split("</p>").next().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        !copies.is_empty(),
+        "no line for the subspace's table{context}"
+    );
+    for copy in &copies {
+        assert!(copy.contains("subspace (country) of bookings"), "{copy}");
+    }
     // The load shows: some bookings replica drew a positive rate.
     let rate_shown = cards
         .iter()
