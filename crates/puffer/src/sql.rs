@@ -457,25 +457,42 @@ fn print_replicas(node: &Value) {
 /// Arguments of `puffer layer`.
 #[derive(Debug, clap::Args)]
 pub struct LayerArgs {
-    /// `add` or `drop` a layer (pins the replica: the layer manager leaves it alone), or
-    /// `auto` to hand it back to the layer manager.
-    #[arg(value_parser = ["add", "drop", "auto"])]
+    /// `add` or `drop` a sample layer (pins the replica: the layer manager leaves it
+    /// alone), or `auto` to hand it back to the layer manager. With `--attribute`:
+    /// `keep` or `drop` that attribute's layers whatever the demand, or `auto`.
+    #[arg(value_parser = ["add", "drop", "keep", "auto"])]
     action: String,
     /// The replica's id (see `puffer status`).
     #[arg(long)]
     replica: u64,
+    /// An attribute: act on its attribute layers instead of the sample layers.
+    #[arg(long)]
+    attribute: Option<String>,
     /// URL of the running server.
     #[arg(long)]
     url: String,
 }
 
-/// Runs `puffer layer add|drop|auto --replica ID --url URL` against a running server
-/// (layers live in the server's memory, so there is no embedded form).
+/// Runs `puffer layer add|drop|auto --replica ID --url URL` (sample layers) or
+/// `puffer layer keep|drop|auto --replica ID --attribute NAME --url URL` (attribute
+/// layers) against a running server (layers live in the server's memory, so there is
+/// no embedded form).
 pub fn layer(args: LayerArgs) -> anyhow::Result<()> {
     let url = args.url.trim_end_matches('/');
+    let (route, body) = match (&args.attribute, args.action.as_str()) {
+        (None, "keep") => anyhow::bail!("`keep` is for attribute layers: give --attribute NAME"),
+        (Some(_), "add") => anyhow::bail!(
+            "attribute layers are kept, dropped or handed back (`keep`, `drop`, `auto`), not added"
+        ),
+        (None, action) => ("layers", json!({ "action": action })),
+        (Some(attribute), action) => (
+            "attribute-layers",
+            json!({ "attribute": attribute, "action": action }),
+        ),
+    };
     let answer = http_post(
-        &format!("{url}/v1/admin/replicas/{}/layers", args.replica),
-        &json!({"action": args.action}),
+        &format!("{url}/v1/admin/replicas/{}/{route}", args.replica),
+        &body,
     )?;
     println!("{}", serde_json::to_string_pretty(&answer)?);
     Ok(())

@@ -2131,6 +2131,38 @@ fn sharded_tables_replicas_status_and_manual_layers() {
         404,
         "unknown_replica",
     );
+    // The same from the command line.
+    let replica = id.to_string();
+    let cli = |action: &str, attribute: Option<&str>| {
+        let mut args = vec![
+            "layer",
+            action,
+            "--replica",
+            &replica,
+            "--url",
+            &server.base,
+        ];
+        if let Some(attribute) = attribute {
+            args.extend(["--attribute", attribute]);
+        }
+        run_cli(&args)
+    };
+    let (ok, _, stderr) = cli("keep", Some("city"));
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        city_row(&api).map(|row| row["pin"].clone()),
+        Some(json!("keep"))
+    );
+    let (ok, _, stderr) = cli("auto", Some("city"));
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        city_row(&api).map(|row| row["pin"].clone()),
+        Some(Value::Null)
+    );
+    let (ok, _, stderr) = cli("keep", None);
+    assert!(!ok && stderr.contains("give --attribute"), "{stderr}");
+    let (ok, _, stderr) = cli("add", Some("city"));
+    assert!(!ok && stderr.contains("not added"), "{stderr}");
     let history = api.get("/v1/admin/history?last_s=60").expect(200);
     assert!(history["replicas"].as_array().unwrap().len() >= 4);
     expect_error(
