@@ -10,7 +10,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value as JsonValue};
 
-use puffer_node::serving::AttributePin;
+use puffer_node::serving::{AttributePin, NodeStatus, ReplicaStatus};
 
 use crate::auth::{require, Role};
 use crate::error::{ApiError, ErrorCode};
@@ -166,12 +166,7 @@ pub(crate) async fn set_layers(
     let request: LayerRequest = parse_json(&body?)?;
     blocking(move || {
         let node = state.db.node();
-        let current = node
-            .status()
-            .replicas
-            .into_iter()
-            .find(|r| r.id == id)
-            .ok_or_else(|| ApiError::new(ErrorCode::UnknownReplica, format!("no replica {id} on this node")))?;
+        let current = replica_status(&node.status(), id)?;
         // The target may still exceed what the indexes allow until the next tick clamps it.
         let now_target = current.target_layers.clamp(1, current.max_layers.max(1));
         let target = match (request.action.as_deref(), request.layers) {
@@ -195,6 +190,21 @@ pub(crate) async fn set_layers(
         Ok(Json(json!({"id": id, "pinned": true, "target_layers": target})))
     })
     .await
+}
+
+/// Replica `id` of the node's status, or the error that names it unknown.
+fn replica_status(status: &NodeStatus, id: u64) -> Result<ReplicaStatus, ApiError> {
+    status
+        .replicas
+        .iter()
+        .find(|r| r.id == id)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownReplica,
+                format!("no replica {id} on this node"),
+            )
+        })
 }
 
 #[derive(Deserialize)]
@@ -228,17 +238,7 @@ pub(crate) async fn set_attribute_layers(
     };
     blocking(move || {
         let node = state.db.node();
-        let replica = node
-            .status()
-            .replicas
-            .into_iter()
-            .find(|r| r.id == id)
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::UnknownReplica,
-                    format!("no replica {id} on this node"),
-                )
-            })?;
+        let replica = replica_status(&node.status(), id)?;
         let schema = state.db.table(&replica.table)?.schema();
         let attribute = schema.require(&request.attribute)?;
         node.pin_attribute(id, attribute, pin)?;
