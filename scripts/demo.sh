@@ -25,6 +25,7 @@ While it runs, from another terminal:
   curl -s http://127.0.0.1:7878/v1/sql -d '{"query": "SELECT COUNT(*) FROM bookings WHERE country = '\''PRT'\'' FRESHNESS 5"}'
   curl -s http://127.0.0.1:7878/v1/tables/bookings/records/b00042
   $puffer sql --url http://127.0.0.1:7878 -e "SELECT id, hotel, adr FROM bookings WHERE hotel LIKE 'City%' AND adr > 200 LIMIT 5"
+  $puffer sql --url http://127.0.0.1:7878 -e "SELECT hotel, COUNT(*), AVG(adr) FROM bookings GROUP BY hotel"
   $puffer sql --url http://127.0.0.1:7878          (an interactive shell)
 Index and query raw text files with: $puffer text --help
 

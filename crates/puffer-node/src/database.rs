@@ -58,6 +58,18 @@ pub enum Answer {
         /// The snapshot read.
         snapshot: SnapshotInfo,
     },
+    /// A table computed by the analytics engine (aggregates, joins, ordered
+    /// answers): named columns, and per row one value per column (`None`: NULL).
+    Computed {
+        /// Column names, as the query names them.
+        columns: Vec<String>,
+        /// The rows, in the query's order.
+        rows: Vec<Vec<Option<puffer_store::Value>>>,
+        /// Whether the answer was cut at the server's largest answer.
+        truncated: bool,
+        /// The one snapshot every table was read at.
+        snapshot: SnapshotInfo,
+    },
     /// A count.
     Count {
         /// Matching records.
@@ -1338,6 +1350,21 @@ impl Database {
     ) -> Result<u64> {
         self.table(table)?
             .adopt_shard(&self.node, shard, covers, fetch)
+    }
+
+    /// The snapshot a read of several tables at once reads at, chosen from `read`'s
+    /// freshness and minimum as a one-table read's is (see
+    /// [`crate::commit::Committer::choose_snapshot`]), past every sealed stage of
+    /// every table held here. Pass it as [`ReadOptions::at`] to each table's read; a
+    /// [`puffer_store::StoreError::SnapshotGone`] answer means choose again.
+    pub fn choose_snapshot(&self, read: ReadOptions) -> Result<u64> {
+        self.committer.choose_snapshot(read, || {
+            let mut max = 0;
+            for table in self.all_tables() {
+                max = max.max(table.max_sealed()?);
+            }
+            Ok(max)
+        })
     }
 
     /// Runs one statement.

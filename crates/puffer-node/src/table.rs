@@ -635,12 +635,17 @@ impl Table {
 
     /// Runs `read_with` at one snapshot for every shard it asks, chosen from
     /// `read`'s freshness, choosing again (a bounded number of times) if a replica
-    /// sealed past it meanwhile.
+    /// sealed past it meanwhile. A snapshot the caller chose (`read.at`: one for
+    /// several tables or time chunks read together) is read as it is; if a replica
+    /// sealed past it, the caller chooses again.
     fn at_one_snapshot<T>(
         &self,
         read: ReadOptions,
         mut read_with: impl FnMut(u64) -> Result<T>,
     ) -> Result<T> {
+        if let Some(at) = read.at {
+            return read_with(at);
+        }
         let mut tries = 0;
         loop {
             let at = self
@@ -655,6 +660,12 @@ impl Table {
                 answer => return answer,
             }
         }
+    }
+
+    /// The highest sealed SCU over this table's replicas held here (a snapshot read
+    /// on them must not be older).
+    pub(crate) fn max_sealed(&self) -> Result<u64> {
+        self.shards.max_sealed()
     }
 
     /// The one read path: `request` answered at one snapshot over the shards it needs

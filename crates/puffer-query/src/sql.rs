@@ -73,7 +73,13 @@ fn end_position(text: &str) -> (u64, u64) {
 }
 
 fn syntax_error(error: sqlparser::parser::ParserError, text: &str) -> QueryError {
-    let message = error.to_string();
+    syntax_error_from_message(&error.to_string(), text)
+}
+
+/// A syntax error from a SQL parser's message (`... at Line: 3, Column: 7`, the form
+/// sqlparser gives, also through DataFusion), placed where the message says, or at the
+/// end of `text` when it names no place (the parser ran out of input).
+pub fn syntax_error_from_message(message: &str, text: &str) -> QueryError {
     if message.contains("recursion limit") {
         return QueryError::Limit(format!("the SQL nests deeper than {MAX_SQL_DEPTH} levels"));
     }
@@ -109,7 +115,7 @@ fn invalid(message: impl Into<String>) -> QueryError {
 }
 
 /// Removes a trailing `FRESHNESS <seconds>` clause (LazyBase's), returning the rest.
-fn split_freshness(text: &str) -> Result<(String, Option<Duration>)> {
+pub fn split_freshness(text: &str) -> Result<(String, Option<Duration>)> {
     let dialect = GenericDialect {};
     let tokens = Tokenizer::new(&dialect, text)
         .tokenize_with_location()

@@ -164,7 +164,9 @@ fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> R
         .into_response();
     }
     let body = answer_json(&answer, schema);
-    let (Answer::Rows { columns, .. }, Some(rows)) = (&answer, body["rows"].as_array()) else {
+    let (Answer::Rows { columns, .. } | Answer::Computed { columns, .. }, Some(rows)) =
+        (&answer, body["rows"].as_array())
+    else {
         return Json(body).into_response();
     };
     match format {
@@ -278,7 +280,13 @@ pub(crate) async fn sql(
     let request: SqlRequest = parse_json(&body?)?;
     let bound = freshness(request.freshness_s)?;
     blocking(move || {
-        let mut statement = puffer_query::sql::parse(&request.query, state.db.as_ref())?;
+        let mut statement = match puffer_query::sql::parse(&request.query, state.db.as_ref()) {
+            Err(error) => match analytics(&state, &error, &request.query, bound) {
+                Some(answer) => return Ok(answer_response(answer?, None, request.format)),
+                None => return Err(error.into()),
+            },
+            Ok(statement) => statement,
+        };
         require(role, role_for(&statement))?;
         check_sizes(&state, &mut statement)?;
         if let (Statement::Select(select), Some(bound)) = (&mut statement, bound) {
@@ -292,6 +300,37 @@ pub(crate) async fn sql(
         Ok(answer_response(answer, schema.as_deref(), request.format))
     })
     .await
+}
+
+/// A query beyond PufferDB's own subset (GROUP BY, ORDER BY, joins, ...) that the
+/// subset refused with `error`, planned by DataFusion over the tables at one snapshot;
+/// `None` for anything else.
+#[cfg(feature = "analytics")]
+fn analytics(
+    state: &AppState,
+    error: &puffer_query::QueryError,
+    query: &str,
+    freshness: Option<std::time::Duration>,
+) -> Option<Result<Answer, ApiError>> {
+    if !puffer_analytics::takes(error, query) {
+        return None;
+    }
+    let options = puffer_analytics::AnalyticsOptions {
+        max_result_rows: state.config.max_result_rows,
+        ..Default::default()
+    };
+    Some(puffer_analytics::run(&state.db, query, freshness, &options).map_err(ApiError::from))
+}
+
+/// Without the `analytics` feature (the fuzz targets' build) the subset is all.
+#[cfg(not(feature = "analytics"))]
+fn analytics(
+    _state: &AppState,
+    _error: &puffer_query::QueryError,
+    _query: &str,
+    _freshness: Option<std::time::Duration>,
+) -> Option<Result<Answer, ApiError>> {
+    None
 }
 
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {

@@ -382,6 +382,29 @@ pub fn answer_json(answer: &puffer_node::Answer, schema: Option<&Schema>) -> Jso
                 "snapshot": snapshot_json(snapshot),
             })
         }
+        Answer::Computed {
+            columns,
+            rows,
+            truncated,
+            snapshot,
+        } => {
+            let rows: Vec<Json> = rows
+                .iter()
+                .map(|row| {
+                    let fields = columns.iter().zip(row).map(|(column, value)| {
+                        let value = value.as_ref().map_or(Json::Null, value_json);
+                        (column.clone(), value)
+                    });
+                    Json::Object(fields.collect())
+                })
+                .collect();
+            json!({
+                "columns": columns,
+                "rows": rows,
+                "truncated": truncated,
+                "snapshot": snapshot_json(snapshot),
+            })
+        }
         Answer::Count { count, snapshot } => {
             json!({"count": count, "snapshot": snapshot_json(snapshot)})
         }

@@ -36,7 +36,7 @@ pub struct SqlArgs {
 /// A connection: HTTP or an open database.
 enum Session {
     Http(String),
-    Direct(Box<Database>),
+    Direct(std::sync::Arc<Database>),
 }
 
 impl Session {
@@ -50,14 +50,21 @@ impl Session {
             .unwrap_or_else(|| PathBuf::from("puffer-data"));
         let db = Database::open(&dir, Default::default())
             .with_context(|| format!("opening the data directory {}", dir.display()))?;
-        Ok(Session::Direct(Box::new(db)))
+        Ok(Session::Direct(std::sync::Arc::new(db)))
     }
 
     fn sql(&self, query: &str) -> anyhow::Result<Value> {
         match self {
             Session::Http(url) => http_post(&format!("{url}/v1/sql"), &json!({"query": query})),
             Session::Direct(db) => {
-                let statement = puffer_query::sql::parse(query, db.as_ref())?;
+                let statement = match puffer_query::sql::parse(query, db.as_ref()) {
+                    Err(error) if puffer_analytics::takes(&error, query) => {
+                        let options = puffer_analytics::AnalyticsOptions::default();
+                        let answer = puffer_analytics::run(db, query, None, &options)?;
+                        return Ok(puffer_server::values::answer_json(&answer, None));
+                    }
+                    parsed => parsed?,
+                };
                 let schema = match &statement {
                     Statement::Select(select) => Some(db.table(&select.table)?.schema()),
                     _ => None,

@@ -1,0 +1,169 @@
+//! DataFusion filters as the store's predicates, where the store can evaluate them on
+//! the compressed text: comparisons, `BETWEEN`, `IN`, `LIKE` with a wildcard at either
+//! end, `IS NOT NULL`, `AND` and `OR` of those, on a column and a literal of the
+//! column's own type.
+//!
+//! A predicate made here holds for every row the filter holds for (it may hold for
+//! more): pushed filters are inexact, and DataFusion applies them again. So an `AND`
+//! keeps the parts it can translate, an `OR` needs all of them, and negations (whose
+//! superset is not the negation of a superset) are not pushed.
+
+use std::ops::Bound;
+
+use datafusion::common::{Column, ScalarValue};
+use datafusion::logical_expr::expr::{InList, Like};
+use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
+use puffer_store::{AttrType, Predicate, Schema, Value};
+
+/// The store predicate standing for `filter` on a table of `schema`, or `None` if the
+/// store cannot evaluate it.
+pub fn predicate_of(filter: &Expr, schema: &Schema) -> Option<Predicate> {
+    match filter {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::And => {
+                let parts: Vec<Predicate> = [left, right]
+                    .into_iter()
+                    .filter_map(|side| predicate_of(side, schema))
+                    .collect();
+                match parts.len() {
+                    0 => None,
+                    1 => parts.into_iter().next(),
+                    _ => Some(Predicate::And(parts)),
+                }
+            }
+            Operator::Or => Some(Predicate::Or(vec![
+                predicate_of(left, schema)?,
+                predicate_of(right, schema)?,
+            ])),
+            _ => comparison(left, *op, right, schema),
+        },
+        Expr::Between(Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        }) => {
+            let (column, kind) = column_of(expr, schema)?;
+            Some(Predicate::Range {
+                attribute: column.name.clone(),
+                lower: Bound::Included(value_of(low, kind)?),
+                upper: Bound::Included(value_of(high, kind)?),
+            })
+        }
+        Expr::InList(InList {
+            expr,
+            list,
+            negated: false,
+        }) => {
+            let (column, kind) = column_of(expr, schema)?;
+            let values = list
+                .iter()
+                .map(|item| value_of(item, kind))
+                .collect::<Option<Vec<_>>>()?;
+            Some(Predicate::In(column.name.clone(), values))
+        }
+        Expr::Like(Like {
+            negated: false,
+            expr,
+            pattern,
+            escape_char: None,
+            case_insensitive: false,
+        }) => {
+            let (column, kind) = column_of(expr, schema)?;
+            if kind != AttrType::String {
+                return None;
+            }
+            let Value::String(pattern) = value_of(pattern, AttrType::String)? else {
+                return None;
+            };
+            like(&column.name, &pattern)
+        }
+        Expr::IsNotNull(expr) => {
+            let (column, _) = column_of(expr, schema)?;
+            Some(Predicate::Exists(column.name.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// `column op literal` (either way round) as a predicate.
+fn comparison(left: &Expr, op: Operator, right: &Expr, schema: &Schema) -> Option<Predicate> {
+    let (column, kind, literal, op) = match (column_of(left, schema), column_of(right, schema)) {
+        (Some((column, kind)), None) => (column, kind, right, op),
+        (None, Some((column, kind))) => (column, kind, left, op.swap()?),
+        _ => return None,
+    };
+    let value = value_of(literal, kind)?;
+    let attribute = column.name.clone();
+    let range = |lower, upper| Predicate::Range {
+        attribute: attribute.clone(),
+        lower,
+        upper,
+    };
+    Some(match op {
+        Operator::Eq => Predicate::Eq(attribute.clone(), value),
+        Operator::Lt => range(Bound::Unbounded, Bound::Excluded(value)),
+        Operator::LtEq => range(Bound::Unbounded, Bound::Included(value)),
+        Operator::Gt => range(Bound::Excluded(value), Bound::Unbounded),
+        Operator::GtEq => range(Bound::Included(value), Bound::Unbounded),
+        _ => return None,
+    })
+}
+
+/// A `LIKE` pattern with `%` only at its ends and no `_` or escape: a prefix, suffix,
+/// substring or whole-value test.
+fn like(attribute: &str, pattern: &[u8]) -> Option<Predicate> {
+    let starts = pattern.first() == Some(&b'%');
+    let ends = pattern.len() > 1 && pattern.last() == Some(&b'%');
+    let inner = &pattern[usize::from(starts)..pattern.len() - usize::from(ends)];
+    if inner.is_empty() || inner.iter().any(|b| matches!(b, b'%' | b'_' | b'\\')) {
+        return None;
+    }
+    let name = attribute.to_string();
+    let inner = inner.to_vec();
+    Some(match (starts, ends) {
+        (false, false) => Predicate::Eq(name, Value::String(inner)),
+        (false, true) => Predicate::Prefix(name, inner),
+        (true, false) => Predicate::Suffix(name, inner),
+        (true, true) => Predicate::Contains(name, inner),
+    })
+}
+
+/// The column `expr` names, if it is a plain column of the table, and its type (the
+/// key's values are strings).
+fn column_of<'e>(expr: &'e Expr, schema: &Schema) -> Option<(&'e Column, AttrType)> {
+    let Expr::Column(column) = expr else {
+        return None;
+    };
+    if column.name == schema.key {
+        return Some((column, AttrType::String));
+    }
+    let attribute = schema.attributes.iter().find(|a| a.name == column.name)?;
+    Some((column, attribute.attr_type))
+}
+
+/// The literal `expr` as a value of type `kind`, if it is a non-NULL literal of that
+/// type exactly (DataFusion has already cast literals to the column's type where the
+/// types differ; what it could not cast is left to it).
+fn value_of(expr: &Expr, kind: AttrType) -> Option<Value> {
+    let Expr::Literal(scalar, _) = expr else {
+        return None;
+    };
+    match (kind, scalar) {
+        (AttrType::String, ScalarValue::Utf8(Some(s)))
+        | (AttrType::String, ScalarValue::LargeUtf8(Some(s)))
+        | (AttrType::String, ScalarValue::Utf8View(Some(s))) => {
+            Some(Value::String(s.as_bytes().to_vec()))
+        }
+        (AttrType::Int, ScalarValue::Int64(Some(x))) => Some(Value::Int(*x)),
+        (AttrType::Float, ScalarValue::Float64(Some(x))) if x.is_finite() => {
+            // The store keeps -0.0 as 0.0.
+            Some(Value::Float(if *x == 0.0 { 0.0 } else { *x }))
+        }
+        (AttrType::Bool, ScalarValue::Boolean(Some(b))) => Some(Value::Bool(*b)),
+        (AttrType::Timestamp, ScalarValue::TimestampMicrosecond(Some(x), _)) => {
+            Some(Value::Timestamp(*x))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,244 @@
+//! `puffer-analytics`: the SQL PufferDB's own subset does not take (GROUP BY, HAVING,
+//! aggregates, ORDER BY, DISTINCT, joins, subqueries, CTEs, time buckets, CASE and the
+//! usual scalar functions), planned and run by Apache DataFusion over the database's
+//! tables.
+//!
+//! Every table of the database is a DataFusion table provider ([`provider`]): the
+//! store answers the scan, with the columns asked and the filters it can evaluate on
+//! the compressed text pushed into its search ([`filters`]); DataFusion does the rest.
+//! The whole query reads one snapshot, chosen once from its freshness bound, and the
+//! answer reports it. Writes and DDL never come here: the database's own statements
+//! handle them, and the engine is told to refuse any.
+
+pub mod convert;
+pub mod filters;
+pub mod provider;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use datafusion::error::DataFusionError;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use puffer_node::{Answer, Database};
+use puffer_query::{QueryError, Result};
+use puffer_store::{ReadOptions, StoreError};
+
+use crate::provider::{PufferTable, SnapshotSeen};
+
+/// How many times a query is planned and run again when a replica sealed past the
+/// snapshot chosen for it before its scans read (each try chooses anew).
+const MAX_SNAPSHOT_TRIES: usize = 5;
+
+/// Bounds on one analytics query: what it may read, hold and answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalyticsOptions {
+    /// Most records one table scan may read; a query needing more is refused
+    /// (`limit_exceeded`) rather than held in memory.
+    pub max_scan_rows: usize,
+    /// Most rows an answer holds; more are cut, and the answer says `truncated`.
+    pub max_result_rows: usize,
+    /// Most bytes the engine's operators (hash tables of joins and groups, sorts) may
+    /// hold at once; past it the query fails with `limit_exceeded`.
+    pub memory_limit_bytes: usize,
+    /// Streams of work one query is split into (threads it may keep busy).
+    pub target_partitions: usize,
+}
+
+impl Default for AnalyticsOptions {
+    fn default() -> Self {
+        AnalyticsOptions {
+            max_scan_rows: 2_000_000,
+            max_result_rows: 100_000,
+            memory_limit_bytes: 1 << 30,
+            target_partitions: 2,
+        }
+    }
+}
+
+/// Whether `error`, from parsing `text` as PufferDB's own SQL, means the analytics
+/// engine should run it instead: the statement is a query (not a write or DDL) that
+/// uses a construct outside the subset.
+pub fn takes(error: &QueryError, text: &str) -> bool {
+    matches!(error, QueryError::Unsupported { .. }) && is_query(text)
+}
+
+/// Whether `text` begins as a query does: `SELECT`, `WITH`, `VALUES` or a parenthesis
+/// (comments and whitespace skipped).
+pub fn is_query(text: &str) -> bool {
+    let mut rest = text.trim_start();
+    loop {
+        if let Some(after) = rest.strip_prefix("--") {
+            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else {
+            break;
+        }
+    }
+    if rest.starts_with('(') {
+        return true;
+    }
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    matches!(word.as_str(), "SELECT" | "WITH" | "VALUES")
+}
+
+/// Runs query `text` (it may end in `FRESHNESS s`, which overrides `freshness`) on
+/// `db`, every table read at one snapshot.
+pub fn run(
+    db: &Arc<Database>,
+    text: &str,
+    freshness: Option<Duration>,
+    options: &AnalyticsOptions,
+) -> Result<Answer> {
+    if text.len() > puffer_query::sql::MAX_SQL_BYTES {
+        return Err(QueryError::Limit(format!(
+            "the SQL text is {} bytes; the limit is {}",
+            text.len(),
+            puffer_query::sql::MAX_SQL_BYTES
+        )));
+    }
+    let (query, written) = puffer_query::sql::split_freshness(text)?;
+    let read = ReadOptions {
+        freshness: written.or(freshness),
+        min_snapshot: 0,
+        at: None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("no runtime for the query: {e}")))?;
+    let mut tries = 0;
+    loop {
+        let at = db.choose_snapshot(read)?;
+        match runtime.block_on(run_at(db, &query, at, options)) {
+            Err(QueryError::Store(StoreError::SnapshotGone { .. }))
+                if tries + 1 < MAX_SNAPSHOT_TRIES =>
+            {
+                tries += 1;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// One try of [`run`]: `query` planned and run with every table read at snapshot `at`.
+async fn run_at(
+    db: &Arc<Database>,
+    query: &str,
+    at: u64,
+    options: &AnalyticsOptions,
+) -> Result<Answer> {
+    let config = SessionConfig::new()
+        .with_target_partitions(options.target_partitions.max(1))
+        .with_information_schema(false)
+        // Column and table names are matched as written, as PufferDB's own SQL does
+        // (CSV headers keep their case).
+        .set_bool("datafusion.sql_parser.enable_ident_normalization", false);
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(options.memory_limit_bytes, 1.0)
+        .build_arc()
+        .map_err(|e| error_of(e, query))?;
+    let context = SessionContext::new_with_config_rt(config, runtime);
+    let seen = Arc::new(Mutex::new(SnapshotSeen::default()));
+    for name in db.table_names() {
+        let table = db.table(&name)?;
+        if table.subspace_of().is_some() {
+            continue; // a subspace's copies are read through its table
+        }
+        let provider = PufferTable::new(db.clone(), &name, table.schema(), at, options, &seen);
+        context
+            .register_table(name.as_str(), Arc::new(provider))
+            .map_err(|e| error_of(e, query))?;
+    }
+    let only_queries = SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false);
+    let frame = context
+        .sql_with_options(query, only_queries)
+        .await
+        .map_err(|e| error_of(e, query))?;
+    // One row past the largest answer tells a cut answer from a full one.
+    let frame = frame
+        .limit(0, Some(options.max_result_rows.saturating_add(1)))
+        .map_err(|e| error_of(e, query))?;
+    let columns = column_names(frame.schema());
+    let batches = frame.collect().await.map_err(|e| error_of(e, query))?;
+    let mut rows = convert::rows_of(&batches)?;
+    let truncated = rows.len() > options.max_result_rows;
+    rows.truncate(options.max_result_rows);
+    let snapshot = seen.lock().expect("snapshot lock").info(at);
+    Ok(Answer::Computed {
+        columns,
+        rows,
+        truncated,
+        snapshot,
+    })
+}
+
+/// The answer's column names: each as the query names it, qualified by its table
+/// where two share a name (`SELECT a.id, b.id ...`), so rows can be objects.
+fn column_names(schema: &datafusion::common::DFSchema) -> Vec<String> {
+    let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
+    schema
+        .iter()
+        .map(|(qualifier, field)| {
+            let shared = names.iter().filter(|n| **n == field.name()).count() > 1;
+            match qualifier {
+                Some(table) if shared => format!("{table}.{}", field.name()),
+                _ => field.name().clone(),
+            }
+        })
+        .collect()
+}
+
+/// A DataFusion error as the query layer's: PufferDB's own errors (raised in a scan)
+/// come back as they were; the engine's are sorted into syntax errors (placed where
+/// the parser says), unsupported constructs, exceeded limits and invalid queries.
+fn error_of(error: DataFusionError, text: &str) -> QueryError {
+    match error {
+        DataFusionError::External(inner) => match inner.downcast::<QueryError>() {
+            Ok(ours) => *ours,
+            Err(other) => QueryError::Invalid(other.to_string()),
+        },
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            error_of(*inner, text)
+        }
+        DataFusionError::Collection(mut errors) if !errors.is_empty() => {
+            error_of(errors.swap_remove(0), text)
+        }
+        DataFusionError::Shared(inner) => match Arc::try_unwrap(inner) {
+            Ok(inner) => error_of(inner, text),
+            Err(shared) => QueryError::Invalid(shared.to_string()),
+        },
+        DataFusionError::SQL(inner, _) => {
+            puffer_query::sql::syntax_error_from_message(&inner.to_string(), text)
+        }
+        DataFusionError::NotImplemented(what) => QueryError::Unsupported {
+            construct: what,
+            line: 0,
+            column: 0,
+        },
+        DataFusionError::ResourcesExhausted(what) => {
+            QueryError::Limit(format!("the query needs more memory than allowed: {what}"))
+        }
+        DataFusionError::Plan(message) if message.starts_with("table '") => {
+            // "table 'x' not found": the name as written, without the catalog's prefix.
+            let name = message.split('\'').nth(1).unwrap_or_default();
+            let name = name.rsplit('.').next().unwrap_or(name);
+            QueryError::UnknownTable(name.to_string())
+        }
+        DataFusionError::Plan(message) if message.contains("not supported") => {
+            QueryError::Unsupported {
+                construct: message,
+                line: 0,
+                column: 0,
+            }
+        }
+        other => QueryError::Invalid(other.strip_backtrace()),
+    }
+}

@@ -1,0 +1,326 @@
+//! Analytics SQL against SQLite as the oracle: random listings (with missing values)
+//! and a small dimension table, loaded into both; every query's answer must be the
+//! same (rows compared as multisets unless the query orders them, numbers with a
+//! relative tolerance). Also: the analytics path and the store's own path give the
+//! same rows for the simple selects both take.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use puffer_analytics::{run, AnalyticsOptions};
+use puffer_node::{Answer, Database, TableLayout};
+use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
+
+const CITIES: [&str; 5] = ["antwerp", "boston", "dublin", "edinburgh", "hongkong"];
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// One listing: city, price, rooms, pets, when seen (micros); `None`: missing.
+type Listing = (
+    Option<usize>,
+    Option<f64>,
+    Option<i64>,
+    Option<bool>,
+    Option<i64>,
+);
+
+fn listing() -> impl Strategy<Value = Listing> {
+    (
+        proptest::option::weighted(0.9, 0..CITIES.len()),
+        proptest::option::weighted(0.85, (0u32..4000).prop_map(|c| f64::from(c) / 8.0)),
+        proptest::option::weighted(0.85, 0i64..6),
+        proptest::option::weighted(0.8, any::<bool>()),
+        proptest::option::weighted(0.9, 0i64..(20 * DAY_MICROS)),
+    )
+}
+
+fn schema() -> Schema {
+    let attribute = |name: &str, attr_type| Attribute {
+        name: name.into(),
+        attr_type,
+    };
+    Schema::new(
+        "id",
+        vec![
+            attribute("city", AttrType::String),
+            attribute("price", AttrType::Float),
+            attribute("rooms", AttrType::Int),
+            attribute("pets", AttrType::Bool),
+            attribute("seen", AttrType::Timestamp),
+        ],
+    )
+    .unwrap()
+}
+
+fn record(index: usize, listing: &Listing) -> Record {
+    let (city, price, rooms, pets, seen) = *listing;
+    let mut record = Record::new(format!("l{index:04}"));
+    let mut put = |name: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            record.values.insert(name.into(), value);
+        }
+    };
+    put("city", city.map(|c| Value::String(CITIES[c].into())));
+    put("price", price.map(Value::Float));
+    put("rooms", rooms.map(Value::Int));
+    put("pets", pets.map(Value::Bool));
+    put("seen", seen.map(Value::Timestamp));
+    record
+}
+
+/// The database (listings over 3 shards, cities in 1) and SQLite with the same rows.
+fn load(listings: &[Listing]) -> (tempfile::TempDir, Arc<Database>, rusqlite::Connection) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::open(dir.path(), Default::default()).unwrap());
+    let layout = TableLayout {
+        shards: 3,
+        replicas: 1,
+    };
+    db.create_table_with("listings", schema(), layout).unwrap();
+    let country = Attribute {
+        name: "country".into(),
+        attr_type: AttrType::String,
+    };
+    db.create_table("cities", Schema::new("city", vec![country]).unwrap())
+        .unwrap();
+    let sqlite = rusqlite::Connection::open_in_memory().unwrap();
+    sqlite
+        .execute_batch(
+            "PRAGMA case_sensitive_like = ON;
+             CREATE TABLE listings (id TEXT PRIMARY KEY, city TEXT, price REAL, rooms INTEGER,
+                                    pets INTEGER, seen INTEGER);
+             CREATE TABLE cities (city TEXT PRIMARY KEY, country TEXT);",
+        )
+        .unwrap();
+    let records: Vec<WriteOp> = listings
+        .iter()
+        .enumerate()
+        .map(|(i, l)| WriteOp::Put(record(i, l)))
+        .collect();
+    if !records.is_empty() {
+        db.write_batch(vec![("listings".into(), records)]).unwrap();
+    }
+    for (i, (city, price, rooms, pets, seen)) in listings.iter().enumerate() {
+        sqlite
+            .execute(
+                "INSERT INTO listings VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![
+                    format!("l{i:04}"),
+                    city.map(|c| CITIES[c]),
+                    price,
+                    rooms,
+                    pets,
+                    seen
+                ],
+            )
+            .unwrap();
+    }
+    // Hong Kong's country is missing: an inner join drops it, a left join keeps it.
+    let countries = [
+        ("antwerp", Some("BE")),
+        ("boston", Some("US")),
+        ("dublin", Some("IE")),
+        ("edinburgh", Some("GB")),
+        ("hongkong", None),
+    ];
+    let mut cities = Vec::new();
+    for (city, country) in countries {
+        let mut record = Record::new(city);
+        if let Some(country) = country {
+            record
+                .values
+                .insert("country".into(), Value::String(country.into()));
+        }
+        cities.push(WriteOp::Put(record));
+        sqlite
+            .execute(
+                "INSERT INTO cities VALUES (?1, ?2)",
+                rusqlite::params![city, country],
+            )
+            .unwrap();
+    }
+    db.write_batch(vec![("cities".into(), cities)]).unwrap();
+    (dir, db, sqlite)
+}
+
+/// A cell both engines' answers are brought to: timestamps and booleans as integers.
+#[derive(Clone, Debug, PartialEq, PartialOrd)]
+enum Cell {
+    Null,
+    Number(f64),
+    Text(String),
+}
+
+fn cell_of_value(value: &Option<Value>) -> Cell {
+    match value {
+        None => Cell::Null,
+        Some(Value::Int(x) | Value::Timestamp(x)) => Cell::Number(*x as f64),
+        Some(Value::Float(x)) => Cell::Number(*x),
+        Some(Value::Bool(b)) => Cell::Number(f64::from(u8::from(*b))),
+        Some(Value::String(s)) => Cell::Text(String::from_utf8_lossy(s).into_owned()),
+    }
+}
+
+fn cell_of_sqlite(value: rusqlite::types::ValueRef<'_>) -> Cell {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Null => Cell::Null,
+        ValueRef::Integer(x) => Cell::Number(x as f64),
+        ValueRef::Real(x) => Cell::Number(x),
+        ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(_) => panic!("no blobs in these tables"),
+    }
+}
+
+fn same_rows(ours: &[Vec<Cell>], theirs: &[Vec<Cell>]) -> bool {
+    let close = |a: &Cell, b: &Cell| match (a, b) {
+        (Cell::Number(x), Cell::Number(y)) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0),
+        _ => a == b,
+    };
+    ours.len() == theirs.len()
+        && ours
+            .iter()
+            .zip(theirs)
+            .all(|(a, b)| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(x, y)))
+}
+
+fn sorted(mut rows: Vec<Vec<Cell>>) -> Vec<Vec<Cell>> {
+    rows.sort_by(|a, b| a.partial_cmp(b).expect("no NaN in these answers"));
+    rows
+}
+
+fn ours(db: &Arc<Database>, query: &str) -> Vec<Vec<Cell>> {
+    match run(db, query, None, &AnalyticsOptions::default()) {
+        Ok(Answer::Computed {
+            rows, truncated, ..
+        }) => {
+            assert!(!truncated, "{query}: cut");
+            rows.iter()
+                .map(|r| r.iter().map(cell_of_value).collect())
+                .collect()
+        }
+        other => panic!("{query}: {other:?}"),
+    }
+}
+
+fn theirs(sqlite: &rusqlite::Connection, query: &str) -> Vec<Vec<Cell>> {
+    let mut statement = sqlite.prepare(query).unwrap();
+    let width = statement.column_count();
+    statement
+        .query_map([], |row| {
+            Ok((0..width)
+                .map(|i| cell_of_sqlite(row.get_ref(i).unwrap()))
+                .collect())
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Queries as (PufferDB, SQLite) text where their dialects differ, and whether the
+/// order of the answer is the query's (else rows are compared as multisets).
+const QUERIES: &[(&str, &str, bool)] = &[
+    ("SELECT city, COUNT(*) FROM listings GROUP BY city", "", false),
+    ("SELECT COUNT(*), SUM(rooms), MIN(price), MAX(price) FROM listings WHERE rooms >= 2", "", false),
+    ("SELECT city, AVG(price) FROM listings WHERE city = 'dublin' OR city = 'boston' GROUP BY city", "", false),
+    ("SELECT id, price FROM listings WHERE price IS NOT NULL ORDER BY price DESC, id LIMIT 3", "", true),
+    ("SELECT city, COUNT(DISTINCT rooms) FROM listings GROUP BY city HAVING COUNT(*) > 1", "", false),
+    ("SELECT c.country, COUNT(*) FROM listings l JOIN cities c ON l.city = c.city GROUP BY c.country", "", false),
+    ("SELECT c.city, c.country, COUNT(l.id) FROM cities c LEFT JOIN listings l ON l.city = c.city GROUP BY c.city, c.country", "", false),
+    ("WITH big AS (SELECT * FROM listings WHERE rooms > 2) SELECT city, MAX(price) FROM big GROUP BY city", "", false),
+    ("SELECT COUNT(*) FROM listings WHERE price > (SELECT AVG(price) FROM listings)", "", false),
+    ("SELECT DISTINCT city FROM listings WHERE city LIKE 'd%' OR city LIKE '%on'", "", false),
+    ("SELECT CASE WHEN rooms > 2 THEN 'big' ELSE 'small' END AS size, COUNT(*) FROM listings GROUP BY 1", "", false),
+    ("SELECT city, SUM(rooms) FROM listings WHERE (price BETWEEN 10 AND 50 OR city IN ('antwerp', 'hongkong')) AND pets GROUP BY city", "", false),
+    ("SELECT date_trunc('day', seen) AS day, COUNT(*) FROM listings WHERE seen < to_timestamp_micros(864000000000) GROUP BY 1",
+     "SELECT (seen / 86400000000) * 86400000000 AS day, COUNT(*) FROM listings WHERE seen < 864000000000 GROUP BY 1", false),
+    ("SELECT pets, COUNT(*), AVG(rooms) FROM listings GROUP BY pets", "", false),
+    ("SELECT id FROM listings WHERE rooms = 3 AND price < 100 ORDER BY id", "", true),
+];
+
+fn check_all(listings: &[Listing]) {
+    let (_dir, db, sqlite) = load(listings);
+    for (query, sqlite_query, ordered) in QUERIES {
+        let sqlite_query = if sqlite_query.is_empty() {
+            query
+        } else {
+            sqlite_query
+        };
+        let (mut got, mut want) = (ours(&db, query), theirs(&sqlite, sqlite_query));
+        if !ordered {
+            (got, want) = (sorted(got), sorted(want));
+        }
+        assert!(
+            same_rows(&got, &want),
+            "{query}\nPufferDB: {got:?}\nSQLite:   {want:?}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn analytics_answers_equal_sqlites(listings in proptest::collection::vec(listing(), 0..150)) {
+        check_all(&listings);
+    }
+}
+
+/// The same simple selects through the store's own path and through DataFusion (whose
+/// filters the store then evaluates as pushed predicates).
+#[test]
+fn both_paths_give_the_same_rows() {
+    let listings: Vec<Listing> = (0..200)
+        .map(|i| {
+            let i = i as i64;
+            (
+                (i % 7 != 0).then_some((i % 5) as usize),
+                (i % 4 != 0).then_some((i * 37 % 400) as f64 / 4.0),
+                (i % 6 != 0).then_some(i % 5),
+                (i % 3 != 0).then_some(i % 2 == 0),
+                Some(i * DAY_MICROS / 10),
+            )
+        })
+        .collect();
+    let (_dir, db, _) = load(&listings);
+    let mut compared = 0;
+    let filters = [
+        "city = 'boston'",
+        "price > 40",
+        "price <= 12.5",
+        "rooms BETWEEN 1 AND 3",
+        "city IN ('dublin', 'antwerp')",
+        "city LIKE 'ed%'",
+        "city LIKE '%ong'",
+        "city LIKE '%in%'",
+        "pets = true AND rooms >= 2",
+        "price < 20 OR rooms = 4",
+        "city IS NOT NULL AND price > 90",
+    ];
+    for filter in filters {
+        let query = format!("SELECT id, city, price, rooms FROM listings WHERE {filter}");
+        let direct = match db.execute_sql(&query).unwrap() {
+            Answer::Rows { rows, .. } => rows,
+            other => panic!("{query}: {other:?}"),
+        };
+        let want: Vec<Vec<Cell>> = direct
+            .iter()
+            .map(|r| {
+                let mut row = vec![Cell::Text(String::from_utf8_lossy(&r.key).into_owned())];
+                for column in ["city", "price", "rooms"] {
+                    row.push(cell_of_value(&r.values.get(column).cloned()));
+                }
+                row
+            })
+            .collect();
+        let got = ours(&db, &format!("{query} ORDER BY id"));
+        assert!(
+            same_rows(&got, &want),
+            "{filter}\nanalytics: {got:?}\ndirect: {want:?}"
+        );
+        compared += want.len();
+    }
+    assert!(
+        compared > 300,
+        "the filters matched only {compared} rows in all"
+    );
+}

@@ -1,0 +1,94 @@
+//! One snapshot for the whole query: while a writer moves units between two tables, one
+//! SCU per move (taken from a record of `a`, given to a record of `b`), a query summing
+//! both tables must always see the same total, and the snapshots it reports never go
+//! back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use puffer_analytics::{run, AnalyticsOptions};
+use puffer_node::{Answer, Database, TableLayout};
+use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
+
+const RECORDS: i64 = 20;
+const START: i64 = 10;
+const MOVES: usize = 300;
+
+fn schema() -> Schema {
+    let n = Attribute {
+        name: "n".into(),
+        attr_type: AttrType::Int,
+    };
+    Schema::new("id", vec![n]).unwrap()
+}
+
+fn put(key: i64, n: i64) -> WriteOp {
+    let mut record = Record::new(format!("k{key:02}"));
+    record.values.insert("n".into(), Value::Int(n));
+    WriteOp::Put(record)
+}
+
+#[test]
+fn a_query_over_two_tables_reads_one_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::open(dir.path(), Default::default()).unwrap());
+    let layout = TableLayout {
+        shards: 3,
+        replicas: 1,
+    };
+    for table in ["a", "b"] {
+        db.create_table_with(table, schema(), layout).unwrap();
+        let ops = (0..RECORDS).map(|k| put(k, START)).collect();
+        db.write_batch(vec![(table.into(), ops)]).unwrap();
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (db, done) = (db.clone(), done.clone());
+        thread::spawn(move || {
+            let (mut a, mut b) = (vec![START; RECORDS as usize], vec![START; RECORDS as usize]);
+            for step in 0..MOVES {
+                let (from, to) = (step * 7 % a.len(), step * 11 % b.len());
+                a[from] -= 1;
+                b[to] += 1;
+                db.write_batch(vec![
+                    ("a".into(), vec![put(from as i64, a[from])]),
+                    ("b".into(), vec![put(to as i64, b[to])]),
+                ])
+                .unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let query = "SELECT SUM(n) AS total FROM (SELECT n FROM a UNION ALL SELECT n FROM b)";
+    let mut snapshots = Vec::new();
+    loop {
+        let finished = done.load(Ordering::SeqCst);
+        match run(&db, query, None, &AnalyticsOptions::default()).unwrap() {
+            Answer::Computed { rows, snapshot, .. } => {
+                assert_eq!(
+                    rows,
+                    vec![vec![Some(Value::Int(2 * RECORDS * START))]],
+                    "at snapshot {}",
+                    snapshot.snapshot
+                );
+                snapshots.push(snapshot.snapshot);
+            }
+            other => panic!("{other:?}"),
+        }
+        if finished {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    assert!(
+        snapshots.windows(2).all(|w| w[0] <= w[1]),
+        "snapshots went back: {snapshots:?}"
+    );
+    let distinct = snapshots.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(
+        distinct >= 3,
+        "the queries saw only {distinct} snapshot changes while the writer ran: {snapshots:?}"
+    );
+    assert_eq!(*snapshots.last().unwrap(), db.published());
+}
