@@ -45,8 +45,8 @@ def test_unknown_table_is_not_found(client: pufferdb.Client) -> None:
     "query,codes",
     [
         ("SELEKT * FROM small", {"syntax_error"}),
-        ("SELECT * FROM small ORDER BY age", {"unsupported"}),
-        ("SELECT age + 1 FROM small", {"unsupported"}),
+        ("UPDATE small SET age = 1", {"unsupported"}),
+        ("SELECT no_such_function(age) FROM small GROUP BY age", {"invalid_request"}),
         ("SELECT * FROM small WHERE", {"syntax_error"}),
     ],
 )

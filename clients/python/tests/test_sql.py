@@ -153,3 +153,27 @@ def test_to_pandas(client: pufferdb.Client, trips: Loaded) -> None:
     projected = client.sql("SELECT age FROM trips WHERE city = 'Porto'").to_pandas()
     assert list(projected.columns) == ["age", KEY]
     assert len(projected) == len(frame)
+
+
+def test_analytics_queries_match_the_oracle(client: pufferdb.Client, trips: Loaded) -> None:
+    """GROUP BY, aggregates and ORDER BY ... LIMIT (run by DataFusion on the server)."""
+    _, oracle = trips
+    rows = list(oracle.state.values())
+    answer = client.sql("SELECT city, COUNT(*) AS n, MAX(age) AS oldest FROM trips GROUP BY city")
+    assert answer.kind == "rows"
+    assert answer.columns == ["city", "n", "oldest"]
+    expected = {}
+    for row in rows:
+        city = row.get("city")
+        n, oldest = expected.get(city, (0, None))
+        age = row.get("age")
+        if age is not None and (oldest is None or age > oldest):
+            oldest = age
+        expected[city] = (n + 1, oldest)
+    got = {r["city"]: (r["n"], r["oldest"]) for r in answer.rows}
+    assert got == expected
+    assert answer.snapshot["seq"] >= oracle.last_seq  # other tables may have been written since
+
+    scored = sorted((r for r in rows if r.get("score") is not None), key=lambda r: (-r["score"], r[KEY]))
+    answer = client.sql(f"SELECT {KEY}, score FROM trips WHERE score IS NOT NULL ORDER BY score DESC, {KEY} LIMIT 5")
+    assert [r[KEY] for r in answer.rows] == [r[KEY] for r in scored[:5]]

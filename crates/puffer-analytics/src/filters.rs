@@ -3,10 +3,14 @@
 //! end, `IS NOT NULL`, `AND` and `OR` of those, on a column and a literal of the
 //! column's own type.
 //!
-//! A predicate made here holds for every row the filter holds for (it may hold for
-//! more): pushed filters are inexact, and DataFusion applies them again. So an `AND`
-//! keeps the parts it can translate, an `OR` needs all of them, and negations (whose
-//! superset is not the negation of a superset) are not pushed.
+//! A predicate made here holds for every row the filter holds for. Where the whole
+//! filter translated, it holds for exactly those rows (SQL's NULLs included: a record
+//! without the attribute satisfies no comparison on it, in the store as in SQL), and the
+//! filter is pushed as exact: DataFusion then neither applies it again nor asks for its
+//! columns, so a `COUNT(*)` under it is a store count. Where only part translated (an
+//! `AND` with a part the store cannot evaluate), the predicate holds for more rows and
+//! the filter is pushed as inexact: DataFusion applies it again. Negations are not
+//! pushed (the negation of a wider predicate is a narrower one).
 
 use std::ops::Bound;
 
@@ -15,28 +19,56 @@ use datafusion::logical_expr::expr::{InList, Like};
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 use puffer_store::{AttrType, Predicate, Schema, Value};
 
+/// How a filter is pushed to the store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pushed {
+    /// The store's predicate.
+    pub predicate: Predicate,
+    /// Whether it holds for exactly the rows the filter holds for (else: for more).
+    pub exact: bool,
+}
+
 /// The store predicate standing for `filter` on a table of `schema`, or `None` if the
-/// store cannot evaluate it.
-pub fn predicate_of(filter: &Expr, schema: &Schema) -> Option<Predicate> {
+/// store can evaluate none of it.
+pub fn predicate_of(filter: &Expr, schema: &Schema) -> Option<Pushed> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = filter else {
+        return exact_predicate_of(filter, schema).map(|predicate| Pushed {
+            predicate,
+            exact: true,
+        });
+    };
+    match op {
+        Operator::And => {
+            let sides = [predicate_of(left, schema), predicate_of(right, schema)];
+            let exact = sides
+                .iter()
+                .all(|side| side.as_ref().is_some_and(|p| p.exact));
+            let mut parts: Vec<Predicate> =
+                sides.into_iter().flatten().map(|p| p.predicate).collect();
+            let predicate = match parts.len() {
+                0 => return None,
+                1 => parts.pop().expect("one part"),
+                _ => Predicate::And(parts),
+            };
+            Some(Pushed { predicate, exact })
+        }
+        Operator::Or => {
+            let (left, right) = (predicate_of(left, schema)?, predicate_of(right, schema)?);
+            Some(Pushed {
+                exact: left.exact && right.exact,
+                predicate: Predicate::Or(vec![left.predicate, right.predicate]),
+            })
+        }
+        _ => Some(Pushed {
+            predicate: comparison(left, *op, right, schema)?,
+            exact: true,
+        }),
+    }
+}
+
+/// A filter on one column that the store evaluates exactly as SQL does.
+fn exact_predicate_of(filter: &Expr, schema: &Schema) -> Option<Predicate> {
     match filter {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
-            Operator::And => {
-                let parts: Vec<Predicate> = [left, right]
-                    .into_iter()
-                    .filter_map(|side| predicate_of(side, schema))
-                    .collect();
-                match parts.len() {
-                    0 => None,
-                    1 => parts.into_iter().next(),
-                    _ => Some(Predicate::And(parts)),
-                }
-            }
-            Operator::Or => Some(Predicate::Or(vec![
-                predicate_of(left, schema)?,
-                predicate_of(right, schema)?,
-            ])),
-            _ => comparison(left, *op, right, schema),
-        },
         Expr::Between(Between {
             expr,
             negated: false,

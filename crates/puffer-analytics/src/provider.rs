@@ -2,10 +2,11 @@
 //!
 //! A scan is one search of the store: the columns DataFusion asks for (the store then
 //! extracts only those fields) and the filters the store evaluates on the compressed
-//! text, pushed as its predicate. Pushed filters are `Inexact`: the store answers
-//! every row they hold for (and perhaps more), and DataFusion applies them again, so
-//! an answer never depends on the two agreeing on an edge case. A scan that asks for
-//! no column (a `COUNT(*)`) is a count, which extracts no record.
+//! text, pushed as its predicate: exact where the store evaluates the whole filter as
+//! SQL does, inexact (DataFusion applies it again) where it evaluates only part (see
+//! [`crate::filters`]). A scan that asks for no column (a `COUNT(*)` under exact
+//! filters) is a store count, which extracts no record; a limit DataFusion passes
+//! (no filter of its own left above the scan) is the search's.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -205,6 +206,7 @@ impl TableProvider for PufferTable {
         Ok(filters
             .iter()
             .map(|filter| match predicate_of(filter, &self.schema) {
+                Some(pushed) if pushed.exact => TableProviderFilterPushDown::Exact,
                 Some(_) => TableProviderFilterPushDown::Inexact,
                 None => TableProviderFilterPushDown::Unsupported,
             })
@@ -218,11 +220,12 @@ impl TableProvider for PufferTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        // Filters are inexact, so DataFusion keeps its own above the scan and passes a
-        // limit only where no filter stands between: the first rows found will do.
+        // DataFusion passes a limit only where none of its own filters stands above
+        // the scan (every filter pushed exactly): the first rows found will do.
         let mut pushed: Vec<Predicate> = filters
             .iter()
             .filter_map(|f| predicate_of(f, &self.schema))
+            .map(|pushed| pushed.predicate)
             .collect();
         let predicate = match pushed.len() {
             0 => Predicate::All,

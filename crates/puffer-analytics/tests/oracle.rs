@@ -234,6 +234,10 @@ const QUERIES: &[(&str, &str, bool)] = &[
     ("SELECT date_trunc('day', seen) AS day, COUNT(*) FROM listings WHERE seen < to_timestamp_micros(864000000000) GROUP BY 1",
      "SELECT (seen / 86400000000) * 86400000000 AS day, COUNT(*) FROM listings WHERE seen < 864000000000 GROUP BY 1", false),
     ("SELECT pets, COUNT(*), AVG(rooms) FROM listings GROUP BY pets", "", false),
+    // Counts under filters the store evaluates whole: store counts, no column read.
+    ("SELECT COUNT(*) FROM listings WHERE city IN ('dublin', 'boston') AND rooms >= 2", "", false),
+    ("SELECT COUNT(*) FROM listings WHERE city LIKE '%o%' OR price < 30", "", false),
+    ("SELECT COUNT(*) FROM listings WHERE seen IS NOT NULL AND pets = false", "", false),
     ("SELECT id FROM listings WHERE rooms = 3 AND price < 100 ORDER BY id", "", true),
 ];
 

@@ -9,6 +9,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod analytics_bench;
 mod blowfish;
 mod cluster_bench;
 mod columns_bench;
@@ -80,6 +81,9 @@ enum Experiment {
     /// Equality searches of thousands of rows asking for keys, a few columns or whole
     /// records: what reading only the asked fields saves.
     Columns(columns_bench::ColumnsArgs),
+    /// Analytics SQL (groups, top-k, scans, a join, time buckets) on the hotel bookings
+    /// and wikiticker, PufferDB on DataFusion beside SQLite; every answer compared.
+    Analytics(analytics_bench::AnalyticsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -88,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         Experiment::Hyperspace(args) => hyperspace::run(&args),
         Experiment::LayerShift(args) => layer_shift::run(&args),
         Experiment::Columns(args) => columns_bench::run(&args),
+        Experiment::Analytics(args) => analytics_bench::run(&args),
         Experiment::Records(args) => records::run(&args),
         Experiment::Http(args) => http_bench::run(&args),
         Experiment::Peers(args) => peers::run(&args),

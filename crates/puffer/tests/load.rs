@@ -323,6 +323,20 @@ fn csv_and_jsonl_load_as_one_typed_table() {
         ])
     );
     check_against_oracle(&target, &fixture);
+
+    // A query beyond the subset, through `puffer sql --data`: the analytics engine.
+    let answer = sql(&target, "SELECT in_stock, COUNT(*) AS n, SUM(price) AS total FROM t GROUP BY in_stock ORDER BY in_stock");
+    let mut expected = [(false, 0u64, 0i64), (true, 0, 0)];
+    for item in items() {
+        let group = &mut expected[usize::from(item.in_stock)];
+        group.1 += 1;
+        group.2 += item.price;
+    }
+    let expected: Vec<Value> = expected
+        .iter()
+        .map(|(in_stock, n, total)| json!({"in_stock": in_stock, "n": n, "total": total}))
+        .collect();
+    assert_eq!(answer["rows"], json!(expected), "{answer}");
 }
 
 #[test]

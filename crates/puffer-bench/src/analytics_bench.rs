@@ -1,0 +1,429 @@
+//! `puffer-bench analytics` (issue 22): analytics SQL (GROUP BY on low- and
+//! high-cardinality attributes, top-k, full-scan aggregates, selective filters, a join
+//! with a small dimension table, time buckets) on the hotel bookings and wikiticker,
+//! PufferDB (DataFusion over the compressed store, `puffer-analytics`) beside SQLite
+//! with B-tree indexes on the filtered attributes. Every answer is compared across the
+//! two; the engines run each query in alternation, round after round, and the medians
+//! are reported with each engine's size.
+//!
+//! Not here yet: DuckDB (the issue's third engine) and column layers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{ensure, Context};
+use puffer_analytics::{run as run_analytics, AnalyticsOptions};
+use puffer_node::{Answer, Database};
+use puffer_query::import::{read_table, ImportedTable, KeySource};
+use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use serde_json::json;
+
+use crate::stats::{quantile_us, round};
+
+#[derive(clap::Args)]
+pub struct AnalyticsArgs {
+    /// The hotel bookings CSV (gzip allowed); keyed by row number.
+    #[arg(long, default_value = "../shared/data/hotel_bookings.csv.gz")]
+    bookings: PathBuf,
+    /// The wikiticker JSON lines (gzip allowed); keyed by row number.
+    #[arg(
+        long,
+        default_value = "../shared/data/wikiticker-2015-09-12-sampled.json.gz"
+    )]
+    wikiticker: PathBuf,
+    /// Rounds; each runs every query once on each engine.
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+}
+
+/// One query of the suite: its text for PufferDB, for SQLite where the dialects differ
+/// (time buckets), and whether its rows come in the query's order.
+struct Case {
+    name: &'static str,
+    puffer: &'static str,
+    sqlite: Option<&'static str>,
+    ordered: bool,
+}
+
+const fn case(name: &'static str, puffer: &'static str, ordered: bool) -> Case {
+    Case {
+        name,
+        puffer,
+        sqlite: None,
+        ordered,
+    }
+}
+
+/// The suite. Timestamps are microseconds in SQLite, so its buckets are arithmetic.
+const CASES: &[Case] = &[
+    case(
+        "filter-avg",
+        "SELECT COUNT(*), AVG(adr) FROM bookings WHERE country = 'PRT' AND hotel = 'City Hotel'",
+        false,
+    ),
+    case(
+        "group-low",
+        "SELECT hotel, COUNT(*), AVG(adr) FROM bookings GROUP BY hotel",
+        false,
+    ),
+    case(
+        "group-high-top",
+        "SELECT country, COUNT(*) AS n FROM bookings GROUP BY country ORDER BY n DESC, country LIMIT 10",
+        true,
+    ),
+    case(
+        "top-k",
+        "SELECT row_number, adr FROM bookings ORDER BY adr DESC, row_number LIMIT 10",
+        true,
+    ),
+    case(
+        "scan-aggregates",
+        "SELECT SUM(stays_in_week_nights), MAX(lead_time), AVG(adr) FROM bookings",
+        false,
+    ),
+    case(
+        "filter-group",
+        "SELECT market_segment, COUNT(*) FROM bookings WHERE is_canceled = 1 AND arrival_date_year = 2016 GROUP BY market_segment",
+        false,
+    ),
+    case(
+        "count-distinct",
+        "SELECT hotel, COUNT(DISTINCT country) FROM bookings GROUP BY hotel",
+        false,
+    ),
+    case(
+        "having",
+        "SELECT country, AVG(adr) FROM bookings GROUP BY country HAVING COUNT(*) > 1000",
+        false,
+    ),
+    case(
+        "join-dimension",
+        "SELECT h.region, COUNT(*), AVG(b.adr) FROM bookings b JOIN hotels h ON b.hotel = h.hotel WHERE b.market_segment = 'Groups' GROUP BY h.region",
+        false,
+    ),
+    Case {
+        name: "bucket-month",
+        puffer: "SELECT date_trunc('month', reservation_status_date) AS m, COUNT(*) FROM bookings WHERE hotel = 'Resort Hotel' GROUP BY 1",
+        sqlite: Some("SELECT CAST(strftime('%s', strftime('%Y-%m-01', reservation_status_date / 1000000, 'unixepoch')) AS INTEGER) * 1000000 AS m, COUNT(*) FROM bookings WHERE hotel = 'Resort Hotel' GROUP BY 1"),
+        ordered: false,
+    },
+    Case {
+        name: "wiki-bucket-hour",
+        puffer: "SELECT date_trunc('hour', time) AS h, COUNT(*), SUM(added) FROM wiki GROUP BY 1",
+        sqlite: Some("SELECT (time / 3600000000) * 3600000000 AS h, COUNT(*), SUM(added) FROM wiki GROUP BY 1"),
+        ordered: false,
+    },
+    case(
+        "wiki-group-top",
+        "SELECT channel, COUNT(*) AS n FROM wiki GROUP BY channel ORDER BY n DESC, channel LIMIT 5",
+        true,
+    ),
+    case(
+        "wiki-filter-top",
+        "SELECT page, SUM(delta) AS d FROM wiki WHERE countryName = 'France' GROUP BY page ORDER BY d DESC, page LIMIT 5",
+        true,
+    ),
+    case(
+        "wiki-robots",
+        "SELECT isRobot, COUNT(*), AVG(delta) FROM wiki GROUP BY isRobot",
+        false,
+    ),
+];
+
+/// The attributes SQLite gets a B-tree index on: those the suite filters on.
+const INDEXED: &[(&str, &str)] = &[
+    ("bookings", "country"),
+    ("bookings", "hotel"),
+    ("bookings", "is_canceled"),
+    ("bookings", "market_segment"),
+    ("wiki", "countryName"),
+];
+
+/// The dimension table: each hotel's region (the data set's paper: the resort in the
+/// Algarve, the city hotel in Lisbon).
+const HOTELS: &[(&str, &str)] = &[("City Hotel", "Lisbon"), ("Resort Hotel", "Algarve")];
+
+pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
+    ensure!(args.rounds >= 1, "--rounds must be at least 1");
+    for path in [&args.bookings, &args.wikiticker] {
+        ensure!(path.is_file(), "input {} is not a file", path.display());
+    }
+    let read = |path: &Path| {
+        read_table(&[path.to_path_buf()], KeySource::RowNumber)
+            .map_err(|e| anyhow::anyhow!("reading {}: {}", path.display(), e.message()))
+    };
+    let tables = [
+        ("bookings", read(&args.bookings)?),
+        ("wiki", read(&args.wikiticker)?),
+    ];
+    let dir = tempfile::Builder::new()
+        .prefix("puffer-bench-analytics-")
+        .tempdir()?;
+
+    let db = Arc::new(Database::open(
+        dir.path().join("puffer"),
+        Default::default(),
+    )?);
+    for (name, table) in &tables {
+        load_puffer(&db, name, table)?;
+    }
+    let region = Attribute {
+        name: "region".into(),
+        attr_type: AttrType::String,
+    };
+    db.create_table("hotels", Schema::new("hotel", vec![region])?)?;
+    let hotels = HOTELS
+        .iter()
+        .map(|(hotel, region)| {
+            let mut record = Record::new(*hotel);
+            record
+                .values
+                .insert("region".into(), Value::String(region.as_bytes().to_vec()));
+            WriteOp::Put(record)
+        })
+        .collect();
+    db.write_batch(vec![("hotels".into(), hotels)])?;
+    let mut puffer_bytes = (0, 0);
+    for name in db.table_names() {
+        let table = db.table(&name)?;
+        table.compact_all()?;
+        let stats = table.stats()?;
+        puffer_bytes.0 += stats.disk_bytes;
+        puffer_bytes.1 += stats.memory_bytes;
+    }
+
+    let sqlite_path = dir.path().join("sqlite.db");
+    let sqlite = rusqlite::Connection::open(&sqlite_path)?;
+    for (name, table) in &tables {
+        load_sqlite(&sqlite, name, table)?;
+    }
+    sqlite.execute_batch("CREATE TABLE hotels (hotel TEXT PRIMARY KEY, region TEXT)")?;
+    for (hotel, region) in HOTELS {
+        sqlite.execute("INSERT INTO hotels VALUES (?1, ?2)", [hotel, region])?;
+    }
+    for (table, column) in INDEXED {
+        sqlite.execute_batch(&format!(
+            "CREATE INDEX \"{table}_{column}\" ON {table} (\"{column}\")"
+        ))?;
+    }
+    sqlite.execute_batch("ANALYZE")?;
+    let sqlite_bytes: i64 = sqlite.query_row(
+        "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+        [],
+        |row| row.get(0),
+    )?;
+
+    let options = AnalyticsOptions::default();
+    let mut times = vec![[Vec::new(), Vec::new()]; CASES.len()];
+    let mut answers = vec![0usize; CASES.len()];
+    for round in 0..args.rounds {
+        for (c, case) in CASES.iter().enumerate() {
+            let sqlite_text = case.sqlite.unwrap_or(case.puffer);
+            let mut got = [Vec::new(), Vec::new()];
+            // Alternate which engine goes first, so neither always finds caches warm.
+            for k in 0..2 {
+                let engine = (round + c + k) % 2;
+                let started = Instant::now();
+                got[engine] = match engine {
+                    0 => puffer_rows(&db, case.puffer, &options)
+                        .with_context(|| format!("PufferDB, {}", case.name))?,
+                    _ => sqlite_rows(&sqlite, sqlite_text)
+                        .with_context(|| format!("SQLite, {}", case.name))?,
+                };
+                times[c][engine].push(started.elapsed());
+            }
+            let [mut ours, mut theirs] = got;
+            if !case.ordered {
+                ours.sort_by(compare_rows);
+                theirs.sort_by(compare_rows);
+            }
+            ensure!(
+                same_rows(&ours, &theirs),
+                "{}: the answers differ\nPufferDB: {:?}\nSQLite:   {:?}",
+                case.name,
+                &ours[..ours.len().min(5)],
+                &theirs[..theirs.len().min(5)]
+            );
+            answers[c] = ours.len();
+        }
+    }
+
+    println!(
+        "analytics: {} rounds; PufferDB {:.1} MB on disk, {:.1} MB in memory; SQLite {:.1} MB (with indexes)",
+        args.rounds,
+        puffer_bytes.0 as f64 / 1e6,
+        puffer_bytes.1 as f64 / 1e6,
+        sqlite_bytes as f64 / 1e6
+    );
+    println!(
+        "{:<18} {:>6} {:>14} {:>12} {:>8}",
+        "query", "rows", "pufferdb p50 ms", "sqlite p50 ms", "ratio"
+    );
+    let mut rows = Vec::new();
+    for (c, case) in CASES.iter().enumerate() {
+        let [ours, theirs] = &mut times[c];
+        let (ours, theirs) = (quantile_us(ours, 0.5) / 1e3, quantile_us(theirs, 0.5) / 1e3);
+        println!(
+            "{:<18} {:>6} {:>14.2} {:>12.2} {:>8.2}",
+            case.name,
+            answers[c],
+            ours,
+            theirs,
+            ours / theirs
+        );
+        rows.push(json!({
+            "query": case.name,
+            "rows": answers[c],
+            "pufferdb_p50_ms": round(ours, 3),
+            "sqlite_p50_ms": round(theirs, 3),
+        }));
+    }
+    let faster = rows
+        .iter()
+        .filter(|r| r["pufferdb_p50_ms"].as_f64() < r["sqlite_p50_ms"].as_f64())
+        .count();
+    println!("PufferDB faster on {faster} of {} queries", CASES.len());
+    println!(
+        "{}",
+        json!({
+            "experiment": "analytics",
+            "rounds": args.rounds,
+            "datasets": [args.bookings.display().to_string(), args.wikiticker.display().to_string()],
+            "pufferdb_disk_bytes": puffer_bytes.0,
+            "pufferdb_memory_bytes": puffer_bytes.1,
+            "sqlite_bytes": sqlite_bytes,
+            "pufferdb_faster": faster,
+            "queries": rows,
+        })
+    );
+    Ok(())
+}
+
+/// Creates table `name` with `table`'s schema and writes its rows.
+fn load_puffer(db: &Database, name: &str, table: &ImportedTable) -> anyhow::Result<()> {
+    db.create_table(name, table.schema.clone())?;
+    for start in (0..table.len()).step_by(1000) {
+        let ops = (start..(start + 1000).min(table.len()))
+            .map(|row| WriteOp::Put(table.record(row)))
+            .collect();
+        db.write_batch(vec![(name.to_string(), ops)])?;
+    }
+    Ok(())
+}
+
+/// Creates table `name` in SQLite with the same columns (timestamps as microseconds,
+/// booleans as 0 and 1) and inserts the rows in one transaction.
+fn load_sqlite(
+    sqlite: &rusqlite::Connection,
+    name: &str,
+    table: &ImportedTable,
+) -> anyhow::Result<()> {
+    let schema = &table.schema;
+    let columns: Vec<String> = std::iter::once(format!("\"{}\" TEXT PRIMARY KEY", schema.key))
+        .chain(schema.attributes.iter().map(|a| {
+            let kind = match a.attr_type {
+                AttrType::String => "TEXT",
+                AttrType::Int | AttrType::Bool | AttrType::Timestamp => "INTEGER",
+                AttrType::Float => "REAL",
+            };
+            format!("\"{}\" {kind}", a.name)
+        }))
+        .collect();
+    sqlite.execute_batch(&format!("CREATE TABLE {name} ({})", columns.join(", ")))?;
+    let marks: Vec<String> = (1..=columns.len()).map(|i| format!("?{i}")).collect();
+    let transaction = sqlite.unchecked_transaction()?;
+    {
+        let mut insert =
+            transaction.prepare(&format!("INSERT INTO {name} VALUES ({})", marks.join(", ")))?;
+        for row in &table.rows {
+            let values = std::iter::once(SqlValue::Text(String::from_utf8_lossy(&row.key).into()))
+                .chain(row.values.iter().map(|v| match v {
+                    None => SqlValue::Null,
+                    Some(Value::String(s)) => SqlValue::Text(String::from_utf8_lossy(s).into()),
+                    Some(Value::Int(x) | Value::Timestamp(x)) => SqlValue::Integer(*x),
+                    Some(Value::Float(x)) => SqlValue::Real(*x),
+                    Some(Value::Bool(b)) => SqlValue::Integer(i64::from(*b)),
+                }));
+            insert.execute(rusqlite::params_from_iter(values))?;
+        }
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+/// A cell both engines' answers are brought to: timestamps and booleans as numbers.
+#[derive(Clone, Debug, PartialEq, PartialOrd)]
+enum Cell {
+    Null,
+    Number(f64),
+    Text(String),
+}
+
+fn puffer_rows(
+    db: &Arc<Database>,
+    query: &str,
+    options: &AnalyticsOptions,
+) -> anyhow::Result<Vec<Vec<Cell>>> {
+    let answer = run_analytics(db, query, None, options)?;
+    let Answer::Computed {
+        rows, truncated, ..
+    } = answer
+    else {
+        anyhow::bail!("not a computed answer: {answer:?}");
+    };
+    ensure!(!truncated, "the answer was cut");
+    Ok(rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|value| match value {
+                    None => Cell::Null,
+                    Some(Value::Int(x) | Value::Timestamp(x)) => Cell::Number(*x as f64),
+                    Some(Value::Float(x)) => Cell::Number(*x),
+                    Some(Value::Bool(b)) => Cell::Number(f64::from(u8::from(*b))),
+                    Some(Value::String(s)) => Cell::Text(String::from_utf8_lossy(s).into_owned()),
+                })
+                .collect()
+        })
+        .collect())
+}
+
+fn sqlite_rows(sqlite: &rusqlite::Connection, query: &str) -> anyhow::Result<Vec<Vec<Cell>>> {
+    let mut statement = sqlite.prepare_cached(query)?;
+    let width = statement.column_count();
+    let rows = statement.query_map([], |row| {
+        (0..width)
+            .map(|i| {
+                Ok(match row.get_ref(i)? {
+                    ValueRef::Null => Cell::Null,
+                    ValueRef::Integer(x) => Cell::Number(x as f64),
+                    ValueRef::Real(x) => Cell::Number(x),
+                    ValueRef::Text(t) | ValueRef::Blob(t) => {
+                        Cell::Text(String::from_utf8_lossy(t).into_owned())
+                    }
+                })
+            })
+            .collect::<rusqlite::Result<Vec<Cell>>>()
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn compare_rows(a: &Vec<Cell>, b: &Vec<Cell>) -> std::cmp::Ordering {
+    a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal)
+}
+
+/// Equal rows, numbers within a relative 1e-9 (sums of floats differ in their last
+/// bits with the order they are added in).
+fn same_rows(ours: &[Vec<Cell>], theirs: &[Vec<Cell>]) -> bool {
+    let close = |a: &Cell, b: &Cell| match (a, b) {
+        (Cell::Number(x), Cell::Number(y)) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0),
+        _ => a == b,
+    };
+    ours.len() == theirs.len()
+        && ours
+            .iter()
+            .zip(theirs)
+            .all(|(a, b)| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(x, y)))
+}
