@@ -92,3 +92,42 @@ fn a_query_over_two_tables_reads_one_snapshot() {
     );
     assert_eq!(*snapshots.last().unwrap(), db.published());
 }
+
+/// A cluster node's remote that answers nothing: the analytics engine must not get as
+/// far as asking it.
+#[derive(Debug)]
+struct Unreachable;
+
+impl puffer_node::remote::Remote for Unreachable {
+    fn reads_elsewhere(&self) -> bool {
+        true
+    }
+
+    fn read(
+        &self,
+        _table: &str,
+        _request: &puffer_node::ReadRequest,
+    ) -> puffer_query::Result<puffer_node::ReadAnswer> {
+        panic!("the analytics engine read through a cluster's broker")
+    }
+
+    fn lead(
+        &self,
+        _request: puffer_node::remote::LeaderRequest,
+    ) -> puffer_query::Result<puffer_node::remote::LeaderResponse> {
+        panic!("the analytics engine asked a cluster's leader")
+    }
+}
+
+#[test]
+fn a_cluster_node_refuses_analytics_queries_until_they_are_consistent_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = puffer_node::DatabaseOptions {
+        remote: Some(Arc::new(Unreachable)),
+        ..Default::default()
+    };
+    let db = Arc::new(Database::open_with(dir.path(), options).unwrap());
+    let error = run(&db, "SELECT 1 AS one", None, &AnalyticsOptions::default()).unwrap_err();
+    assert_eq!(error.code(), "unsupported", "{error}");
+    assert!(error.to_string().contains("cluster node"), "{error}");
+}

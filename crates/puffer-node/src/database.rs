@@ -1352,6 +1352,12 @@ impl Database {
             .adopt_shard(&self.node, shard, covers, fetch)
     }
 
+    /// Whether this database is a cluster node's (it has a [`Remote`]: a leader to
+    /// write through, perhaps a broker to read through).
+    pub fn in_cluster(&self) -> bool {
+        self.options.remote.is_some()
+    }
+
     /// The snapshot a read of several tables at once reads at, chosen from `read`'s
     /// freshness and minimum as a one-table read's is (see
     /// [`crate::commit::Committer::choose_snapshot`]), past every sealed stage of
