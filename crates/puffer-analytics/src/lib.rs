@@ -10,6 +10,7 @@
 //! answer reports it. Writes and DDL never come here: the database's own statements
 //! handle them, and the engine is told to refuse any.
 
+pub mod compare;
 pub mod convert;
 pub mod filters;
 pub mod provider;

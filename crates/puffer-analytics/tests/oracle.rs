@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use puffer_analytics::compare::{same_rows, sort_rows, Cell};
 use puffer_analytics::{run, AnalyticsOptions};
 use puffer_node::{Answer, Database, TableLayout};
 use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
@@ -142,24 +143,6 @@ fn load(listings: &[Listing]) -> (tempfile::TempDir, Arc<Database>, rusqlite::Co
     (dir, db, sqlite)
 }
 
-/// A cell both engines' answers are brought to: timestamps and booleans as integers.
-#[derive(Clone, Debug, PartialEq, PartialOrd)]
-enum Cell {
-    Null,
-    Number(f64),
-    Text(String),
-}
-
-fn cell_of_value(value: &Option<Value>) -> Cell {
-    match value {
-        None => Cell::Null,
-        Some(Value::Int(x) | Value::Timestamp(x)) => Cell::Number(*x as f64),
-        Some(Value::Float(x)) => Cell::Number(*x),
-        Some(Value::Bool(b)) => Cell::Number(f64::from(u8::from(*b))),
-        Some(Value::String(s)) => Cell::Text(String::from_utf8_lossy(s).into_owned()),
-    }
-}
-
 fn cell_of_sqlite(value: rusqlite::types::ValueRef<'_>) -> Cell {
     use rusqlite::types::ValueRef;
     match value {
@@ -171,23 +154,6 @@ fn cell_of_sqlite(value: rusqlite::types::ValueRef<'_>) -> Cell {
     }
 }
 
-fn same_rows(ours: &[Vec<Cell>], theirs: &[Vec<Cell>]) -> bool {
-    let close = |a: &Cell, b: &Cell| match (a, b) {
-        (Cell::Number(x), Cell::Number(y)) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0),
-        _ => a == b,
-    };
-    ours.len() == theirs.len()
-        && ours
-            .iter()
-            .zip(theirs)
-            .all(|(a, b)| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(x, y)))
-}
-
-fn sorted(mut rows: Vec<Vec<Cell>>) -> Vec<Vec<Cell>> {
-    rows.sort_by(|a, b| a.partial_cmp(b).expect("no NaN in these answers"));
-    rows
-}
-
 fn ours(db: &Arc<Database>, query: &str) -> Vec<Vec<Cell>> {
     match run(db, query, None, &AnalyticsOptions::default()) {
         Ok(Answer::Computed {
@@ -195,7 +161,7 @@ fn ours(db: &Arc<Database>, query: &str) -> Vec<Vec<Cell>> {
         }) => {
             assert!(!truncated, "{query}: cut");
             rows.iter()
-                .map(|r| r.iter().map(cell_of_value).collect())
+                .map(|r| r.iter().map(|v| Cell::of_value(v.as_ref())).collect())
                 .collect()
         }
         other => panic!("{query}: {other:?}"),
@@ -251,7 +217,8 @@ fn check_all(listings: &[Listing]) {
         };
         let (mut got, mut want) = (ours(&db, query), theirs(&sqlite, sqlite_query));
         if !ordered {
-            (got, want) = (sorted(got), sorted(want));
+            sort_rows(&mut got);
+            sort_rows(&mut want);
         }
         assert!(
             same_rows(&got, &want),
@@ -311,7 +278,7 @@ fn both_paths_give_the_same_rows() {
             .map(|r| {
                 let mut row = vec![Cell::Text(String::from_utf8_lossy(&r.key).into_owned())];
                 for column in ["city", "price", "rooms"] {
-                    row.push(cell_of_value(&r.values.get(column).cloned()));
+                    row.push(Cell::of_value(r.values.get(column)));
                 }
                 row
             })

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
+use puffer_analytics::compare::{same_rows, sort_rows, Cell};
 use puffer_analytics::{run as run_analytics, AnalyticsOptions};
 use puffer_node::{Answer, Database};
 use puffer_query::import::{read_table, ImportedTable, KeySource};
@@ -236,8 +237,8 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
             }
             let [mut ours, mut theirs] = got;
             if !case.ordered {
-                ours.sort_by(compare_rows);
-                theirs.sort_by(compare_rows);
+                sort_rows(&mut ours);
+                sort_rows(&mut theirs);
             }
             ensure!(
                 same_rows(&ours, &theirs),
@@ -353,14 +354,6 @@ fn load_sqlite(
     Ok(())
 }
 
-/// A cell both engines' answers are brought to: timestamps and booleans as numbers.
-#[derive(Clone, Debug, PartialEq, PartialOrd)]
-enum Cell {
-    Null,
-    Number(f64),
-    Text(String),
-}
-
 fn puffer_rows(
     db: &Arc<Database>,
     query: &str,
@@ -376,17 +369,7 @@ fn puffer_rows(
     ensure!(!truncated, "the answer was cut");
     Ok(rows
         .iter()
-        .map(|row| {
-            row.iter()
-                .map(|value| match value {
-                    None => Cell::Null,
-                    Some(Value::Int(x) | Value::Timestamp(x)) => Cell::Number(*x as f64),
-                    Some(Value::Float(x)) => Cell::Number(*x),
-                    Some(Value::Bool(b)) => Cell::Number(f64::from(u8::from(*b))),
-                    Some(Value::String(s)) => Cell::Text(String::from_utf8_lossy(s).into_owned()),
-                })
-                .collect()
-        })
+        .map(|row| row.iter().map(|v| Cell::of_value(v.as_ref())).collect())
         .collect())
 }
 
@@ -408,22 +391,4 @@ fn sqlite_rows(sqlite: &rusqlite::Connection, query: &str) -> anyhow::Result<Vec
             .collect::<rusqlite::Result<Vec<Cell>>>()
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-fn compare_rows(a: &Vec<Cell>, b: &Vec<Cell>) -> std::cmp::Ordering {
-    a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal)
-}
-
-/// Equal rows, numbers within a relative 1e-9 (sums of floats differ in their last
-/// bits with the order they are added in).
-fn same_rows(ours: &[Vec<Cell>], theirs: &[Vec<Cell>]) -> bool {
-    let close = |a: &Cell, b: &Cell| match (a, b) {
-        (Cell::Number(x), Cell::Number(y)) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0),
-        _ => a == b,
-    };
-    ours.len() == theirs.len()
-        && ours
-            .iter()
-            .zip(theirs)
-            .all(|(a, b)| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(x, y)))
 }
