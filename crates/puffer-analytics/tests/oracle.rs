@@ -295,3 +295,56 @@ fn both_paths_give_the_same_rows() {
         "the filters matched only {compared} rows in all"
     );
 }
+
+/// A scan reads at most `max_scan_rows` records (refused past it, whatever the engine
+/// would make of them); a count holds none, so no bound applies to it; an answer past
+/// `max_result_rows` is cut and says so.
+#[test]
+fn scans_past_the_bound_are_refused_and_long_answers_cut() {
+    let listings: Vec<Listing> = (0..20)
+        .map(|i| (Some(i % 5), None, Some(i as i64), None, None))
+        .collect();
+    let (_dir, db, _) = load(&listings);
+    let bounded = AnalyticsOptions {
+        max_scan_rows: 10,
+        max_result_rows: 3,
+        ..AnalyticsOptions::default()
+    };
+    let error = run(
+        &db,
+        "SELECT city, COUNT(*) FROM listings GROUP BY city",
+        None,
+        &bounded,
+    )
+    .unwrap_err();
+    assert_eq!(error.code(), "limit_exceeded", "{error}");
+    // Under the bound: 8 records of two cities read, 2 groups answered.
+    let small =
+        "SELECT city, COUNT(*) FROM listings WHERE city IN ('antwerp', 'boston') GROUP BY city";
+    assert!(
+        matches!(run(&db, small, None, &bounded), Ok(Answer::Computed { ref rows, .. }) if rows.len() == 2)
+    );
+    match run(&db, "SELECT COUNT(*) FROM listings", None, &bounded).unwrap() {
+        Answer::Computed { rows, .. } => assert_eq!(rows, vec![vec![Some(Value::Int(20))]]),
+        other => panic!("{other:?}"),
+    }
+    match run(
+        &db,
+        "SELECT id FROM listings WHERE rooms < 6 ORDER BY id",
+        None,
+        &bounded,
+    )
+    .unwrap()
+    {
+        Answer::Computed {
+            rows, truncated, ..
+        } => {
+            assert!(truncated);
+            let want: Vec<Vec<Option<Value>>> = (0..3)
+                .map(|i| vec![Some(Value::String(format!("l{i:04}").into()))])
+                .collect();
+            assert_eq!(rows, want);
+        }
+        other => panic!("{other:?}"),
+    }
+}
