@@ -234,6 +234,33 @@ impl Compiled {
     }
 }
 
+impl Compiled {
+    /// The attributes the predicate reads, ascending; `None` if it reads the key or
+    /// every attribute (`RecordContains`), which a record of some fields cannot answer.
+    pub fn attributes(&self) -> Option<Vec<u16>> {
+        fn walk(compiled: &Compiled, out: &mut Vec<u16>) -> bool {
+            match compiled {
+                Compiled::All => true,
+                Compiled::Attr(id, _) => {
+                    out.push(*id);
+                    true
+                }
+                Compiled::Key(_) | Compiled::RecordContains(_) => false,
+                Compiled::And(children) | Compiled::Or(children) => {
+                    children.iter().all(|c| walk(c, out))
+                }
+                Compiled::Not(inner) => walk(inner, out),
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out).then(|| {
+            out.sort_unstable();
+            out.dedup();
+            out
+        })
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -550,6 +577,15 @@ fn plan_text(stage: &dyn TextStage, compiled: &Compiled) -> Result<Source> {
         }
         _ => Ok(Source::Scan),
     }
+}
+
+/// How many candidates the index finds for `compiled` on `stage` (suffix-array entries
+/// and records by key); `None` when it finds none and the stage would be scanned.
+pub(crate) fn candidate_entries(stage: &dyn TextStage, compiled: &Compiled) -> Result<Option<u64>> {
+    Ok(match plan_text(stage, compiled)? {
+        Source::Scan => None,
+        found => Some(found.cost(stage)),
+    })
 }
 
 /// Most entries located in the first step when a limit may stop early.

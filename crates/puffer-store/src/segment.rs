@@ -11,13 +11,14 @@
 //! ascending) as of checkpoint C. Marks made after the checkpoint live in the log.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use puffer_index::{BuildOptions, TextIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::attr_layer::AttributeLayer;
+use crate::column_layer::ColumnLayer;
+use crate::layer_shelf::LayerShelf;
 use crate::bounds::{encode_bounds, RecordBounds};
 use crate::codec::{self, Place, MARK};
 use crate::container::{decode_sections, encode_sections, find_section};
@@ -62,17 +63,10 @@ pub struct Segment {
     dir: PathBuf,
     /// The shard's cache of extracted record texts (none: every read extracts).
     record_cache: Option<Arc<RecordCache>>,
-    /// Attribute layers held, one per attribute at most, swapped whole.
-    attribute_layers: ArcSwap<Vec<Arc<AttributeLayer>>>,
-    /// Attributes whose layer is being built, and those whose build failed (not tried
-    /// again: a segment that cannot be read reports it to every query anyway).
-    attribute_builds: Mutex<AttributeBuilds>,
-}
-
-#[derive(Default)]
-struct AttributeBuilds {
-    running: Vec<u16>,
-    failed: Vec<(u16, String)>,
+    /// Attribute layers held, one per attribute at most.
+    attribute_layers: LayerShelf<AttributeLayer>,
+    /// Column layers held, one per attribute at most.
+    column_layers: LayerShelf<ColumnLayer>,
 }
 
 /// Entries located at once while an attribute layer is built (bounds the positions held).
@@ -230,8 +224,8 @@ impl Segment {
             file_bytes: index_file_bytes + bytes.len() as u64,
             dir: dir.to_path_buf(),
             record_cache: None,
-            attribute_layers: ArcSwap::from_pointee(Vec::new()),
-            attribute_builds: Mutex::new(AttributeBuilds::default()),
+            attribute_layers: LayerShelf::new(),
+            column_layers: LayerShelf::new(),
         };
         if let Some(name) = deletions {
             for record in read_deletions(&dir.join(name), facts.records)? {
@@ -325,6 +319,7 @@ impl Segment {
             + self.long_fields.as_ref().map_or(0, |f| f.byte_len() as u64)
             + self.deletions.memory_bytes()
             + self.attribute_layer_bytes()
+            + self.column_layer_bytes()
     }
 
     /// The entries of attribute `attribute`'s fields: every suffix starting `MARK id`.
@@ -334,32 +329,17 @@ impl Segment {
 
     /// The attribute layer of `attribute`, if the segment holds one.
     pub fn attribute_layer(&self, attribute: u16) -> Option<Arc<AttributeLayer>> {
-        self.attribute_layers
-            .load()
-            .iter()
-            .find(|layer| layer.attribute() == attribute)
-            .cloned()
+        self.attribute_layers.get(attribute)
     }
 
     /// The attributes whose layers the segment holds, ascending.
     pub fn attribute_layer_attributes(&self) -> Vec<u16> {
-        let mut held: Vec<u16> = self
-            .attribute_layers
-            .load()
-            .iter()
-            .map(|layer| layer.attribute())
-            .collect();
-        held.sort_unstable();
-        held
+        self.attribute_layers.attributes()
     }
 
     /// Bytes of the attribute layers held.
     pub fn attribute_layer_bytes(&self) -> u64 {
-        self.attribute_layers
-            .load()
-            .iter()
-            .map(|layer| layer.byte_len())
-            .sum()
+        self.attribute_layers.bytes()
     }
 
     /// Bytes a layer of `attribute` would take here.
@@ -392,86 +372,131 @@ impl Segment {
     /// Publishes `layer` (replacing a layer of the same attribute): queries that start
     /// from now on use it.
     pub fn add_attribute_layer(&self, layer: AttributeLayer) {
-        let layer = Arc::new(layer);
-        self.attribute_layers.rcu(|held| {
-            let mut next: Vec<Arc<AttributeLayer>> = held
-                .iter()
-                .filter(|l| l.attribute() != layer.attribute())
-                .cloned()
-                .collect();
-            next.push(layer.clone());
-            next
-        });
+        self.attribute_layers.add(layer);
     }
 
     /// Drops the layer of `attribute`; whether there was one. Queries that loaded it
     /// keep it until they end.
     pub fn drop_attribute_layer(&self, attribute: u16) -> bool {
-        let mut dropped = false;
-        self.attribute_layers.rcu(|held| {
-            dropped = held.iter().any(|l| l.attribute() == attribute);
-            held.iter()
-                .filter(|l| l.attribute() != attribute)
-                .cloned()
-                .collect::<Vec<_>>()
-        });
-        dropped
+        self.attribute_layers.remove(attribute)
     }
 
     /// Starts building the layer of `attribute` on a thread of its own, which publishes
     /// it when done; false when the segment holds it, is building it, or failed to.
     pub fn start_attribute_layer(self: &Arc<Self>, attribute: u16) -> bool {
-        if self.attribute_layer(attribute).is_some() {
+        if !self.attribute_layers.begin(attribute) {
             return false;
-        }
-        {
-            let mut builds = self.attribute_builds.lock().expect("attribute builds");
-            if builds.running.contains(&attribute)
-                || builds.failed.iter().any(|(a, _)| *a == attribute)
-            {
-                return false;
-            }
-            builds.running.push(attribute);
         }
         let segment = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("attr-layer-{}-{attribute}", self.id))
-            .spawn(move || {
+        self.spawn_build(
+            format!("attr-layer-{}-{attribute}", self.id),
+            move || {
                 let built = segment.build_attribute_layer(attribute);
-                let mut builds = segment.attribute_builds.lock().expect("attribute builds");
-                builds.running.retain(|a| *a != attribute);
-                match built {
-                    Ok(layer) => segment.add_attribute_layer(layer),
-                    Err(e) => builds.failed.push((attribute, e.to_string())),
-                }
-            });
-        if let Err(e) = spawned {
-            let mut builds = self.attribute_builds.lock().expect("attribute builds");
-            builds.running.retain(|a| *a != attribute);
-            builds
-                .failed
-                .push((attribute, format!("no thread for the build: {e}")));
-            return false;
-        }
-        true
+                segment
+                    .attribute_layers
+                    .finish(attribute, built.map_err(|e| e.to_string()));
+            },
+            |why| self.attribute_layers.finish(attribute, Err(why)),
+        )
     }
 
     /// Attributes whose layer is being built now.
     pub fn attribute_layers_building(&self) -> Vec<u16> {
-        self.attribute_builds
-            .lock()
-            .expect("attribute builds")
-            .running
-            .clone()
+        self.attribute_layers.building()
     }
 
     /// Why building a layer of each attribute failed.
     pub fn attribute_layer_failures(&self) -> Vec<(u16, String)> {
-        self.attribute_builds
-            .lock()
-            .expect("attribute builds")
-            .failed
-            .clone()
+        self.attribute_layers.failures()
+    }
+
+    /// The column layer of `attribute`, if the segment holds one.
+    pub fn column_layer(&self, attribute: u16) -> Option<Arc<ColumnLayer>> {
+        self.column_layers.get(attribute)
+    }
+
+    /// The attributes whose column layers the segment holds, ascending.
+    pub fn column_layer_attributes(&self) -> Vec<u16> {
+        self.column_layers.attributes()
+    }
+
+    /// Bytes of the column layers held.
+    pub fn column_layer_bytes(&self) -> u64 {
+        self.column_layers.bytes()
+    }
+
+    /// Builds the column layer of `attribute` (its field extracted from every record;
+    /// `types` the schema's) without publishing it.
+    pub fn build_column_layer(&self, attribute: u16, types: &[AttrType]) -> Result<ColumnLayer> {
+        let attr_type = *types.get(attribute as usize).ok_or_else(|| {
+            StoreError::InvalidQuery(format!("attribute {attribute} is not in the schema"))
+        })?;
+        let wanted = [attribute];
+        let mut values = Vec::with_capacity(self.record_count() as usize);
+        for record in 0..self.record_count() {
+            let fields = self.record_fields(record, &wanted, types)?;
+            values.push(fields.get(attribute).cloned());
+        }
+        ColumnLayer::from_values(attribute, attr_type, &values)
+            .map_err(|why| self.corrupt_meta(format!("column layer of attribute {attribute}: {why}")))
+    }
+
+    /// Publishes a column layer (replacing one of the same attribute).
+    pub fn add_column_layer(&self, layer: ColumnLayer) {
+        self.column_layers.add(layer);
+    }
+
+    /// Drops the column layer of `attribute`; whether there was one. Queries that
+    /// loaded it keep it until they end.
+    pub fn drop_column_layer(&self, attribute: u16) -> bool {
+        self.column_layers.remove(attribute)
+    }
+
+    /// Starts building the column layer of `attribute` on a thread of its own, which
+    /// publishes it when done; false when the segment holds it, is building it, or
+    /// failed to.
+    pub fn start_column_layer(self: &Arc<Self>, attribute: u16, types: Vec<AttrType>) -> bool {
+        if !self.column_layers.begin(attribute) {
+            return false;
+        }
+        let segment = self.clone();
+        self.spawn_build(
+            format!("col-layer-{}-{attribute}", self.id),
+            move || {
+                let built = segment.build_column_layer(attribute, &types);
+                segment
+                    .column_layers
+                    .finish(attribute, built.map_err(|e| e.to_string()));
+            },
+            |why| self.column_layers.finish(attribute, Err(why)),
+        )
+    }
+
+    /// Attributes whose column layer is being built now.
+    pub fn column_layers_building(&self) -> Vec<u16> {
+        self.column_layers.building()
+    }
+
+    /// Why building a column layer of each attribute failed.
+    pub fn column_layer_failures(&self) -> Vec<(u16, String)> {
+        self.column_layers.failures()
+    }
+
+    /// Runs a layer build on a thread named `name`; whether it started (if not,
+    /// `no_thread` is told why).
+    fn spawn_build(
+        &self,
+        name: String,
+        build: impl FnOnce() + Send + 'static,
+        no_thread: impl FnOnce(String),
+    ) -> bool {
+        match std::thread::Builder::new().name(name).spawn(build) {
+            Ok(_) => true,
+            Err(e) => {
+                no_thread(format!("no thread for the build: {e}"));
+                false
+            }
+        }
     }
 
     /// (key, text) of every record live at `snapshot`, in key order.
@@ -566,6 +591,9 @@ impl TextStage for Segment {
     }
     fn attribute_layer(&self, attribute: u16) -> Option<Arc<AttributeLayer>> {
         Segment::attribute_layer(self, attribute)
+    }
+    fn column_layer(&self, attribute: u16) -> Option<Arc<ColumnLayer>> {
+        Segment::column_layer(self, attribute)
     }
     fn keys(&self, records: &[u64]) -> Result<Vec<Vec<u8>>> {
         self.keys.keys(records).map_err(|e| self.corrupt_meta(e))

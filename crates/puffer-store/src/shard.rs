@@ -18,6 +18,7 @@ use arc_swap::ArcSwap;
 use puffer_index::BuildOptions;
 
 use crate::attr_layer::{AttributeDemand, AttributeRows};
+use crate::columns::{Column, ColumnOf, ColumnsResult, StageRead};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Result, StoreError};
 use crate::fs::{Fs, RealFs};
@@ -268,6 +269,8 @@ struct Shared {
     record_cache: Option<Arc<RecordCache>>,
     /// Rows that attribute predicates found in the segments, by walks and by layers.
     attribute_demand: AttributeDemand,
+    /// Values that column reads took from the segments, extracted and from layers.
+    column_demand: AttributeDemand,
     /// For a shard fed by an outside log: the highest SCU number that every shard of
     /// that log has applied. A log table is only frozen while the shard holds nothing
     /// past it, so sealed stages never hold an SCU that a reader cannot see whole yet.
@@ -505,6 +508,7 @@ impl Shard {
             checkpoint: AtomicU64::new(checkpoint),
             record_cache,
             attribute_demand: AttributeDemand::default(),
+            column_demand: AttributeDemand::default(),
             fed,
             _lock: lock,
             options,
@@ -868,6 +872,78 @@ impl Shard {
         })
     }
 
+    /// The asked columns of the records matching a query, from one snapshot (see
+    /// [`crate::columns`]): `query.projection` names them, the key included where asked
+    /// (`None`: the key and every attribute). Rows come in no particular order; the
+    /// limit keeps any `limit` of them.
+    pub fn columns(&self, query: &Query) -> Result<ColumnsResult> {
+        let schema = self.schema();
+        let compiled = Compiled::new(&query.predicate, &schema)?;
+        let names: Vec<String> = match &query.projection {
+            Some(names) => names.clone(),
+            None => std::iter::once(schema.key.clone())
+                .chain(schema.attributes.iter().map(|a| a.name.clone()))
+                .collect(),
+        };
+        let mut of = Vec::with_capacity(names.len());
+        let mut columns = Vec::with_capacity(names.len());
+        for name in names {
+            if name == schema.key {
+                of.push(ColumnOf::Key);
+                columns.push(Column::new(name, AttrType::String));
+            } else {
+                let id = schema.require(&name)?;
+                of.push(ColumnOf::Attribute(id));
+                columns.push(Column::new(name, schema.attributes[id as usize].attr_type));
+            }
+        }
+        let limit = query.limit.unwrap_or(MAX_RESULT_ROWS).min(MAX_RESULT_ROWS);
+        let (set, info) = self.shared.read_view(query.read)?;
+        let types = types_of(&schema);
+        // One more than the limit tells whether the answer was cut.
+        let wanted = limit.saturating_add(1);
+        let mut rows = 0usize;
+        if info.read_log {
+            for table in set.log_tables() {
+                let inner = table.read();
+                let matching =
+                    search_mem(&inner, &table.deletions, &compiled, info.snapshot, wanted - rows);
+                for i in matching {
+                    let record = &inner.records[i];
+                    for (column, of) in columns.iter_mut().zip(&of) {
+                        match of {
+                            ColumnOf::Key => column.push_string(&record.key),
+                            ColumnOf::Attribute(id) => column.push(record.get(*id)),
+                        }
+                    }
+                    rows += 1;
+                }
+            }
+        }
+        let read = StageRead {
+            compiled: &compiled,
+            types: &types,
+            snapshot: info.snapshot,
+            of: &of,
+            attribute_demand: &self.shared.attribute_demand,
+            column_demand: &self.shared.column_demand,
+        };
+        for stage in set.text_stages() {
+            if rows >= wanted {
+                break;
+            }
+            rows += read.read(stage, wanted - rows, &mut columns)?;
+        }
+        let mut result = ColumnsResult {
+            columns,
+            rows,
+            truncated: false,
+            snapshot: info,
+        };
+        result.truncate(limit);
+        Ok(result)
+    }
+
     /// Number of records matching `predicate` in one snapshot.
     pub fn count(&self, predicate: &Predicate, read: ReadOptions) -> Result<(u64, SnapshotInfo)> {
         let schema = self.schema();
@@ -950,6 +1026,12 @@ impl Shard {
     /// per attribute: by walks and from attribute layers (what the layer manager weighs).
     pub fn attribute_demand(&self) -> Vec<AttributeRows> {
         self.shared.attribute_demand.rows()
+    }
+
+    /// Values column reads took from the segments since the shard opened, per
+    /// attribute: extracted from the text (`walked`) and from column layers (`layered`).
+    pub fn column_demand(&self) -> Vec<AttributeRows> {
+        self.shared.column_demand.rows()
     }
 
     /// The segments (for layer management).

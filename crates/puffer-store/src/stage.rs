@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::attr_layer::AttributeLayer;
+use crate::column_layer::ColumnLayer;
 use crate::error::Result;
 use crate::schema::{AttrType, StoredRecord};
 
@@ -118,6 +119,10 @@ pub trait TextStage: Send + Sync {
     /// The attribute layer of `attribute`, if the stage holds one (segments may; sorted
     /// batches locate in O(1) and need none).
     fn attribute_layer(&self, _attribute: u16) -> Option<Arc<AttributeLayer>> {
+        None
+    }
+    /// The column layer of `attribute`, if the stage holds one (segments may).
+    fn column_layer(&self, _attribute: u16) -> Option<Arc<ColumnLayer>> {
         None
     }
     /// The keys of `records` (ascending), in their order.

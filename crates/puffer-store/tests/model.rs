@@ -12,7 +12,7 @@ use puffer_store::clock::ManualClock;
 use puffer_store::codec;
 use puffer_store::fs::RealFs;
 use puffer_store::{
-    Query, RawRecord, ReadOptions, Record, Shard, ShardOptions, StoreError, WriteOp,
+    Query, RawRecord, ReadOptions, Record, Shard, ShardOptions, StoreError, Value, WriteOp,
 };
 
 const KEYS: u64 = 12;
@@ -192,6 +192,7 @@ impl Run {
                     limit,
                     read,
                 };
+                self.check_columns(shard, &query, &context);
                 let result = shard.search(&query).expect("search");
                 self.check_snapshot(&read, result.snapshot.snapshot, &context);
                 let expected: Vec<Record> = self
@@ -223,8 +224,65 @@ impl Run {
 }
 
 impl Run {
-    /// Adds or drops attribute layers on random segments and attributes: answers must not
-    /// change (queries take records from a layer where one covers their entries).
+    /// The same query as a column read (the key asked first, then the projection's
+    /// attributes): its rows, as records, are the model's at the snapshot it reports.
+    fn check_columns(&mut self, shard: &Shard, query: &Query, context: &str) {
+        let attributes: Vec<String> = match &query.projection {
+            Some(names) => names.clone(),
+            None => ["name", "n", "x", "flag", "t"].map(String::from).to_vec(),
+        };
+        let mut asked = vec!["id".to_string()];
+        asked.extend(attributes.iter().cloned());
+        let columns = shard
+            .columns(&Query {
+                projection: Some(asked),
+                ..query.clone()
+            })
+            .expect("columns");
+        self.check_snapshot(&query.read, columns.snapshot.snapshot, context);
+        let mut rows: Vec<Record> = (0..columns.rows)
+            .map(|row| {
+                let key = match columns.columns[0].value(row) {
+                    Some(Value::String(key)) => key,
+                    other => panic!("{context}: key {other:?}"),
+                };
+                let mut record = Record::new(key);
+                for column in &columns.columns[1..] {
+                    assert_eq!(column.len(), columns.rows, "{context}");
+                    if let Some(value) = column.value(row) {
+                        record.values.insert(column.name.clone(), value);
+                    }
+                }
+                record
+            })
+            .collect();
+        rows.sort_by(|a, b| a.key.cmp(&b.key));
+        let expected: Vec<Record> = self
+            .model
+            .at(columns.snapshot.snapshot)
+            .values()
+            .filter(|r| holds(&query.predicate, r))
+            .map(|r| {
+                let mut r = r.clone();
+                r.values.retain(|name, _| attributes.contains(name));
+                r
+            })
+            .collect();
+        match query.limit {
+            None => assert_eq!(rows, expected, "columns {context}"),
+            Some(k) => {
+                assert_eq!(rows.len(), k.min(expected.len()), "columns {context}");
+                assert_eq!(columns.truncated, expected.len() > k, "columns {context}");
+                for row in &rows {
+                    assert!(expected.contains(row), "columns {context}: {row:?}");
+                }
+            }
+        }
+    }
+
+    /// Adds or drops attribute and column layers on random segments and attributes:
+    /// answers must not change (queries take records from a layer where one covers
+    /// their entries, and values from column layers).
     fn change_attribute_layers(&mut self, shard: &Shard) {
         for segment in shard.segments() {
             for attribute in 0..ATTRIBUTES {
@@ -237,6 +295,19 @@ impl Run {
                     }
                     1 => {
                         segment.drop_attribute_layer(attribute);
+                    }
+                    _ => {}
+                }
+                match self.rng.below(3) {
+                    0 => {
+                        let types: Vec<_> = schema().attributes.iter().map(|a| a.attr_type).collect();
+                        let layer = segment
+                            .build_column_layer(attribute, &types)
+                            .expect("build a column layer");
+                        segment.add_column_layer(layer);
+                    }
+                    1 => {
+                        segment.drop_column_layer(attribute);
                     }
                     _ => {}
                 }
