@@ -1,10 +1,15 @@
-//! Which replicas hold which attribute layers.
+//! Which replicas hold which attribute and column layers.
 //!
 //! An attribute layer (`puffer_store::attr_layer`) turns each row an attribute predicate
-//! finds from a Psi walk (a few microseconds) into a read of a packed array. What it saves
-//! is proportional to the rows found through the attribute per second; what it costs is
-//! its bytes. So the policy ranks (replica, attribute) pairs by rows per second per byte,
-//! and buys from the memory budget the sample layers leave free:
+//! finds from a Psi walk (a few microseconds) into a read of a packed array; a column
+//! layer (`puffer_store::column_layer`) turns each value a scan reads from a field
+//! extracted out of the compressed text (tens of microseconds a record) into one too.
+//! What either saves is proportional to the rows it serves per second; what it costs
+//! is its bytes. So the policy ranks (replica, attribute, kind) triples by rows per
+//! second per byte, both kinds together, and buys from the memory budget the sample
+//! layers leave free (a column layer saves more per row than an attribute layer, so
+//! ranking both by rows undervalues column layers a little: they are bought later than
+//! their savings alone would say, never wrongly):
 //!
 //! 1. a held layer whose attribute has gone cold (below `sell_fraction` of the buying
 //!    rate) and has been held `hold_seconds` is sold;
@@ -85,6 +90,32 @@ impl AttributeConfig {
     }
 }
 
+/// Which kind of layer of an attribute.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// The record of each suffix-array entry of the attribute's fields (predicates).
+    #[default]
+    Attribute,
+    /// The attribute's value of each record (scans).
+    Column,
+}
+
+impl LayerKind {
+    /// Both kinds.
+    pub const ALL: [LayerKind; 2] = [LayerKind::Attribute, LayerKind::Column];
+
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerKind::Attribute => "attribute",
+            LayerKind::Column => "column",
+        }
+    }
+}
+
 /// One attribute of one replica, as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttributeSample {
@@ -92,6 +123,9 @@ pub struct AttributeSample {
     pub replica: ReplicaId,
     /// The attribute.
     pub attribute: u16,
+    /// Which layer of it.
+    #[serde(default)]
+    pub kind: LayerKind,
     /// Rows found through the attribute per second (walked and from layers), averaged.
     pub rows_per_second: f64,
     /// Bytes the replica's layers of the attribute take (held) or would take (not held).
@@ -135,6 +169,8 @@ pub enum AttributeDecision {
         replica: ReplicaId,
         /// The attribute.
         attribute: u16,
+        /// Which layers.
+        kind: LayerKind,
     },
     /// Drop them.
     Sell {
@@ -142,6 +178,8 @@ pub enum AttributeDecision {
         replica: ReplicaId,
         /// The attribute.
         attribute: u16,
+        /// Which layers.
+        kind: LayerKind,
         /// Why.
         reason: SellReason,
     },
@@ -163,6 +201,7 @@ pub fn decide(
             decisions.push(AttributeDecision::Sell {
                 replica: sample.replica,
                 attribute: sample.attribute,
+                kind: sample.kind,
                 reason: SellReason::OverBudget,
             });
         }
@@ -172,6 +211,7 @@ pub fn decide(
         decisions.push(AttributeDecision::Sell {
             replica: sample.replica,
             attribute: sample.attribute,
+            kind: sample.kind,
             reason,
         });
         *free = free.saturating_add(sample.bytes as i64);
@@ -227,6 +267,7 @@ pub fn decide(
         decisions.push(AttributeDecision::Buy {
             replica: sample.replica,
             attribute: sample.attribute,
+            kind: sample.kind,
         });
         free -= bytes;
     }
@@ -285,6 +326,7 @@ mod tests {
         AttributeSample {
             replica,
             attribute,
+            kind: LayerKind::Attribute,
             rows_per_second: rate,
             bytes,
             held: false,
@@ -326,7 +368,9 @@ mod tests {
             let bought: Vec<&AttributeSample> = decisions
                 .iter()
                 .map(|d| match d {
-                    AttributeDecision::Buy { replica, attribute } => samples
+                    AttributeDecision::Buy {
+                        replica, attribute, ..
+                    } => samples
                         .iter()
                         .find(|s| s.replica == *replica && s.attribute == *attribute)
                         .unwrap(),
@@ -372,6 +416,7 @@ mod tests {
             vec![AttributeDecision::Sell {
                 replica: 1,
                 attribute: 0,
+                kind: LayerKind::Attribute,
                 reason: SellReason::Cold
             }]
         );
@@ -382,15 +427,45 @@ mod tests {
                 AttributeDecision::Sell {
                     replica: 1,
                     attribute: 0,
+                    kind: LayerKind::Attribute,
                     reason: SellReason::Cold
                 },
                 AttributeDecision::Sell {
                     replica: 1,
                     attribute: 2,
+                    kind: LayerKind::Attribute,
                     reason: SellReason::OverBudget
                 },
             ]
         );
+    }
+
+    /// Both kinds of one attribute are separate choices, ranked together by rows per
+    /// byte: with room for one, the denser is bought, and each decision names its kind.
+    #[test]
+    fn attribute_and_column_layers_of_one_attribute_are_ranked_together() {
+        let config = AttributeConfig::default();
+        let column = |rate, bytes| AttributeSample {
+            kind: LayerKind::Column,
+            ..pair(1, 4, rate, bytes)
+        };
+        for (column_rate, bought) in [
+            (50_000.0, LayerKind::Column),
+            (1_000.0, LayerKind::Attribute),
+        ] {
+            let samples = vec![pair(1, 4, 10_000.0, 100), column(column_rate, 100)];
+            assert_eq!(
+                decide(0.0, 150, &samples, &config),
+                vec![AttributeDecision::Buy {
+                    replica: 1,
+                    attribute: 4,
+                    kind: bought
+                }]
+            );
+        }
+        let samples = vec![pair(1, 4, 10_000.0, 100), column(50_000.0, 100)];
+        let both = decide(0.0, 200, &samples, &config);
+        assert_eq!(both.len(), 2, "{both:?}");
     }
 
     #[test]
@@ -411,16 +486,19 @@ mod tests {
                 AttributeDecision::Sell {
                     replica: 1,
                     attribute: 0,
+                    kind: LayerKind::Attribute,
                     reason: SellReason::Displaced
                 },
                 AttributeDecision::Sell {
                     replica: 1,
                     attribute: 1,
+                    kind: LayerKind::Attribute,
                     reason: SellReason::Displaced
                 },
                 AttributeDecision::Buy {
                     replica: 1,
-                    attribute: 2
+                    attribute: 2,
+                    kind: LayerKind::Attribute,
                 },
             ]
         );

@@ -1,4 +1,4 @@
-//! Records to Arrow and Arrow to values: the types of a PufferDB table as DataFusion
+//! Column reads to Arrow and Arrow to values: the types of a PufferDB table as DataFusion
 //! sees them, and an answer's columns as the API's values.
 //!
 //! | PufferDB     | Arrow                          |
@@ -16,17 +16,18 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
-    TimestampMicrosecondBuilder,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, StringArray, StringBuilder,
+    TimestampMicrosecondArray,
 };
+use datafusion::arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
     DataType, Field, Float64Type, Int64Type, Schema as ArrowSchema, SchemaRef, TimeUnit,
     TimestampMicrosecondType, UInt64Type,
 };
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use puffer_query::{QueryError, Result};
-use puffer_store::{AttrType, Record, Schema, Value};
+use puffer_store::{AttrType, Column, ColumnData, ColumnsResult, Schema, Value};
 
 /// The time zone timestamps are shown in (they are stored as UTC microseconds).
 const UTC: &str = "UTC";
@@ -54,81 +55,76 @@ pub fn arrow_schema(schema: &Schema) -> SchemaRef {
     ))
 }
 
-/// `records` as one batch of the columns of `projected` (a projection of the table's
-/// Arrow schema).
-pub fn batch_of(records: &[Record], projected: &SchemaRef, schema: &Schema) -> Result<RecordBatch> {
-    let columns = projected
-        .fields()
-        .iter()
-        .map(|field| column_of(records, field.name(), schema))
+/// A column read's answer as one batch of `projected` (the table's Arrow schema
+/// projected to the columns asked, in the order asked): each column's values become an
+/// Arrow array without a copy, strings are checked to be UTF-8 (and shown lossily where
+/// they are not).
+pub fn batch_of(result: ColumnsResult, projected: &SchemaRef) -> Result<RecordBatch> {
+    let rows = result.rows;
+    let columns = result
+        .columns
+        .into_iter()
+        .map(array_of)
         .collect::<Result<Vec<_>>>()?;
-    RecordBatch::try_new(projected.clone(), columns)
-        .map_err(|e| QueryError::Invalid(format!("records do not fit their table's schema: {e}")))
+    let options = RecordBatchOptions::new().with_row_count(Some(rows));
+    RecordBatch::try_new_with_options(projected.clone(), columns, &options).map_err(|e| {
+        QueryError::Invalid(format!(
+            "a column read does not fit its table's schema: {e}"
+        ))
+    })
 }
 
-fn column_of(records: &[Record], name: &str, schema: &Schema) -> Result<ArrayRef> {
-    if name == schema.key {
-        let mut keys = StringBuilder::with_capacity(records.len(), records.len() * 8);
-        for record in records {
-            keys.append_value(String::from_utf8_lossy(&record.key));
-        }
-        return Ok(Arc::new(keys.finish()));
-    }
-    let kind = schema
-        .attributes
-        .iter()
-        .find(|a| a.name == name)
-        .map(|a| a.attr_type)
-        .ok_or_else(|| QueryError::Invalid(format!("no column {name:?} in the table")))?;
-    let values = records.iter().map(|r| r.values.get(name));
-    let mismatch = |record: &Record| {
-        QueryError::Invalid(format!(
-            "record {:?} holds a value of another type than {} in column {name:?}",
-            String::from_utf8_lossy(&record.key),
-            kind.name()
-        ))
+fn array_of(column: Column) -> Result<ArrayRef> {
+    let nulls = if column.valid.iter().all(|&v| v) {
+        None
+    } else {
+        Some(NullBuffer::from(column.valid))
     };
-    // Each arm fills one builder: a missing value is NULL, a value of another type an
-    // error (the store validates records, so it would be a bug, not an answer).
-    macro_rules! build {
-        ($builder:expr, $variant:ident, $convert:expr) => {{
-            let mut builder = $builder;
-            for (record, value) in records.iter().zip(values) {
-                match value {
-                    None => builder.append_null(),
-                    Some(Value::$variant(x)) => builder.append_value($convert(x)),
-                    Some(_) => return Err(mismatch(record)),
+    Ok(match (column.attr_type, column.data) {
+        (AttrType::Timestamp, ColumnData::Ints(values)) => {
+            Arc::new(TimestampMicrosecondArray::new(values.into(), nulls).with_timezone(UTC))
+        }
+        (_, ColumnData::Ints(values)) => Arc::new(Int64Array::new(values.into(), nulls)),
+        (_, ColumnData::Floats(values)) => Arc::new(Float64Array::new(values.into(), nulls)),
+        (_, ColumnData::Bools(values)) => {
+            Arc::new(BooleanArray::new(BooleanBuffer::from(values), nulls))
+        }
+        (_, ColumnData::Bytes { ends, bytes }) => {
+            let too_long = || {
+                QueryError::Limit(format!(
+                    "column {} holds {} bytes of strings in one scan; at most {} fit",
+                    column.name,
+                    bytes.len(),
+                    i32::MAX
+                ))
+            };
+            let mut offsets = Vec::with_capacity(ends.len() + 1);
+            offsets.push(0i32);
+            for &end in &ends {
+                offsets.push(i32::try_from(end).map_err(|_| too_long())?);
+            }
+            let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+            match StringArray::try_new(
+                offsets.clone(),
+                Buffer::from_vec(bytes.clone()),
+                nulls.clone(),
+            ) {
+                Ok(array) => Arc::new(array),
+                // Not UTF-8 somewhere: shown lossily, as the JSON API shows it.
+                Err(_) => {
+                    let mut builder = StringBuilder::with_capacity(ends.len(), bytes.len());
+                    for (row, window) in offsets.windows(2).enumerate() {
+                        if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
+                            builder.append_null();
+                        } else {
+                            let value = &bytes[window[0] as usize..window[1] as usize];
+                            builder.append_value(String::from_utf8_lossy(value));
+                        }
+                    }
+                    Arc::new(builder.finish())
                 }
             }
-            Arc::new(builder.finish()) as ArrayRef
-        }};
-    }
-    Ok(match kind {
-        AttrType::String => build!(
-            StringBuilder::with_capacity(records.len(), records.len() * 16),
-            String,
-            |x: &Vec<u8>| String::from_utf8_lossy(x).into_owned()
-        ),
-        AttrType::Int => build!(
-            Int64Builder::with_capacity(records.len()),
-            Int,
-            |x: &i64| *x
-        ),
-        AttrType::Float => build!(
-            Float64Builder::with_capacity(records.len()),
-            Float,
-            |x: &f64| *x
-        ),
-        AttrType::Bool => build!(
-            BooleanBuilder::with_capacity(records.len()),
-            Bool,
-            |x: &bool| *x
-        ),
-        AttrType::Timestamp => build!(
-            TimestampMicrosecondBuilder::with_capacity(records.len()).with_timezone(UTC),
-            Timestamp,
-            |x: &i64| *x
-        ),
+        }
     })
 }
 

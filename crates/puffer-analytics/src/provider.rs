@@ -1,7 +1,8 @@
 //! A PufferDB table as a DataFusion table provider, read at one snapshot.
 //!
-//! A scan is one search of the store: the columns DataFusion asks for (the store then
-//! extracts only those fields) and the filters the store evaluates on the compressed
+//! A scan is one column read of the store (`puffer_store::columns`): the columns
+//! DataFusion asks for (from column layers where segments hold them, the fields
+//! extracted from the text where not) and the filters the store evaluates on the compressed
 //! text, pushed as its predicate: exact where the store evaluates the whole filter as
 //! SQL does, inexact (DataFusion applies it again) where it evaluates only part (see
 //! [`crate::filters`]). A scan that asks for no column (a `COUNT(*)` under exact
@@ -52,6 +53,9 @@ impl SnapshotSeen {
     }
 }
 
+/// Fewest rows worth a partition of their own (smaller scans stay whole).
+const MIN_PARTITION_ROWS: usize = 8192;
+
 /// One table of the database, as DataFusion sees it for one query.
 pub struct PufferTable {
     db: Arc<Database>,
@@ -60,6 +64,8 @@ pub struct PufferTable {
     arrow: SchemaRef,
     at: u64,
     max_scan_rows: usize,
+    /// Partitions a scan's rows are split into (DataFusion's target partitions).
+    partitions: usize,
     seen: Arc<Mutex<SnapshotSeen>>,
 }
 
@@ -90,6 +96,7 @@ impl PufferTable {
             schema,
             at,
             max_scan_rows: options.max_scan_rows,
+            partitions: options.target_partitions,
             seen: seen.clone(),
         }
     }
@@ -145,16 +152,15 @@ impl PufferTable {
                 .map_err(|e| QueryError::Invalid(e.to_string()))?;
             return Ok((batch, projected));
         }
-        let attributes: Vec<String> = projected
+        let columns: Vec<String> = projected
             .fields()
             .iter()
             .map(|f| f.name().clone())
-            .filter(|name| *name != self.schema.key)
             .collect();
-        let request = ReadRequest::Search {
+        let request = ReadRequest::Columns {
             query: Query {
                 predicate,
-                projection: Some(attributes),
+                projection: Some(columns),
                 // One past the bound tells a scan that fits from one that does not.
                 limit: Some(
                     limit
@@ -164,11 +170,11 @@ impl PufferTable {
                 read: self.read_options(),
             },
         };
-        let ReadAnswer::Rows(result) = self.read(&request)? else {
+        let ReadAnswer::Columns(result) = self.read(&request)? else {
             return Err(unexpected(&self.name));
         };
-        self.check_scan_rows(result.rows.len())?;
-        let batch = convert::batch_of(&result.rows, &projected, &self.schema)?;
+        self.check_scan_rows(result.rows)?;
+        let batch = convert::batch_of(result, &projected)?;
         Ok((batch, projected))
     }
 
@@ -235,7 +241,20 @@ impl TableProvider for PufferTable {
         let (batch, projected) = self
             .scan_batch(projection, predicate, limit)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let plan = MemorySourceConfig::try_new_exec(&[vec![batch]], projected, None)?;
+        // Halves (and so on) for the partitions DataFusion aggregates in parallel.
+        let rows = batch.num_rows();
+        let parts = if rows < MIN_PARTITION_ROWS {
+            1
+        } else {
+            self.partitions.clamp(1, rows / MIN_PARTITION_ROWS)
+        };
+        let partitions: Vec<Vec<RecordBatch>> = (0..parts)
+            .map(|i| {
+                let start = rows * i / parts;
+                vec![batch.slice(start, rows * (i + 1) / parts - start)]
+            })
+            .collect();
+        let plan = MemorySourceConfig::try_new_exec(&partitions, projected, None)?;
         Ok(plan)
     }
 }

@@ -1,14 +1,18 @@
 //! Analytics SQL against SQLite as the oracle: random listings (with missing values)
 //! and a small dimension table, loaded into both; every query's answer must be the
 //! same (rows compared as multisets unless the query orders them, numbers with a
-//! relative tolerance). Also: the analytics path and the store's own path give the
+//! relative tolerance), from the log stage, from segments, and from segments with
+//! column layers. Also: the analytics path and the store's own path give the
 //! same rows for the simple selects both take.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use puffer_adapt::attributes::LayerKind;
 use puffer_analytics::compare::{same_rows, sort_rows, Cell};
 use puffer_analytics::{run, AnalyticsOptions};
+use puffer_node::serving::AttributePin;
 use puffer_node::{Answer, Database, TableLayout};
 use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
 
@@ -207,22 +211,90 @@ const QUERIES: &[(&str, &str, bool)] = &[
     ("SELECT id FROM listings WHERE rooms = 3 AND price < 100 ORDER BY id", "", true),
 ];
 
+/// Keeps column layers of `attributes` on every replica of `table` (pinned, as an
+/// operator would) and waits until every segment holds them.
+fn hold_column_layers(db: &Database, table: &str, attributes: &[&str]) {
+    let schema = db.table(table).unwrap().schema();
+    let node = db.node();
+    let replicas: Vec<u64> = node
+        .status()
+        .replicas
+        .iter()
+        .filter(|r| r.table == table)
+        .map(|r| r.id)
+        .collect();
+    for &replica in &replicas {
+        for name in attributes {
+            let attribute = schema.require(name).unwrap();
+            node.pin_attribute(
+                replica,
+                LayerKind::Column,
+                attribute,
+                Some(AttributePin::Keep),
+            )
+            .unwrap();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        node.tick();
+        let status = node.status();
+        let mine: Vec<_> = status
+            .replicas
+            .iter()
+            .filter(|r| r.table == table)
+            .collect();
+        let held = mine.iter().all(|r| {
+            attributes.iter().all(|name| {
+                let attribute = schema.require(name).unwrap();
+                r.column_layers.iter().any(|c| {
+                    assert_eq!(c.layers.failure, None, "a column layer failed to build");
+                    c.layers.attribute == attribute && c.layers.segments_held == c.layers.segments
+                })
+            })
+        });
+        if held {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "column layers never built: {mine:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Every query against SQLite, with the records in the log stage, then compacted into
+/// segments, then with column layers of some attributes (values from layers and from
+/// fields in one scan) and of all (predicates evaluated on the layers).
 fn check_all(listings: &[Listing]) {
     let (_dir, db, sqlite) = load(listings);
+    check_queries(&db, &sqlite, "log stage");
+    db.table("listings").unwrap().compact_all().unwrap();
+    db.table("cities").unwrap().compact_all().unwrap();
+    check_queries(&db, &sqlite, "segments");
+    hold_column_layers(&db, "listings", &["city", "price"]);
+    check_queries(&db, &sqlite, "column layers of city and price");
+    hold_column_layers(&db, "listings", &["city", "price", "rooms", "pets", "seen"]);
+    hold_column_layers(&db, "cities", &["country"]);
+    check_queries(&db, &sqlite, "column layers of every attribute");
+}
+
+fn check_queries(db: &Arc<Database>, sqlite: &rusqlite::Connection, stage: &str) {
     for (query, sqlite_query, ordered) in QUERIES {
         let sqlite_query = if sqlite_query.is_empty() {
             query
         } else {
             sqlite_query
         };
-        let (mut got, mut want) = (ours(&db, query), theirs(&sqlite, sqlite_query));
+        let (mut got, mut want) = (ours(db, query), theirs(sqlite, sqlite_query));
         if !ordered {
             sort_rows(&mut got);
             sort_rows(&mut want);
         }
         assert!(
             same_rows(&got, &want),
-            "{query}\nPufferDB: {got:?}\nSQLite:   {want:?}"
+            "{query} ({stage})\nPufferDB: {got:?}\nSQLite:   {want:?}"
         );
     }
 }

@@ -123,7 +123,7 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     for step in 0..200 {
         let city = CITIES[rng.gen_range(0..CITIES.len())];
-        let request = match rng.gen_range(0..3) {
+        let request = match rng.gen_range(0..4) {
             0 => ReadRequest::Get {
                 key: format!("r{:04}", rng.gen_range(0..330)).into_bytes(),
                 read,
@@ -131,6 +131,14 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
             1 => ReadRequest::Count {
                 predicate: Predicate::Eq("city".into(), Value::String(city.into())),
                 read,
+            },
+            2 => ReadRequest::Columns {
+                query: Query {
+                    predicate: Predicate::Eq("city".into(), Value::String(city.into())),
+                    projection: Some(vec!["city".into()]),
+                    limit: None,
+                    read,
+                },
             },
             _ => ReadRequest::Search {
                 query: Query {
@@ -160,6 +168,14 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
                 ReadAnswer::Record { record, .. } => found.extend(record),
                 ReadAnswer::Rows(rows) => found.extend(rows.rows),
                 ReadAnswer::Count { count, .. } => counted += count,
+                ReadAnswer::Columns(columns) => {
+                    // Every row is the asked city.
+                    let column = &columns.columns[0];
+                    for row in 0..columns.rows {
+                        assert_eq!(column.value(row), Some(Value::String(city.into())));
+                    }
+                    counted += columns.rows as u64;
+                }
                 ReadAnswer::Raw { .. } => unreachable!(),
             }
         }
@@ -174,7 +190,11 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
             _ => Vec::new(),
         };
         assert_eq!(found, expected, "step {step}");
-        if let ReadRequest::Count { predicate, .. } = &request {
+        if let ReadRequest::Count { predicate, .. }
+        | ReadRequest::Columns {
+            query: Query { predicate, .. },
+        } = &request
+        {
             let expected = model.values().filter(|r| oracle(predicate, r)).count() as u64;
             assert_eq!(counted, expected, "step {step}");
         }

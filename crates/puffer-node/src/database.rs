@@ -1234,7 +1234,7 @@ impl Database {
                     None => read(table, request),
                 };
             }
-            ReadRequest::Search { query } => &query.predicate,
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => &query.predicate,
             ReadRequest::Count { predicate, .. } => predicate,
         };
         let range = crate::partition::time_range(predicate, &partitioning.attribute);
@@ -1275,7 +1275,7 @@ impl Database {
                 subspace.table, subspace.table
             )));
         }
-        if let ReadRequest::Search { query } = request {
+        if let ReadRequest::Search { query } | ReadRequest::Columns { query } = request {
             self.profile_search(&here, &query.predicate);
         } else if let ReadRequest::Count { predicate, .. } = request {
             self.profile_search(&here, predicate);

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use puffer_index::Construction;
 use puffer_store::stage::TextStage;
 use puffer_store::{
-    Predicate, PreparedOps, Query, RawRecord, ReadOptions, Record, Result, Schema, SearchResult,
-    Shard, ShardStats, SnapshotInfo, StoreError, Watermarks,
+    ColumnsResult, Predicate, PreparedOps, Query, RawRecord, ReadOptions, Record, Result, Schema,
+    SearchResult, Shard, ShardStats, SnapshotInfo, StoreError, Watermarks,
 };
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +30,9 @@ pub enum ReadRequest {
     GetRaw { key: Vec<u8>, read: ReadOptions },
     /// Records matching a query.
     Search { query: Query },
+    /// The projected columns of the records matching a query (rows in no particular
+    /// order; see `puffer_store::columns`).
+    Columns { query: Query },
     /// How many records match a predicate.
     Count {
         predicate: Predicate,
@@ -44,7 +47,7 @@ impl ReadRequest {
             ReadRequest::Get { read, .. }
             | ReadRequest::GetRaw { read, .. }
             | ReadRequest::Count { read, .. } => *read,
-            ReadRequest::Search { query } => query.read,
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => query.read,
         }
     }
 
@@ -57,7 +60,7 @@ impl ReadRequest {
             | ReadRequest::Count { read, .. } => {
                 read.min_snapshot = read.min_snapshot.max(min_snapshot);
             }
-            ReadRequest::Search { query } => {
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => {
                 query.read.min_snapshot = query.read.min_snapshot.max(min_snapshot);
             }
         }
@@ -70,7 +73,9 @@ impl ReadRequest {
         match &mut request {
             ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {}
             ReadRequest::Count { predicate: p, .. } => *p = predicate,
-            ReadRequest::Search { query } => query.predicate = predicate,
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => {
+                query.predicate = predicate
+            }
         }
         request
     }
@@ -82,7 +87,9 @@ impl ReadRequest {
             ReadRequest::Get { read, .. }
             | ReadRequest::GetRaw { read, .. }
             | ReadRequest::Count { read, .. } => read.at = Some(at),
-            ReadRequest::Search { query } => query.read.at = Some(at),
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => {
+                query.read.at = Some(at)
+            }
         }
         request
     }
@@ -104,6 +111,8 @@ pub enum ReadAnswer {
     },
     /// For [`ReadRequest::Search`].
     Rows(SearchResult),
+    /// For [`ReadRequest::Columns`].
+    Columns(ColumnsResult),
     /// For [`ReadRequest::Count`].
     Count { count: u64, snapshot: SnapshotInfo },
 }
@@ -116,6 +125,7 @@ impl ReadAnswer {
             | ReadAnswer::Raw { snapshot, .. }
             | ReadAnswer::Count { snapshot, .. } => snapshot,
             ReadAnswer::Rows(result) => &result.snapshot,
+            ReadAnswer::Columns(result) => &result.snapshot,
         }
     }
 }
@@ -272,6 +282,7 @@ pub fn serve(shard: &Shard, request: ReplicaRequest) -> Result<ReplicaResponse> 
                 }
             }
             ReadRequest::Search { query } => ReadAnswer::Rows(shard.search(&query)?),
+            ReadRequest::Columns { query } => ReadAnswer::Columns(shard.columns(&query)?),
             ReadRequest::Count { predicate, read } => {
                 let (count, snapshot) = shard.count(&predicate, read)?;
                 ReadAnswer::Count { count, snapshot }

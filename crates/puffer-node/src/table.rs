@@ -26,8 +26,8 @@ use crate::serving::{AdaptiveNode, NewReplica, ShardGroup};
 use puffer_store::clock::SystemClock;
 use puffer_store::fs::RealFs;
 use puffer_store::{
-    Predicate, Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardLog, ShardOptions,
-    ShardStats, SnapshotInfo, StoreError, Watermarks, WriteOp,
+    ColumnsResult, Predicate, Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardLog,
+    ShardOptions, ShardStats, SnapshotInfo, StoreError, Watermarks, WriteOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -618,7 +618,9 @@ impl Table {
             ReadRequest::Get { key, .. } | ReadRequest::GetRaw { key, .. } => {
                 self.holds(shard_of(key, self.layout.shards))
             }
-            ReadRequest::Search { .. } | ReadRequest::Count { .. } => self.holds_all(),
+            ReadRequest::Search { .. }
+            | ReadRequest::Columns { .. }
+            | ReadRequest::Count { .. } => self.holds_all(),
         }
     }
 
@@ -678,7 +680,9 @@ impl Table {
             ReadRequest::Get { key, .. } | ReadRequest::GetRaw { key, .. } => {
                 Some(shard_of(key, self.layout.shards) as usize)
             }
-            ReadRequest::Search { .. } | ReadRequest::Count { .. } => match self.layout.shards {
+            ReadRequest::Search { .. }
+            | ReadRequest::Columns { .. }
+            | ReadRequest::Count { .. } => match self.layout.shards {
                 1 => Some(0),
                 _ if wait == Wait::Never => return Ok(None),
                 _ => None,
@@ -918,6 +922,31 @@ pub fn merged(request: &ReadRequest, answers: Vec<ReadAnswer>) -> Result<ReadAns
                 truncated,
                 snapshot: combined(snapshots.into_iter()),
             }))
+        }
+        ReadRequest::Columns { query } => {
+            let mut all: Option<ColumnsResult> = None;
+            for answer in answers {
+                let ReadAnswer::Columns(result) = answer else {
+                    return Err(not_answered("columns", Some(answer)));
+                };
+                snapshots.push(result.snapshot);
+                match &mut all {
+                    None => all = Some(result),
+                    Some(all) => {
+                        all.truncated |= result.truncated;
+                        all.rows += result.rows;
+                        for (column, more) in all.columns.iter_mut().zip(result.columns) {
+                            column.extend(more);
+                        }
+                    }
+                }
+            }
+            let mut all = all.ok_or_else(|| not_answered("columns", None))?;
+            if let Some(limit) = query.limit {
+                all.truncate(limit);
+            }
+            all.snapshot = combined(snapshots.into_iter());
+            Ok(ReadAnswer::Columns(all))
         }
         ReadRequest::Count { .. } => {
             let mut total = 0;

@@ -4,6 +4,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use puffer_adapt::attributes::LayerKind;
 use puffer_adapt::{Decision, ManagerConfig, Marks};
 use puffer_index::{BuildOptions, Construction, TextIndex};
 use puffer_node::serving::node::AttributeLayerStatus;
@@ -433,7 +434,7 @@ fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_wh
         }
     };
     let held = |c: &AttributeLayerStatus| c.layers.segments_held == c.layers.segments;
-    node.pin_attribute(replica, 0, Some(AttributePin::Keep))
+    node.pin_attribute(replica, LayerKind::Attribute, 0, Some(AttributePin::Keep))
         .unwrap();
     let city = until("never built when kept", &|c| c.target && held(c), false);
     assert_eq!(city.pin, Some(AttributePin::Keep));
@@ -448,7 +449,7 @@ fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_wh
         "a kept layer was sold: {city:?}"
     );
     search_cities(0);
-    node.pin_attribute(replica, 0, Some(AttributePin::Drop))
+    node.pin_attribute(replica, LayerKind::Attribute, 0, Some(AttributePin::Drop))
         .unwrap();
     let city = until(
         "never dropped",
@@ -459,7 +460,8 @@ fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_wh
     // Hot for longer than the policy's window: still not held.
     let city = until("no demand seen", &|c| c.rows_per_second > 100.0, true);
     assert!(!city.target && city.layers.held_bytes == 0, "{city:?}");
-    node.pin_attribute(replica, 0, None).unwrap();
+    node.pin_attribute(replica, LayerKind::Attribute, 0, None)
+        .unwrap();
     let city = until(
         "never bought once handed back",
         &|c| c.target && held(c),
@@ -467,7 +469,110 @@ fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_wh
     );
     assert_eq!(city.pin, None);
     assert!(
-        node.pin_attribute(replica + 100, 0, None).is_err(),
+        node.pin_attribute(replica + 100, LayerKind::Attribute, 0, None)
+            .is_err(),
         "no such replica"
     );
+}
+
+/// Column layers follow scans as attribute layers follow predicates: an attribute that
+/// scans read often is bought (within the budget) and then read from the layer, with
+/// the same answers; an attribute never scanned gets none; a cold one is sold.
+#[test]
+fn column_layers_are_bought_for_a_scanned_attribute_and_sold_when_it_cools() {
+    use puffer_adapt::attributes::AttributeConfig;
+    use puffer_store::{Predicate, Query, ReadOptions, Shard};
+    let dir = tempfile::tempdir().unwrap();
+    let (shard, rows) = city_shard(dir.path());
+    let node = AdaptiveNode::<Shard>::start(NodeConfig {
+        attributes: AttributeConfig {
+            enabled: true,
+            buy_rows_per_second: 1_000.0,
+            sell_fraction: 0.2,
+            hold_seconds: 0.0,
+            window_seconds: 0.2,
+        },
+        ..config()
+    })
+    .unwrap();
+    let group = node
+        .add_shard(
+            "t",
+            0,
+            vec![NewReplica {
+                replica: shard,
+                memory_limit_bytes: None,
+            }],
+        )
+        .unwrap();
+    // A scan of `n`: the sum of the column read against the rows written (n = row number).
+    let scan = || {
+        let columns = group
+            .execute(|shard| {
+                shard.columns(&Query {
+                    predicate: Predicate::All,
+                    projection: Some(vec!["n".into()]),
+                    limit: None,
+                    read: ReadOptions::default(),
+                })
+            })
+            .unwrap()
+            .unwrap();
+        let sum: i64 = (0..columns.rows)
+            .map(|row| match columns.columns[0].value(row) {
+                Some(puffer_store::Value::Int(n)) => n,
+                other => panic!("row {row}: {other:?}"),
+            })
+            .sum();
+        let n = rows.len() as i64;
+        assert_eq!((columns.rows as i64, sum), (n, n * (n - 1) / 2));
+    };
+    let n_layer = |node: &AdaptiveNode<Shard>| {
+        node.status().replicas[0]
+            .column_layers
+            .iter()
+            .find(|a| a.layers.attribute == 1)
+            .cloned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        scan();
+        std::thread::sleep(Duration::from_millis(30));
+        node.tick();
+        if let Some(n) = n_layer(&node) {
+            if n.target && n.layers.segments_held == n.layers.segments {
+                assert!(n.layers.held_bytes > 0, "{n:?}");
+                assert!(n.rows_per_second > 1_000.0, "{n:?}");
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never bought: {:?}",
+            n_layer(&node)
+        );
+    }
+    scan();
+    let demand = group.replicas()[0].pool().replica().column_demand();
+    assert!(
+        demand.iter().any(|d| d.attribute == 1 && d.layered > 0),
+        "the scans read the layer: {demand:?}"
+    );
+    // `city` was never scanned: no column layer.
+    assert!(node.status().replicas[0]
+        .column_layers
+        .iter()
+        .all(|c| c.layers.attribute == 1));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        node.tick();
+        let n = n_layer(&node).unwrap();
+        if !n.target {
+            assert_eq!(n.layers.held_bytes, 0, "{n:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never sold: {n:?}");
+    }
+    scan();
 }

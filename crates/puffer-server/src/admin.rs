@@ -10,6 +10,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value as JsonValue};
 
+use puffer_adapt::attributes::LayerKind;
 use puffer_node::serving::{AttributePin, NodeStatus, ReplicaStatus};
 
 use crate::auth::{require, Role};
@@ -41,15 +42,17 @@ fn name_attribute_layers(state: &crate::AppState, status: &mut JsonValue) {
             continue;
         };
         let schema = table.schema();
-        let Some(layers) = replica["attribute_layers"].as_array_mut() else {
-            continue;
-        };
-        for layer in layers {
-            let attribute = layer["attribute"]
-                .as_u64()
-                .and_then(|id| usize::try_from(id).ok());
-            if let Some(attribute) = attribute.and_then(|id| schema.attributes.get(id)) {
-                layer["name"] = json!(attribute.name);
+        for list in ["attribute_layers", "column_layers"] {
+            let Some(layers) = replica[list].as_array_mut() else {
+                continue;
+            };
+            for layer in layers {
+                let attribute = layer["attribute"]
+                    .as_u64()
+                    .and_then(|id| usize::try_from(id).ok());
+                if let Some(attribute) = attribute.and_then(|id| schema.attributes.get(id)) {
+                    layer["name"] = json!(attribute.name);
+                }
             }
         }
     }
@@ -214,10 +217,14 @@ pub(crate) struct AttributeLayerRequest {
     attribute: String,
     /// `keep`, `drop` or `auto` (hand it back to the policy).
     action: String,
+    /// `attribute` (the default: layers for predicates) or `column` (for scans).
+    #[serde(default)]
+    kind: Option<String>,
 }
 
-/// `POST /v1/admin/replicas/{id}/attribute-layers`: keep or drop a replica's layers of
-/// one attribute whatever the demand, or hand them back to the policy.
+/// `POST /v1/admin/replicas/{id}/attribute-layers`: keep or drop a replica's attribute
+/// or column layers of one attribute whatever the demand, or hand them back to the
+/// policy.
 pub(crate) async fn set_attribute_layers(
     State(state): Shared,
     Extension(role): Extension<Role>,
@@ -236,14 +243,23 @@ pub(crate) async fn set_attribute_layers(
             )))
         }
     };
+    let kind = match request.kind.as_deref() {
+        None | Some("attribute") => LayerKind::Attribute,
+        Some("column") => LayerKind::Column,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "kind {other:?}: give \"attribute\" or \"column\""
+            )))
+        }
+    };
     blocking(move || {
         let node = state.db.node();
         let replica = replica_status(&node.status(), id)?;
         let schema = state.db.table(&replica.table)?.schema();
         let attribute = schema.require(&request.attribute)?;
-        node.pin_attribute(id, attribute, pin)?;
+        node.pin_attribute(id, kind, attribute, pin)?;
         Ok(Json(
-            json!({"id": id, "attribute": request.attribute, "pin": pin}),
+            json!({"id": id, "attribute": request.attribute, "kind": kind, "pin": pin}),
         ))
     })
     .await

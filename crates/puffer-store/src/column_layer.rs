@@ -66,7 +66,10 @@ enum Encoded {
 enum Dictionary {
     Floats(Vec<f64>),
     /// Distinct strings, ascending by bytes: string `i` is `bytes[ends[i-1]..ends[i]]`.
-    Strings { ends: Vec<u32>, bytes: Vec<u8> },
+    Strings {
+        ends: Vec<u32>,
+        bytes: Vec<u8>,
+    },
 }
 
 impl ColumnLayer {
@@ -242,11 +245,13 @@ impl ColumnLayer {
                 },
                 ColumnData::Floats(out),
             ) => {
-                out.extend(
-                    records
-                        .iter()
-                        .map(|&r| floats[packed_get(packed, r, *width_bits) as usize]),
-                );
+                // An absent value's code is 0, which an empty dictionary does not hold.
+                out.extend(records.iter().map(|&r| {
+                    floats
+                        .get(packed_get(packed, r, *width_bits) as usize)
+                        .copied()
+                        .unwrap_or(0.0)
+                }));
             }
             (
                 Encoded::Dictionary {
@@ -450,17 +455,60 @@ mod tests {
     fn encodings_are_compact_where_they_can_be() {
         let n = 10_000usize;
         let hotels: Vec<Option<Value>> = (0..n)
-            .map(|i| Some(Value::str(if i % 3 == 0 { "City Hotel" } else { "Resort Hotel" })))
+            .map(|i| {
+                Some(Value::str(if i % 3 == 0 {
+                    "City Hotel"
+                } else {
+                    "Resort Hotel"
+                }))
+            })
             .collect();
         let layer = ColumnLayer::from_values(0, AttrType::String, &hotels).unwrap();
         // One bit a record and two dictionary entries.
-        assert!(layer.byte_len() < (n / 8 + 200) as u64, "{}", layer.byte_len());
-        let years: Vec<Option<Value>> = (0..n).map(|i| Some(Value::Int(2015 + (i % 3) as i64))).collect();
+        assert!(
+            layer.byte_len() < (n / 8 + 200) as u64,
+            "{}",
+            layer.byte_len()
+        );
+        let years: Vec<Option<Value>> = (0..n)
+            .map(|i| Some(Value::Int(2015 + (i % 3) as i64)))
+            .collect();
         let layer = ColumnLayer::from_values(0, AttrType::Int, &years).unwrap();
-        assert!(layer.byte_len() < (n / 4 + 200) as u64, "{}", layer.byte_len());
-        let spread: Vec<Option<Value>> = (0..n).map(|i| Some(Value::Float(i as f64 * 1.37))).collect();
+        assert!(
+            layer.byte_len() < (n / 4 + 200) as u64,
+            "{}",
+            layer.byte_len()
+        );
+        let spread: Vec<Option<Value>> = (0..n)
+            .map(|i| Some(Value::Float(i as f64 * 1.37)))
+            .collect();
         let layer = ColumnLayer::from_values(0, AttrType::Float, &spread).unwrap();
-        assert!(layer.byte_len() <= (n * 8 + 200) as u64, "{}", layer.byte_len());
+        assert!(
+            layer.byte_len() <= (n * 8 + 200) as u64,
+            "{}",
+            layer.byte_len()
+        );
+    }
+
+    /// A segment where no record holds the attribute: every read is an absence.
+    #[test]
+    fn a_layer_of_absent_values_reads_absences() {
+        for attr_type in [
+            AttrType::Int,
+            AttrType::Timestamp,
+            AttrType::Bool,
+            AttrType::Float,
+            AttrType::String,
+        ] {
+            let layer = ColumnLayer::from_values(1, attr_type, &[None, None, None]).unwrap();
+            let mut column = Column::new("c".into(), attr_type);
+            layer.append(&[2, 0, 1], &mut column);
+            assert_eq!(column.len(), 3, "{attr_type:?}");
+            for row in 0..3 {
+                assert_eq!(column.value(row), None, "{attr_type:?}");
+                assert_eq!(layer.value(row as u64), None, "{attr_type:?}");
+            }
+        }
     }
 
     #[test]

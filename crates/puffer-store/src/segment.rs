@@ -17,15 +17,15 @@ use puffer_index::{BuildOptions, TextIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::attr_layer::AttributeLayer;
-use crate::column_layer::ColumnLayer;
-use crate::layer_shelf::LayerShelf;
 use crate::bounds::{encode_bounds, RecordBounds};
 use crate::codec::{self, Place, MARK};
+use crate::column_layer::ColumnLayer;
 use crate::container::{decode_sections, encode_sections, find_section};
 use crate::error::{Result, StoreError};
 use crate::fields::{encode_long_fields, LongFields, LONG_FIELD_MIN_BYTES};
 use crate::fs::{write_file_atomic, write_file_atomic_with, Fs, FsWriter};
 use crate::keydir::{encode_keys, KeyDirectory};
+use crate::layer_shelf::LayerShelf;
 use crate::record_cache::RecordCache;
 use crate::schema::{AttrType, StoredRecord};
 use crate::stage::{Deletions, TextStage};
@@ -425,6 +425,16 @@ impl Segment {
         self.column_layers.bytes()
     }
 
+    /// Bytes a column layer of `attribute` would take here, estimated before it is
+    /// built: 8 bytes for each record that holds the attribute (what a raw value takes;
+    /// packed and dictionary encodings take less, except strings with many long
+    /// distinct values) and a presence bit for every record. The layer's
+    /// [`ColumnLayer::byte_len`] is exact once built.
+    pub fn column_layer_cost_bytes(&self, attribute: u16) -> Result<u64> {
+        let (start, end) = self.attribute_entries(attribute)?;
+        Ok((end - start) * 8 + self.record_count().div_ceil(8))
+    }
+
     /// Builds the column layer of `attribute` (its field extracted from every record;
     /// `types` the schema's) without publishing it.
     pub fn build_column_layer(&self, attribute: u16, types: &[AttrType]) -> Result<ColumnLayer> {
@@ -437,8 +447,9 @@ impl Segment {
             let fields = self.record_fields(record, &wanted, types)?;
             values.push(fields.get(attribute).cloned());
         }
-        ColumnLayer::from_values(attribute, attr_type, &values)
-            .map_err(|why| self.corrupt_meta(format!("column layer of attribute {attribute}: {why}")))
+        ColumnLayer::from_values(attribute, attr_type, &values).map_err(|why| {
+            self.corrupt_meta(format!("column layer of attribute {attribute}: {why}"))
+        })
     }
 
     /// Publishes a column layer (replacing one of the same attribute).

@@ -18,8 +18,8 @@ use arc_swap::ArcSwap;
 use puffer_index::BuildOptions;
 
 use crate::attr_layer::{AttributeDemand, AttributeRows};
-use crate::columns::{Column, ColumnOf, ColumnsResult, StageRead};
 use crate::clock::{Clock, SystemClock};
+use crate::columns::{Column, ColumnOf, ColumnsResult, StageRead};
 use crate::error::{Result, StoreError};
 use crate::fs::{Fs, RealFs};
 use crate::manifest::{Manifest, SegmentEntry};
@@ -906,8 +906,13 @@ impl Shard {
         if info.read_log {
             for table in set.log_tables() {
                 let inner = table.read();
-                let matching =
-                    search_mem(&inner, &table.deletions, &compiled, info.snapshot, wanted - rows);
+                let matching = search_mem(
+                    &inner,
+                    &table.deletions,
+                    &compiled,
+                    info.snapshot,
+                    wanted - rows,
+                );
                 for i in matching {
                     let record = &inner.records[i];
                     for (column, of) in columns.iter_mut().zip(&of) {

@@ -1,7 +1,8 @@
 //! Readers racing a writer: keys that always exist are replaced over and over (with
 //! background sealing and compaction on), while readers get and search them. Every
 //! answer must show every key exactly once, with a value the writer wrote at or before
-//! the snapshot the answer reports, also while attribute layers are added and dropped;
+//! the snapshot the answer reports, also while attribute and column layers are added
+//! and dropped;
 //! and every answer's snapshot holds every SCU acknowledged before the read began.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -67,7 +68,7 @@ fn readers_never_miss_a_replaced_key() {
             }
             done.store(true, Ordering::SeqCst);
         });
-        // Attribute layers of `round` come and go on every segment meanwhile: built here
+        // Attribute and column layers of `round` come and go on every segment meanwhile: built here
         // and published, built on a thread of their own, or dropped.
         scope.spawn(|| {
             let mut step = 0u64;
@@ -77,12 +78,16 @@ fn readers_never_miss_a_replaced_key() {
                         0 => {
                             let layer = segment.build_attribute_layer(0).unwrap();
                             segment.add_attribute_layer(layer);
+                            segment.start_column_layer(0, vec![AttrType::Int]);
                         }
                         1 => {
                             segment.start_attribute_layer(0);
+                            segment.drop_column_layer(0);
                         }
                         _ => {
                             segment.drop_attribute_layer(0);
+                            let layer = segment.build_column_layer(0, &[AttrType::Int]).unwrap();
+                            segment.add_column_layer(layer);
                         }
                     }
                     step += 1;
@@ -141,6 +146,37 @@ fn readers_never_miss_a_replaced_key() {
                         "range, snapshot {}",
                         rounds.snapshot.snapshot
                     );
+                    // A column read of `round` where at least 0 (from column layers where
+                    // held, evaluated on them or found through the attribute's entries).
+                    let before = acknowledged.load(Ordering::SeqCst);
+                    let columns = shard
+                        .columns(&Query {
+                            projection: Some(vec!["id".into(), "round".into()]),
+                            ..Query {
+                                predicate: Predicate::Range {
+                                    attribute: "round".into(),
+                                    lower: std::ops::Bound::Included(Value::Int(0)),
+                                    upper: std::ops::Bound::Unbounded,
+                                },
+                                projection: None,
+                                limit: None,
+                                read: ReadOptions::default(),
+                            }
+                        })
+                        .unwrap();
+                    fresh(columns.snapshot.snapshot, before, "columns");
+                    let mut keys: Vec<Vec<u8>> = (0..columns.rows)
+                        .map(|row| match columns.columns[0].value(row) {
+                            Some(Value::String(key)) => key,
+                            other => panic!("key {other:?}"),
+                        })
+                        .collect();
+                    keys.sort();
+                    assert_eq!(
+                        keys, expected,
+                        "columns, snapshot {}",
+                        columns.snapshot.snapshot
+                    );
                     checks += 1;
                 }
             });
@@ -151,5 +187,10 @@ fn readers_never_miss_a_replaced_key() {
     assert!(
         demand.iter().any(|rows| rows.layered > 0) && demand.iter().any(|rows| rows.walked > 0),
         "reads went through attribute layers and walks both: {demand:?}"
+    );
+    let demand = shard.column_demand();
+    assert!(
+        demand.iter().any(|rows| rows.layered > 0) && demand.iter().any(|rows| rows.walked > 0),
+        "column reads went through column layers and fields both: {demand:?}"
     );
 }

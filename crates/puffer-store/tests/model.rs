@@ -300,7 +300,8 @@ impl Run {
                 }
                 match self.rng.below(3) {
                     0 => {
-                        let types: Vec<_> = schema().attributes.iter().map(|a| a.attr_type).collect();
+                        let types: Vec<_> =
+                            schema().attributes.iter().map(|a| a.attr_type).collect();
                         let layer = segment
                             .build_column_layer(attribute, &types)
                             .expect("build a column layer");

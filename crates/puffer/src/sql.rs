@@ -475,14 +475,17 @@ pub struct LayerArgs {
     /// An attribute: act on its attribute layers instead of the sample layers.
     #[arg(long)]
     attribute: Option<String>,
+    /// With `--attribute`: act on its column layers (for scans) instead.
+    #[arg(long, requires = "attribute")]
+    column: bool,
     /// URL of the running server.
     #[arg(long)]
     url: String,
 }
 
 /// Runs `puffer layer add|drop|auto --replica ID --url URL` (sample layers) or
-/// `puffer layer keep|drop|auto --replica ID --attribute NAME --url URL` (attribute
-/// layers) against a running server (layers live in the server's memory, so there is
+/// `puffer layer keep|drop|auto --replica ID --attribute NAME [--column] --url URL`
+/// (attribute or column layers) against a running server (layers live in the server's memory, so there is
 /// no embedded form).
 pub fn layer(args: LayerArgs) -> anyhow::Result<()> {
     let url = args.url.trim_end_matches('/');
@@ -494,7 +497,11 @@ pub fn layer(args: LayerArgs) -> anyhow::Result<()> {
         (None, action) => ("layers", json!({ "action": action })),
         (Some(attribute), action) => (
             "attribute-layers",
-            json!({ "attribute": attribute, "action": action }),
+            json!({
+                "attribute": attribute,
+                "action": action,
+                "kind": if args.column { "column" } else { "attribute" },
+            }),
         ),
     };
     let answer = http_post(

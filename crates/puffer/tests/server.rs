@@ -2169,7 +2169,56 @@ fn sharded_tables_replicas_status_and_manual_layers() {
     let kept = api
         .post_json(&url, &json!({"attribute": "city", "action": "keep"}))
         .expect(200);
-    assert_eq!(kept, json!({"id": id, "attribute": "city", "pin": "keep"}));
+    assert_eq!(
+        kept,
+        json!({"id": id, "attribute": "city", "kind": "attribute", "pin": "keep"})
+    );
+    // Column layers the same way, by kind; a kind that does not exist is refused.
+    let bad_kind = api.post_json(
+        &url,
+        &json!({"attribute": "city", "action": "keep", "kind": "row"}),
+    );
+    expect_error(&bad_kind, 400, "invalid_request");
+    let kept_column = api
+        .post_json(
+            &url,
+            &json!({"attribute": "city", "action": "keep", "kind": "column"}),
+        )
+        .expect(200);
+    assert_eq!(
+        kept_column,
+        json!({"id": id, "attribute": "city", "kind": "column", "pin": "keep"})
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let replicas = api.get("/v1/admin/replicas").expect(200);
+        let replica = replicas["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap()
+            .clone();
+        let column = replica["column_layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["name"] == "city")
+            .cloned();
+        if let Some(column) = column {
+            assert_eq!(
+                (column["pin"].clone(), column["target"].clone()),
+                (json!("keep"), json!(true)),
+                "{column}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no column row for the kept attribute: {replica}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let row = loop {
         match city_row(&api) {

@@ -125,7 +125,9 @@ pub(super) fn load_records_with_layers(
     work_dir: &Path,
     planned: &[Planned<RecordQuery>],
 ) -> anyhow::Result<(PufferRecords, f64)> {
-    use puffer_adapt::attributes::{decide, AttributeConfig, AttributeDecision, AttributeSample};
+    use puffer_adapt::attributes::{
+        decide, AttributeConfig, AttributeDecision, AttributeSample, LayerKind,
+    };
     let (mut engine, load_seconds) = load_records(table, work_dir)?;
     let started = Instant::now();
     for query in planned {
@@ -142,6 +144,7 @@ pub(super) fn load_records_with_layers(
         samples.push(AttributeSample {
             replica: 0,
             attribute: rows.attribute,
+            kind: LayerKind::Attribute,
             rows_per_second: (rows.walked + rows.layered) as f64 / mix_seconds,
             bytes,
             held: false,

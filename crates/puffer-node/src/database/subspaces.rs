@@ -113,7 +113,10 @@ impl Database {
         let predicate = match request {
             ReadRequest::Search { query } => &query.predicate,
             ReadRequest::Count { predicate, .. } => predicate,
-            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => return None,
+            // Columns come from the table itself: a region's rows carry stored keys.
+            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } | ReadRequest::Columns { .. } => {
+                return None
+            }
         };
         if self.options.remote.is_some() {
             return None;

@@ -13,7 +13,9 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use puffer_adapt::attributes::{self, AttributeConfig, AttributeDecision, AttributeSample};
+use puffer_adapt::attributes::{
+    self, AttributeConfig, AttributeDecision, AttributeSample, LayerKind,
+};
 use puffer_adapt::manager::{DropReason, ReplicaSample};
 use puffer_adapt::replication::joint::LayerCost;
 use puffer_adapt::{
@@ -133,10 +135,11 @@ pub struct ReplicaSlot<R: LayeredReplica> {
     pool: ReplicaPool<R>,
     target_layers: AtomicU32,
     pinned: AtomicBool,
-    /// Attributes whose layers the node reconciles this replica to, ascending.
-    target_attributes: Mutex<Vec<u16>>,
-    /// Attributes whose layers were set by hand; the policy leaves them alone.
-    attribute_pins: Mutex<BTreeMap<u16, AttributePin>>,
+    /// Attributes whose layers the node reconciles this replica to, ascending, per
+    /// kind (indexed by [`kind_index`]).
+    target_attributes: [Mutex<Vec<u16>>; 2],
+    /// Attributes whose layers of a kind were set by hand; the policy leaves them alone.
+    attribute_pins: Mutex<BTreeMap<(LayerKind, u16), AttributePin>>,
 }
 
 /// An attribute's layers set by hand on a replica (`AdaptiveNode::pin_attribute`).
@@ -160,21 +163,29 @@ impl<R: LayeredReplica> ReplicaSlot<R> {
         self.target_layers.load(Ordering::Relaxed)
     }
 
-    /// The attributes whose layers the node reconciles this replica to.
-    pub fn target_attributes(&self) -> Vec<u16> {
-        self.target_attributes
+    /// The attributes whose layers of `kind` the node reconciles this replica to.
+    pub fn target_attributes(&self, kind: LayerKind) -> Vec<u16> {
+        self.target_attributes[kind_index(kind)]
             .lock()
             .expect("target attributes poisoned")
             .clone()
     }
 
-    /// How `attribute`'s layers were set by hand, if they were.
-    pub fn attribute_pin(&self, attribute: u16) -> Option<AttributePin> {
+    /// How `attribute`'s layers of `kind` were set by hand, if they were.
+    pub fn attribute_pin(&self, kind: LayerKind, attribute: u16) -> Option<AttributePin> {
         self.attribute_pins
             .lock()
             .expect("attribute pins poisoned")
-            .get(&attribute)
+            .get(&(kind, attribute))
             .copied()
+    }
+}
+
+/// Where `kind`'s entry is in the per-kind arrays of a replica.
+fn kind_index(kind: LayerKind) -> usize {
+    match kind {
+        LayerKind::Attribute => 0,
+        LayerKind::Column => 1,
     }
 }
 
@@ -400,8 +411,11 @@ pub struct ReplicaStatus {
     pub curve_ops_per_thread_second: Vec<Option<f64>>,
     /// Worker threads.
     pub workers: usize,
-    /// Attributes held or queried: their layers and the rows found through them.
+    /// Attributes held or queried: their attribute layers and the rows found through
+    /// them.
     pub attribute_layers: Vec<AttributeLayerStatus>,
+    /// Attributes held or scanned: their column layers and the values read of them.
+    pub column_layers: Vec<AttributeLayerStatus>,
 }
 
 /// One attribute of a replica in the admin API.
@@ -414,7 +428,8 @@ pub struct AttributeLayerStatus {
     pub target: bool,
     /// Set by hand: kept or dropped whatever the demand (`None`: the policy decides).
     pub pin: Option<AttributePin>,
-    /// Rows found through it per second, averaged.
+    /// Rows served through it per second, averaged (found by predicates for attribute
+    /// layers, read by scans for column layers).
     pub rows_per_second: f64,
 }
 
@@ -443,11 +458,11 @@ struct ReplicaControl {
     counters: PoolCounters,
     state: LayerState,
     history: VecDeque<ReplicaHistoryRow>,
-    /// Per attribute: rows found so far, their averaged rate, and when its layers were
-    /// last bought or sold.
-    attributes: HashMap<u16, AttributeDemandState>,
-    /// The replica's attribute layers at the last tick.
-    attribute_rows: Vec<AttributeLayerRow>,
+    /// Per attribute and kind of layer: rows served so far, their averaged rate, and
+    /// when its layers were last bought or sold.
+    attributes: HashMap<(LayerKind, u16), AttributeDemandState>,
+    /// The replica's attribute and column layers at the last tick (by [`kind_index`]).
+    attribute_rows: [Vec<AttributeLayerRow>; 2],
 }
 
 struct AttributeDemandState {
@@ -576,7 +591,7 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                 pool,
                 target_layers: AtomicU32::new(initial_target),
                 pinned: AtomicBool::new(false),
-                target_attributes: Mutex::new(Vec::new()),
+                target_attributes: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
                 attribute_pins: Mutex::new(BTreeMap::new()),
             }));
         }
@@ -611,7 +626,7 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                         state,
                         history: VecDeque::new(),
                         attributes: HashMap::new(),
-                        attribute_rows: Vec::new(),
+                        attribute_rows: [Vec::new(), Vec::new()],
                     },
                 );
             }
@@ -717,27 +732,27 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
         layer_costs(&curves)
     }
 
-    /// Keeps or drops a replica's layers of `attribute` by hand (the next tick builds or
-    /// drops them, and the policy no longer buys or sells them), or with `None` hands
-    /// them back to the policy (holding what they hold now).
+    /// Keeps or drops a replica's layers of `kind` of `attribute` by hand (the next
+    /// tick builds or drops them, and the policy no longer buys or sells them), or with
+    /// `None` hands them back to the policy (holding what they hold now).
     pub fn pin_attribute(
         &self,
         replica: ReplicaId,
+        kind: LayerKind,
         attribute: u16,
         pin: Option<AttributePin>,
     ) -> Result<()> {
         let slot = self.slot(replica)?;
         let mut pins = slot.attribute_pins.lock().expect("attribute pins poisoned");
-        let mut target = slot
-            .target_attributes
+        let mut target = slot.target_attributes[kind_index(kind)]
             .lock()
             .expect("target attributes poisoned");
         match pin {
             None => {
-                pins.remove(&attribute);
+                pins.remove(&(kind, attribute));
             }
             Some(pin) => {
-                pins.insert(attribute, pin);
+                pins.insert((kind, attribute), pin);
                 target.retain(|&a| a != attribute);
                 if pin == AttributePin::Keep {
                     target.push(attribute);
@@ -807,21 +822,8 @@ impl<R: LayeredReplica> AdaptiveNode<R> {
                         .map(|p| p.ops_per_thread_second)
                         .collect(),
                     workers: slot.pool.threads(),
-                    attribute_layers: {
-                        let target = slot.target_attributes();
-                        c.attribute_rows
-                            .iter()
-                            .map(|row| AttributeLayerStatus {
-                                layers: row.clone(),
-                                target: target.contains(&row.attribute),
-                                pin: slot.attribute_pin(row.attribute),
-                                rows_per_second: c
-                                    .attributes
-                                    .get(&row.attribute)
-                                    .map_or(0.0, |a| a.rows_per_second),
-                            })
-                            .collect()
-                    },
+                    attribute_layers: layer_status(slot, c, LayerKind::Attribute),
+                    column_layers: layer_status(slot, c, LayerKind::Column),
                 });
             }
         }
@@ -1010,7 +1012,7 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
     let attribute_held_bytes: u64 = control
         .replicas
         .values()
-        .flat_map(|c| c.attribute_rows.iter())
+        .flat_map(|c| c.attribute_rows.iter().flatten())
         .map(|row| row.held_bytes)
         .sum();
     let decisions = control.manager.decide(
@@ -1087,9 +1089,31 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
     decisions
 }
 
-/// Updates a replica's averaged rows per attribute, reconciles its attribute layers to
-/// its target, and adds a sample for every attribute held or with rows found; returns
-/// the bytes the attribute layers it holds still need (builds not yet done).
+/// What the admin API shows of a replica's layers of `kind`.
+fn layer_status<R: LayeredReplica>(
+    slot: &ReplicaSlot<R>,
+    c: &ReplicaControl,
+    kind: LayerKind,
+) -> Vec<AttributeLayerStatus> {
+    let target = slot.target_attributes(kind);
+    c.attribute_rows[kind_index(kind)]
+        .iter()
+        .map(|row| AttributeLayerStatus {
+            layers: row.clone(),
+            target: target.contains(&row.attribute),
+            pin: slot.attribute_pin(kind, row.attribute),
+            rows_per_second: c
+                .attributes
+                .get(&(kind, row.attribute))
+                .map_or(0.0, |a| a.rows_per_second),
+        })
+        .collect()
+}
+
+/// Updates a replica's averaged rows per attribute and kind of layer, reconciles its
+/// attribute and column layers to its targets, and adds a sample for every attribute
+/// held or with rows served; returns the bytes the layers it holds still need (builds
+/// not yet done).
 fn observe_attributes<R: LayeredReplica>(
     slot: &ReplicaSlot<R>,
     c: &mut ReplicaControl,
@@ -1098,42 +1122,48 @@ fn observe_attributes<R: LayeredReplica>(
     samples: &mut Vec<AttributeSample>,
 ) -> u64 {
     let replica = slot.pool.replica();
-    for rows in replica.attribute_demand() {
-        let state = c
-            .attributes
-            .entry(rows.attribute)
-            .or_insert_with(|| AttributeDemandState::new(config));
-        state.rows_per_second = state.window.observe(t_seconds, rows.walked + rows.layered);
-    }
-    let target = slot.target_attributes();
-    let mut report: Vec<u16> = c
-        .attributes
-        .iter()
-        .filter(|(a, state)| state.rows_per_second > 0.0 || target.contains(a))
-        .map(|(&a, _)| a)
-        .chain(target.iter().copied())
-        .collect();
-    report.sort_unstable();
-    report.dedup();
-    c.attribute_rows = replica.reconcile_attributes(&target, &report);
     let mut pending = 0;
-    for row in &c.attribute_rows {
-        let held = target.contains(&row.attribute);
-        let state = c.attributes.get(&row.attribute);
-        if held {
-            pending += row.missing_bytes;
+    for kind in LayerKind::ALL {
+        for rows in replica.layer_demand(kind) {
+            let state = c
+                .attributes
+                .entry((kind, rows.attribute))
+                .or_insert_with(|| AttributeDemandState::new(config));
+            state.rows_per_second = state.window.observe(t_seconds, rows.walked + rows.layered);
         }
-        if slot.attribute_pin(row.attribute).is_some() {
-            continue; // set by hand: not the policy's to buy or sell
+        let target = slot.target_attributes(kind);
+        let mut report: Vec<u16> = c
+            .attributes
+            .iter()
+            .filter(|((k, a), state)| {
+                *k == kind && (state.rows_per_second > 0.0 || target.contains(a))
+            })
+            .map(|(&(_, a), _)| a)
+            .chain(target.iter().copied())
+            .collect();
+        report.sort_unstable();
+        report.dedup();
+        let rows = replica.reconcile_layers(kind, &target, &report);
+        for row in &rows {
+            let held = target.contains(&row.attribute);
+            let state = c.attributes.get(&(kind, row.attribute));
+            if held {
+                pending += row.missing_bytes;
+            }
+            if slot.attribute_pin(kind, row.attribute).is_some() {
+                continue; // set by hand: not the policy's to buy or sell
+            }
+            samples.push(AttributeSample {
+                replica: slot.id,
+                attribute: row.attribute,
+                kind,
+                rows_per_second: state.map_or(0.0, |s| s.rows_per_second),
+                bytes: row.held_bytes + row.missing_bytes,
+                held,
+                changed_at_seconds: state.and_then(|s| s.changed_at_seconds),
+            });
         }
-        samples.push(AttributeSample {
-            replica: slot.id,
-            attribute: row.attribute,
-            rows_per_second: state.map_or(0.0, |s| s.rows_per_second),
-            bytes: row.held_bytes + row.missing_bytes,
-            held,
-            changed_at_seconds: state.and_then(|s| s.changed_at_seconds),
-        });
+        c.attribute_rows[kind_index(kind)] = rows;
     }
     pending
 }
@@ -1147,11 +1177,18 @@ fn apply_attribute_decisions<R: LayeredReplica>(
     attribute_config: &AttributeConfig,
 ) {
     for decision in decisions {
-        let (replica, attribute, buy) = match *decision {
-            AttributeDecision::Buy { replica, attribute } => (replica, attribute, true),
+        let (replica, attribute, kind, buy) = match *decision {
+            AttributeDecision::Buy {
+                replica,
+                attribute,
+                kind,
+            } => (replica, attribute, kind, true),
             AttributeDecision::Sell {
-                replica, attribute, ..
-            } => (replica, attribute, false),
+                replica,
+                attribute,
+                kind,
+                ..
+            } => (replica, attribute, kind, false),
         };
         let (Some(slot), Some(c)) = (
             slots.iter().find(|s| s.id == replica),
@@ -1159,12 +1196,11 @@ fn apply_attribute_decisions<R: LayeredReplica>(
         ) else {
             continue;
         };
-        if slot.attribute_pin(attribute).is_some() {
+        if slot.attribute_pin(kind, attribute).is_some() {
             continue; // pinned by hand since the samples were taken
         }
         {
-            let mut target = slot
-                .target_attributes
+            let mut target = slot.target_attributes[kind_index(kind)]
                 .lock()
                 .expect("target attributes poisoned");
             target.retain(|&a| a != attribute);
@@ -1174,14 +1210,15 @@ fn apply_attribute_decisions<R: LayeredReplica>(
             }
         }
         c.attributes
-            .entry(attribute)
+            .entry((kind, attribute))
             .or_insert_with(|| AttributeDemandState::new(attribute_config))
             .changed_at_seconds = Some(t_seconds);
-        let report: Vec<u16> = c.attribute_rows.iter().map(|r| r.attribute).collect();
-        c.attribute_rows = slot
+        let rows = &mut c.attribute_rows[kind_index(kind)];
+        let report: Vec<u16> = rows.iter().map(|r| r.attribute).collect();
+        *rows = slot
             .pool
             .replica()
-            .reconcile_attributes(&slot.target_attributes(), &report);
+            .reconcile_layers(kind, &slot.target_attributes(kind), &report);
     }
 }
 

@@ -8,8 +8,12 @@
 
 use puffer_index::{Construction, TextIndex};
 
+use std::sync::Arc;
+
+use puffer_adapt::attributes::LayerKind;
 use puffer_store::attr_layer::AttributeRows;
-use puffer_store::Shard;
+use puffer_store::segment::Segment;
+use puffer_store::{AttrType, Shard};
 
 /// A copy of a shard's data whose sample layers the runtime manages.
 pub trait LayeredReplica: Send + Sync + 'static {
@@ -18,15 +22,21 @@ pub trait LayeredReplica: Send + Sync + 'static {
     /// Resident bytes outside the indexes (key directories, boundaries, deletion marks).
     fn other_memory_bytes(&self) -> u64;
 
-    /// Rows attribute predicates found since the replica opened, per attribute (none
-    /// for a replica without attributes).
-    fn attribute_demand(&self) -> Vec<AttributeRows> {
+    /// Rows served since the replica opened, per attribute, that layers of `kind`
+    /// serve or would serve (none for a replica without attributes): rows attribute
+    /// predicates found, or values column reads took.
+    fn layer_demand(&self, _kind: LayerKind) -> Vec<AttributeRows> {
         Vec::new()
     }
 
-    /// Brings the replica's attribute layers to `target` (drops at once, one build at a
+    /// Brings the replica's layers of `kind` to `target` (drops at once, one build at a
     /// time started on a thread of its own) and reports on the attributes of `report`.
-    fn reconcile_attributes(&self, _target: &[u16], _report: &[u16]) -> Vec<AttributeLayerRow> {
+    fn reconcile_layers(
+        &self,
+        _kind: LayerKind,
+        _target: &[u16],
+        _report: &[u16],
+    ) -> Vec<AttributeLayerRow> {
         Vec::new()
     }
 
@@ -51,7 +61,7 @@ impl LayeredReplica for TextIndex {
     }
 }
 
-/// One attribute's layers on a replica, read off its segments.
+/// One attribute's layers of one kind on a replica, read off its segments.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AttributeLayerRow {
     /// The attribute.
@@ -84,12 +94,26 @@ impl LayeredReplica for Shard {
         segments + self.record_cache_stats().bytes
     }
 
-    fn attribute_demand(&self) -> Vec<AttributeRows> {
-        Shard::attribute_demand(self)
+    fn layer_demand(&self, kind: LayerKind) -> Vec<AttributeRows> {
+        match kind {
+            LayerKind::Attribute => Shard::attribute_demand(self),
+            LayerKind::Column => Shard::column_demand(self),
+        }
     }
 
-    fn reconcile_attributes(&self, target: &[u16], report: &[u16]) -> Vec<AttributeLayerRow> {
+    fn reconcile_layers(
+        &self,
+        kind: LayerKind,
+        target: &[u16],
+        report: &[u16],
+    ) -> Vec<AttributeLayerRow> {
         let segments = self.segments();
+        let types: Vec<AttrType> = self
+            .schema()
+            .attributes
+            .iter()
+            .map(|a| a.attr_type)
+            .collect();
         let mut rows: Vec<AttributeLayerRow> = report
             .iter()
             .map(|&attribute| AttributeLayerRow {
@@ -98,42 +122,108 @@ impl LayeredReplica for Shard {
                 ..AttributeLayerRow::default()
             })
             .collect();
-        let mut building = segments
+        let shelves: Vec<SegmentShelf> = segments
             .iter()
-            .any(|s| !s.attribute_layers_building().is_empty());
-        for segment in &segments {
-            for attribute in segment.attribute_layer_attributes() {
+            .map(|segment| SegmentShelf {
+                segment,
+                kind,
+                types: &types,
+            })
+            .collect();
+        let mut building = shelves.iter().any(|s| !s.building().is_empty());
+        for shelf in &shelves {
+            for attribute in shelf.held() {
                 if !target.contains(&attribute) {
-                    segment.drop_attribute_layer(attribute);
+                    shelf.drop_layer(attribute);
                 }
             }
             for &attribute in target {
-                if !building && segment.attribute_layer(attribute).is_none() {
-                    building = segment.start_attribute_layer(attribute);
+                if !building && shelf.held_bytes(attribute).is_none() {
+                    building = shelf.start(attribute);
                 }
             }
-            let building_here = segment.attribute_layers_building();
-            let failures = segment.attribute_layer_failures();
+            let building_here = shelf.building();
+            let failures = shelf.failures();
             for row in &mut rows {
-                match segment.attribute_layer(row.attribute) {
-                    Some(layer) => {
+                match shelf.held_bytes(row.attribute) {
+                    Some(bytes) => {
                         row.segments_held += 1;
-                        row.held_bytes += layer.byte_len();
+                        row.held_bytes += bytes;
                     }
-                    // A segment that cannot say what a layer costs reports why below.
-                    None => {
-                        row.missing_bytes += segment
-                            .attribute_layer_cost_bytes(row.attribute)
-                            .unwrap_or(0)
-                    }
+                    None => row.missing_bytes += shelf.cost_bytes(row.attribute),
                 }
                 row.building |= building_here.contains(&row.attribute);
                 if let Some((_, why)) = failures.iter().find(|(a, _)| *a == row.attribute) {
-                    row.failure = Some(format!("segment {}: {why}", segment.id));
+                    row.failure = Some(format!("segment {}: {why}", shelf.segment.id));
                 }
             }
         }
         rows
+    }
+}
+
+/// One segment's layers of one kind, as reconciling sees them.
+struct SegmentShelf<'a> {
+    segment: &'a Arc<Segment>,
+    kind: LayerKind,
+    types: &'a [AttrType],
+}
+
+impl SegmentShelf<'_> {
+    fn held(&self) -> Vec<u16> {
+        match self.kind {
+            LayerKind::Attribute => self.segment.attribute_layer_attributes(),
+            LayerKind::Column => self.segment.column_layer_attributes(),
+        }
+    }
+
+    fn held_bytes(&self, attribute: u16) -> Option<u64> {
+        match self.kind {
+            LayerKind::Attribute => self
+                .segment
+                .attribute_layer(attribute)
+                .map(|l| l.byte_len()),
+            LayerKind::Column => self.segment.column_layer(attribute).map(|l| l.byte_len()),
+        }
+    }
+
+    /// What a layer would take here (a segment that cannot say reports why elsewhere).
+    fn cost_bytes(&self, attribute: u16) -> u64 {
+        match self.kind {
+            LayerKind::Attribute => self.segment.attribute_layer_cost_bytes(attribute),
+            LayerKind::Column => self.segment.column_layer_cost_bytes(attribute),
+        }
+        .unwrap_or(0)
+    }
+
+    fn drop_layer(&self, attribute: u16) {
+        match self.kind {
+            LayerKind::Attribute => self.segment.drop_attribute_layer(attribute),
+            LayerKind::Column => self.segment.drop_column_layer(attribute),
+        };
+    }
+
+    fn start(&self, attribute: u16) -> bool {
+        match self.kind {
+            LayerKind::Attribute => self.segment.start_attribute_layer(attribute),
+            LayerKind::Column => self
+                .segment
+                .start_column_layer(attribute, self.types.to_vec()),
+        }
+    }
+
+    fn building(&self) -> Vec<u16> {
+        match self.kind {
+            LayerKind::Attribute => self.segment.attribute_layers_building(),
+            LayerKind::Column => self.segment.column_layers_building(),
+        }
+    }
+
+    fn failures(&self) -> Vec<(u16, String)> {
+        match self.kind {
+            LayerKind::Attribute => self.segment.attribute_layer_failures(),
+            LayerKind::Column => self.segment.column_layer_failures(),
+        }
     }
 }
 
