@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tests the Python client (clients/python) against the real server binary.
-# Builds `puffer`, makes a virtualenv in target/pyenv if missing, installs pytest, pandas and the
+# Builds `puffer`, makes a virtualenv in target/pyenv if missing, installs pytest, pandas, pyarrow and the
 # package into it, and runs the suite. Usage: bash scripts/test-python.sh [pytest args]
 set -euo pipefail
 
@@ -46,8 +46,8 @@ if [ ! -x "$python" ]; then
     fi
 fi
 
-echo "== installing pytest, pandas (for the DataFrame test) and the client"
-"$python" -m pip install -q --disable-pip-version-check ${pip_user[@]+"${pip_user[@]}"} pytest pandas ./clients/python
+echo "== installing pytest, pandas and pyarrow (for the DataFrame and Arrow tests) and the client"
+"$python" -m pip install -q --disable-pip-version-check ${pip_user[@]+"${pip_user[@]}"} pytest pandas pyarrow ./clients/python
 
 echo "== running the Python client tests (PUFFER_BIN=$PUFFER_BIN)"
 # The package has a src/ layout, so the installed copy is what the tests import.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import time
 from typing import Tuple
@@ -9,7 +10,7 @@ from typing import Tuple
 import pytest
 
 import pufferdb
-from _support import KEY, SCHEMA, Oracle, keys, load
+from _support import KEY, SCHEMA, Oracle, keys, load, ts_micros
 
 Loaded = Tuple[pufferdb.Table, Oracle]
 
@@ -177,3 +178,44 @@ def test_analytics_queries_match_the_oracle(client: pufferdb.Client, trips: Load
     scored = sorted((r for r in rows if r.get("score") is not None), key=lambda r: (-r["score"], r[KEY]))
     answer = client.sql(f"SELECT {KEY}, score FROM trips WHERE score IS NOT NULL ORDER BY score DESC, {KEY} LIMIT 5")
     assert [r[KEY] for r in answer.rows] == [r[KEY] for r in scored[:5]]
+
+
+def test_arrow_answers_equal_json_answers(client: pufferdb.Client, trips: Loaded) -> None:
+    """The same selects as an Arrow IPC stream (pyarrow) and as JSON: the same columns and
+    rows (timestamps compared as microseconds), through the subset's path and DataFusion's,
+    and ``to_pandas()`` converting the Arrow table."""
+    pyarrow = pytest.importorskip("pyarrow")
+    pandas = pytest.importorskip("pandas")
+    _, oracle = trips
+    queries = [
+        "SELECT * FROM trips WHERE city = 'Porto'",
+        "SELECT city, COUNT(*) AS n, MAX(age) AS oldest, MIN(joined) AS first FROM trips GROUP BY city",
+        f"SELECT {KEY}, score, active FROM trips WHERE score IS NOT NULL ORDER BY score DESC, {KEY} LIMIT 7",
+    ]
+    for query in queries:
+        as_json = client.sql(query)
+        as_arrow = client.sql(query, format="arrow")
+        assert isinstance(as_arrow.arrow, pyarrow.Table), query
+        assert as_arrow.columns == as_json.columns, query
+        assert as_arrow.snapshot["seq"] >= oracle.last_seq, query
+
+        def micros(value: object) -> object:
+            looks_like_time = isinstance(value, str) and value[:4].isdigit() and "T" in value
+            if isinstance(value, dt.datetime) or looks_like_time:
+                return ts_micros(value)
+            return value
+
+        def plain(rows: list) -> list:
+            out = [{c: micros(r.get(c)) for c in as_json.columns} for r in rows]
+            return out if "ORDER BY" in query else sorted(out, key=repr)
+
+        assert plain(as_arrow.rows) == plain(as_json.rows), query
+        frame = as_arrow.to_pandas()
+        assert isinstance(frame, pandas.DataFrame)
+        assert list(frame.columns) == as_json.columns
+        assert len(frame) == len(as_json.rows)
+    # Answers other than rows stay JSON.
+    count = client.sql("SELECT COUNT(*) FROM trips", format="arrow")
+    assert count.kind == "count" and count.count == len(oracle.state)
+    with pytest.raises(ValueError):
+        client.sql("SELECT * FROM trips", format="parquet")

@@ -42,6 +42,26 @@ pub struct AttributeConfig {
     pub hold_seconds: f64,
     /// Window of the rates, in seconds.
     pub window_seconds: f64,
+    /// Window of the rates of column layers, in seconds: longer, because scans come
+    /// less often than predicates but each reads a whole table (one scan of 100,000
+    /// records a minute is 1,700 rows a second, but a 5-second window sees it as a burst
+    /// and then nothing, and sells the layer between two scans).
+    #[serde(default = "default_column_window_seconds")]
+    pub column_window_seconds: f64,
+}
+
+fn default_column_window_seconds() -> f64 {
+    60.0
+}
+
+impl AttributeConfig {
+    /// The window of the rates of `kind`'s layers, in seconds.
+    pub fn window_seconds_of(&self, kind: LayerKind) -> f64 {
+        match kind {
+            LayerKind::Attribute => self.window_seconds,
+            LayerKind::Column => self.column_window_seconds,
+        }
+    }
 }
 
 impl Default for AttributeConfig {
@@ -55,6 +75,7 @@ impl Default for AttributeConfig {
             sell_fraction: 0.2,
             hold_seconds: 10.0,
             window_seconds: 5.0,
+            column_window_seconds: default_column_window_seconds(),
         }
     }
 }
@@ -80,11 +101,16 @@ impl AttributeConfig {
                 format!("{} is not a duration", self.hold_seconds),
             ));
         }
-        if !(self.window_seconds.is_finite() && self.window_seconds > 0.0) {
-            return Err(config_error(
-                "window_seconds",
-                format!("{} is not a positive duration", self.window_seconds),
-            ));
+        for (name, seconds) in [
+            ("window_seconds", self.window_seconds),
+            ("column_window_seconds", self.column_window_seconds),
+        ] {
+            if !(seconds.is_finite() && seconds > 0.0) {
+                return Err(config_error(
+                    name,
+                    format!("{seconds} is not a positive duration"),
+                ));
+            }
         }
         Ok(())
     }

@@ -1,20 +1,30 @@
 //! `puffer-bench analytics` (issue 22): analytics SQL (GROUP BY on low- and
 //! high-cardinality attributes, top-k, full-scan aggregates, selective filters, a join
 //! with a small dimension table, time buckets) on the hotel bookings and wikiticker,
-//! PufferDB (DataFusion over the compressed store, `puffer-analytics`) beside SQLite
-//! with B-tree indexes on the filtered attributes. Every answer is compared across the
-//! two; the engines run each query in alternation, round after round, and the medians
-//! are reported with each engine's size.
+//! PufferDB (DataFusion over the compressed store, `puffer-analytics`) without column
+//! layers and with the column layers its layer manager buys, beside SQLite with B-tree
+//! indexes on the filtered attributes. Every answer is compared across the engines;
+//! they run each query in alternation, round after round, and the medians are reported
+//! with each engine's size.
 //!
-//! Not here yet: DuckDB (the issue's third engine) and column layers.
+//! The two PufferDB engines are two databases of the same tables. In the first, column
+//! layers are pinned off (`drop`: the manager buys none); the second runs the suite
+//! until its manager has bought column layers for what the suite scans and built them
+//! (the warm-up, reported), and its layers stay the manager's through the measurement
+//! (what it holds before and after is reported). Attribute layers are the manager's in
+//! both.
+//!
+//! Not here yet: DuckDB (the issue's third engine).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
+use puffer_adapt::attributes::LayerKind;
 use puffer_analytics::compare::{same_rows, sort_rows, Cell};
 use puffer_analytics::{run as run_analytics, AnalyticsOptions};
+use puffer_node::serving::AttributePin;
 use puffer_node::{Answer, Database};
 use puffer_query::import::{read_table, ImportedTable, KeySource};
 use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
@@ -163,37 +173,12 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
         .prefix("puffer-bench-analytics-")
         .tempdir()?;
 
-    let db = Arc::new(Database::open(
-        dir.path().join("puffer"),
-        Default::default(),
-    )?);
-    for (name, table) in &tables {
-        load_puffer(&db, name, table)?;
-    }
-    let region = Attribute {
-        name: "region".into(),
-        attr_type: AttrType::String,
-    };
-    db.create_table("hotels", Schema::new("hotel", vec![region])?)?;
-    let hotels = HOTELS
-        .iter()
-        .map(|(hotel, region)| {
-            let mut record = Record::new(*hotel);
-            record
-                .values
-                .insert("region".into(), Value::String(region.as_bytes().to_vec()));
-            WriteOp::Put(record)
-        })
-        .collect();
-    db.write_batch(vec![("hotels".into(), hotels)])?;
-    let mut puffer_bytes = (0, 0);
-    for name in db.table_names() {
-        let table = db.table(&name)?;
-        table.compact_all()?;
-        let stats = table.stats()?;
-        puffer_bytes.0 += stats.disk_bytes;
-        puffer_bytes.1 += stats.memory_bytes;
-    }
+    let plain = open_puffer(&dir.path().join("puffer"), &tables)?;
+    pin_column_layers(&plain, AttributePin::Drop)?;
+    let layered = open_puffer(&dir.path().join("puffer-columns"), &tables)?;
+    let options = AnalyticsOptions::default();
+    let warm_up = warm_up(&layered, &options)?;
+    let held_before = column_layers_held(&layered);
 
     let sqlite_path = dir.path().join("sqlite.db");
     let sqlite = rusqlite::Connection::open(&sqlite_path)?;
@@ -216,90 +201,257 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
         |row| row.get(0),
     )?;
 
-    let options = AnalyticsOptions::default();
-    let mut times = vec![[Vec::new(), Vec::new()]; CASES.len()];
+    let mut times = vec![[Vec::new(), Vec::new(), Vec::new()]; CASES.len()];
     let mut answers = vec![0usize; CASES.len()];
     for round in 0..args.rounds {
         for (c, case) in CASES.iter().enumerate() {
             let sqlite_text = case.sqlite.unwrap_or(case.puffer);
-            let mut got = [Vec::new(), Vec::new()];
-            // Alternate which engine goes first, so neither always finds caches warm.
-            for k in 0..2 {
-                let engine = (round + c + k) % 2;
+            let mut got = [Vec::new(), Vec::new(), Vec::new()];
+            // Rotate which engine goes first, so none always finds caches warm.
+            for k in 0..ENGINES.len() {
+                let engine = (round + c + k) % ENGINES.len();
                 let started = Instant::now();
                 got[engine] = match engine {
-                    0 => puffer_rows(&db, case.puffer, &options)
-                        .with_context(|| format!("PufferDB, {}", case.name))?,
-                    _ => sqlite_rows(&sqlite, sqlite_text)
-                        .with_context(|| format!("SQLite, {}", case.name))?,
-                };
+                    0 => puffer_rows(&plain, case.puffer, &options),
+                    1 => puffer_rows(&layered, case.puffer, &options),
+                    _ => sqlite_rows(&sqlite, sqlite_text),
+                }
+                .with_context(|| format!("{}, {}", ENGINES[engine], case.name))?;
                 times[c][engine].push(started.elapsed());
             }
-            let [mut ours, mut theirs] = got;
-            if !case.ordered {
-                sort_rows(&mut ours);
-                sort_rows(&mut theirs);
+            for rows in &mut got {
+                if !case.ordered {
+                    sort_rows(rows);
+                }
             }
-            ensure!(
-                same_rows(&ours, &theirs),
-                "{}: the answers differ\nPufferDB: {:?}\nSQLite:   {:?}",
-                case.name,
-                &ours[..ours.len().min(5)],
-                &theirs[..theirs.len().min(5)]
-            );
-            answers[c] = ours.len();
+            for engine in 0..2 {
+                ensure!(
+                    same_rows(&got[engine], &got[2]),
+                    "{}: the answers differ\n{}: {:?}\nSQLite:   {:?}",
+                    case.name,
+                    ENGINES[engine],
+                    &got[engine][..got[engine].len().min(5)],
+                    &got[2][..got[2].len().min(5)]
+                );
+            }
+            answers[c] = got[2].len();
         }
     }
+    let held_after = column_layers_held(&layered);
+    // Sizes after the rounds: with the sample and attribute layers and record caches
+    // the queries led the managers to hold.
+    let plain_bytes = sizes(&plain)?;
+    let layered_bytes = sizes(&layered)?;
 
     println!(
-        "analytics: {} rounds; PufferDB {:.1} MB on disk, {:.1} MB in memory; SQLite {:.1} MB (with indexes)",
+        "analytics: {} rounds; PufferDB {:.1} MB on disk, {:.1} MB in memory ({:.1} MB with column layers, of which layers {:.1} MB); SQLite {:.1} MB (with indexes)",
         args.rounds,
-        puffer_bytes.0 as f64 / 1e6,
-        puffer_bytes.1 as f64 / 1e6,
+        plain_bytes.disk as f64 / 1e6,
+        plain_bytes.memory as f64 / 1e6,
+        layered_bytes.memory as f64 / 1e6,
+        layered_bytes.column_layers as f64 / 1e6,
         sqlite_bytes as f64 / 1e6
     );
     println!(
-        "{:<18} {:>6} {:>14} {:>12} {:>8}",
-        "query", "rows", "pufferdb p50 ms", "sqlite p50 ms", "ratio"
+        "warm-up: {} passes of the suite, {:.1} s, until the manager held column layers of {}",
+        warm_up.passes,
+        warm_up.seconds,
+        held_before.join(", ")
+    );
+    if held_after != held_before {
+        println!(
+            "the manager changed column layers during the rounds: now {}",
+            held_after.join(", ")
+        );
+    }
+    println!(
+        "{:<18} {:>6} {:>12} {:>14} {:>12} {:>8}",
+        "query", "rows", "pufferdb ms", "+columns ms", "sqlite ms", "ratio"
     );
     let mut rows = Vec::new();
     for (c, case) in CASES.iter().enumerate() {
-        let [ours, theirs] = &mut times[c];
-        let (ours, theirs) = (quantile_us(ours, 0.5) / 1e3, quantile_us(theirs, 0.5) / 1e3);
+        let p50 = |engine: usize| quantile_us(&mut times[c][engine].clone(), 0.5) / 1e3;
+        let (plain_ms, layered_ms, sqlite_ms) = (p50(0), p50(1), p50(2));
         println!(
-            "{:<18} {:>6} {:>14.2} {:>12.2} {:>8.2}",
+            "{:<18} {:>6} {:>12.2} {:>14.2} {:>12.2} {:>8.2}",
             case.name,
             answers[c],
-            ours,
-            theirs,
-            ours / theirs
+            plain_ms,
+            layered_ms,
+            sqlite_ms,
+            layered_ms / sqlite_ms
         );
         rows.push(json!({
             "query": case.name,
             "rows": answers[c],
-            "pufferdb_p50_ms": round(ours, 3),
-            "sqlite_p50_ms": round(theirs, 3),
+            "pufferdb_p50_ms": round(plain_ms, 3),
+            "pufferdb_columns_p50_ms": round(layered_ms, 3),
+            "sqlite_p50_ms": round(sqlite_ms, 3),
         }));
     }
     let faster = rows
         .iter()
-        .filter(|r| r["pufferdb_p50_ms"].as_f64() < r["sqlite_p50_ms"].as_f64())
+        .filter(|r| r["pufferdb_columns_p50_ms"].as_f64() < r["sqlite_p50_ms"].as_f64())
         .count();
-    println!("PufferDB faster on {faster} of {} queries", CASES.len());
+    println!(
+        "PufferDB with column layers faster than SQLite on {faster} of {} queries (ratio: with column layers / SQLite)",
+        CASES.len()
+    );
     println!(
         "{}",
         json!({
             "experiment": "analytics",
             "rounds": args.rounds,
             "datasets": [args.bookings.display().to_string(), args.wikiticker.display().to_string()],
-            "pufferdb_disk_bytes": puffer_bytes.0,
-            "pufferdb_memory_bytes": puffer_bytes.1,
+            "pufferdb_disk_bytes": plain_bytes.disk,
+            "pufferdb_memory_bytes": plain_bytes.memory,
+            "pufferdb_columns_memory_bytes": layered_bytes.memory,
+            "column_layer_bytes": layered_bytes.column_layers,
             "sqlite_bytes": sqlite_bytes,
-            "pufferdb_faster": faster,
+            "warm_up_passes": warm_up.passes,
+            "warm_up_seconds": round(warm_up.seconds, 1),
+            "column_layers_before": held_before,
+            "column_layers_after": held_after,
+            "pufferdb_columns_faster": faster,
             "queries": rows,
         })
     );
     Ok(())
+}
+
+/// The engines, in the order of the measurements.
+const ENGINES: [&str; 3] = ["PufferDB", "PufferDB with column layers", "SQLite"];
+
+/// A database of the suite's tables (and the hotels dimension), compacted.
+fn open_puffer(dir: &Path, tables: &[(&str, ImportedTable)]) -> anyhow::Result<Arc<Database>> {
+    let db = Arc::new(Database::open(dir, Default::default())?);
+    for (name, table) in tables {
+        load_puffer(&db, name, table)?;
+    }
+    let region = Attribute {
+        name: "region".into(),
+        attr_type: AttrType::String,
+    };
+    db.create_table("hotels", Schema::new("hotel", vec![region])?)?;
+    let hotels = HOTELS
+        .iter()
+        .map(|(hotel, region)| {
+            let mut record = Record::new(*hotel);
+            record
+                .values
+                .insert("region".into(), Value::String(region.as_bytes().to_vec()));
+            WriteOp::Put(record)
+        })
+        .collect();
+    db.write_batch(vec![("hotels".into(), hotels)])?;
+    for name in db.table_names() {
+        db.table(&name)?.compact_all()?;
+    }
+    Ok(db)
+}
+
+/// A database's bytes: on disk, in memory, and of it in column layers.
+struct Sizes {
+    disk: u64,
+    memory: u64,
+    column_layers: u64,
+}
+
+fn sizes(db: &Database) -> anyhow::Result<Sizes> {
+    let mut sizes = Sizes {
+        disk: 0,
+        memory: 0,
+        column_layers: 0,
+    };
+    for name in db.table_names() {
+        let stats = db.table(&name)?.stats()?;
+        sizes.disk += stats.disk_bytes;
+        sizes.memory += stats.memory_bytes;
+    }
+    for replica in db.node().status().replicas {
+        sizes.column_layers += replica
+            .column_layers
+            .iter()
+            .map(|c| c.layers.held_bytes)
+            .sum::<u64>();
+    }
+    Ok(sizes)
+}
+
+/// Pins every attribute's column layers of every replica (`Drop`: none is bought).
+fn pin_column_layers(db: &Database, pin: AttributePin) -> anyhow::Result<()> {
+    let node = db.node();
+    for replica in node.status().replicas {
+        let schema = db.table(&replica.table)?.schema();
+        for attribute in 0..schema.attributes.len() as u16 {
+            node.pin_attribute(replica.id, LayerKind::Column, attribute, Some(pin))?;
+        }
+    }
+    Ok(())
+}
+
+/// The column layers the manager holds whole (every segment), as `table.attribute`,
+/// sorted.
+fn column_layers_held(db: &Database) -> Vec<String> {
+    let mut held = Vec::new();
+    for replica in db.node().status().replicas {
+        let Ok(table) = db.table(&replica.table) else {
+            continue;
+        };
+        let schema = table.schema();
+        for c in &replica.column_layers {
+            if c.target && c.layers.segments_held == c.layers.segments {
+                let name = schema
+                    .attributes
+                    .get(c.layers.attribute as usize)
+                    .map_or("?", |a| a.name.as_str());
+                held.push(format!("{}.{name}", replica.table));
+            }
+        }
+    }
+    held.sort();
+    held.dedup();
+    held
+}
+
+struct WarmUp {
+    passes: usize,
+    seconds: f64,
+}
+
+/// Most passes of the suite the warm-up runs before giving up on the manager settling.
+const WARM_UP_PASSES_MAX: usize = 12;
+
+/// Runs the suite on `db` until its layer manager (ticking in the background) holds,
+/// whole, every column layer it has decided to buy and the set held did not change over
+/// the last pass.
+fn warm_up(db: &Arc<Database>, options: &AnalyticsOptions) -> anyhow::Result<WarmUp> {
+    let started = Instant::now();
+    let mut last = Vec::new();
+    for pass in 1..=WARM_UP_PASSES_MAX {
+        for case in CASES {
+            puffer_rows(db, case.puffer, options)
+                .with_context(|| format!("warm-up, {}", case.name))?;
+        }
+        let status = db.node().status();
+        let settled = status.replicas.iter().all(|r| {
+            r.column_layers.iter().all(|c| {
+                !c.layers.building && (!c.target || c.layers.segments_held == c.layers.segments)
+            })
+        });
+        let held = column_layers_held(db);
+        if settled && !held.is_empty() && held == last {
+            return Ok(WarmUp {
+                passes: pass,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        last = held;
+    }
+    anyhow::bail!(
+        "the layer manager did not settle on column layers in {WARM_UP_PASSES_MAX} passes (holding {})",
+        last.join(", ")
+    )
 }
 
 /// Creates table `name` with `table`'s schema and writes its rows.

@@ -298,19 +298,26 @@ fn city_shard(dir: &std::path::Path) -> (puffer_store::Shard, Vec<(String, Strin
     (shard, rows)
 }
 
-#[test]
-fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_when_it_cools() {
-    use puffer_adapt::attributes::AttributeConfig;
-    use puffer_store::{Predicate, Query, ReadOptions, Shard, Value};
-    let dir = tempfile::tempdir().unwrap();
-    let (shard, rows) = city_shard(dir.path());
-    let node = AdaptiveNode::<Shard>::start(NodeConfig {
-        attributes: AttributeConfig {
+/// A node, the group of its one shard, and the shard's (key, city) rows.
+type CityNode = (
+    AdaptiveNode<puffer_store::Shard>,
+    std::sync::Arc<puffer_node::serving::ShardGroup<puffer_store::Shard>>,
+    Vec<(String, String)>,
+);
+
+/// A node serving the shard of `city_shard` alone, whose layer policy buys at
+/// `buy_rows_per_second`, decides within 0.2 s windows and holds nothing longer than it
+/// must; with the shard's group and its rows.
+fn city_node(dir: &std::path::Path, buy_rows_per_second: f64) -> CityNode {
+    let (shard, rows) = city_shard(dir);
+    let node = AdaptiveNode::start(NodeConfig {
+        attributes: puffer_adapt::attributes::AttributeConfig {
             enabled: true,
-            buy_rows_per_second: 100.0,
+            buy_rows_per_second,
             sell_fraction: 0.2,
             hold_seconds: 0.0,
             window_seconds: 0.2,
+            column_window_seconds: 0.2,
         },
         ..config()
     })
@@ -325,6 +332,14 @@ fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_wh
             }],
         )
         .unwrap();
+    (node, group, rows)
+}
+
+#[test]
+fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_when_it_cools() {
+    use puffer_store::{Predicate, Query, ReadOptions, Shard, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, group, rows) = city_node(dir.path(), 100.0);
     // Searches on `city`, each answer checked against a scan of the rows written.
     let search_cities = |round: usize| {
         for i in 0..10 {
@@ -480,31 +495,9 @@ fn attribute_layers_are_bought_for_a_hot_attribute_within_the_budget_and_sold_wh
 /// the same answers; an attribute never scanned gets none; a cold one is sold.
 #[test]
 fn column_layers_are_bought_for_a_scanned_attribute_and_sold_when_it_cools() {
-    use puffer_adapt::attributes::AttributeConfig;
     use puffer_store::{Predicate, Query, ReadOptions, Shard};
     let dir = tempfile::tempdir().unwrap();
-    let (shard, rows) = city_shard(dir.path());
-    let node = AdaptiveNode::<Shard>::start(NodeConfig {
-        attributes: AttributeConfig {
-            enabled: true,
-            buy_rows_per_second: 1_000.0,
-            sell_fraction: 0.2,
-            hold_seconds: 0.0,
-            window_seconds: 0.2,
-        },
-        ..config()
-    })
-    .unwrap();
-    let group = node
-        .add_shard(
-            "t",
-            0,
-            vec![NewReplica {
-                replica: shard,
-                memory_limit_bytes: None,
-            }],
-        )
-        .unwrap();
+    let (node, group, rows) = city_node(dir.path(), 1_000.0);
     // A scan of `n`: the sum of the column read against the rows written (n = row number).
     let scan = || {
         let columns = group

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use puffer_node::{Answer, ReadAnswer, ReadRequest, Table, TableLayout, Wait};
 use puffer_query::{Output, Select, Statement};
-use puffer_store::{AttrType, Attribute, ReadOptions, Schema, WriteOp};
+use puffer_store::{AttrType, Attribute, ReadOptions, Schema, Value, WriteOp};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as JsonValue};
 
@@ -112,6 +112,9 @@ pub enum Format {
     Jsonl,
     /// CSV with a header line.
     Csv,
+    /// An Arrow IPC stream (`application/vnd.apache.arrow.stream`), the snapshot in
+    /// headers: for clients that read columns (pandas, Polars, DuckDB).
+    Arrow,
 }
 
 fn csv_field(text: &str) -> String {
@@ -140,6 +143,11 @@ struct RowsBody<'a> {
 }
 
 fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> Response {
+    if format == Format::Arrow {
+        if let Some(response) = arrow_response(&answer, schema) {
+            return response;
+        }
+    }
     if let (
         Format::Json,
         Answer::Rows {
@@ -170,7 +178,8 @@ fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> R
         return Json(body).into_response();
     };
     match format {
-        Format::Json => Json(body).into_response(),
+        // Arrow answers rows only (`arrow_response`); anything else is JSON.
+        Format::Json | Format::Arrow => Json(body).into_response(),
         Format::Jsonl => {
             let mut text = String::new();
             for row in rows {
@@ -217,6 +226,93 @@ fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> R
                 .into_response()
         }
     }
+}
+
+/// A rows answer as an Arrow IPC stream (`None`: not a rows answer, which stays JSON).
+fn arrow_response(answer: &Answer, schema: Option<&Schema>) -> Option<Response> {
+    let (columns, rows, truncated, snapshot) = match answer {
+        Answer::Computed {
+            columns,
+            rows,
+            truncated,
+            snapshot,
+        } => (
+            columns,
+            std::borrow::Cow::Borrowed(rows),
+            truncated,
+            snapshot,
+        ),
+        Answer::Rows {
+            columns,
+            rows,
+            truncated,
+            snapshot,
+        } => {
+            let key = schema.map(|s| s.key.as_str());
+            let values = rows
+                .iter()
+                .map(|record| {
+                    columns
+                        .iter()
+                        .map(|c| match Some(c.as_str()) == key {
+                            true => Some(Value::String(record.key.clone())),
+                            false => record.values.get(c).cloned(),
+                        })
+                        .collect()
+                })
+                .collect();
+            (
+                columns,
+                std::borrow::Cow::Owned(values),
+                truncated,
+                snapshot,
+            )
+        }
+        _ => return None,
+    };
+    let stream = match arrow_ipc(columns, &rows) {
+        Ok(stream) => stream,
+        Err(error) => return Some(error.into_response()),
+    };
+    let age_ms = (snapshot.age.as_secs_f64() * 1000.0).to_string();
+    Some(
+        (
+            [
+                (
+                    header::CONTENT_TYPE,
+                    "application/vnd.apache.arrow.stream".to_string(),
+                ),
+                (
+                    header::HeaderName::from_static("x-puffer-snapshot"),
+                    snapshot.snapshot.to_string(),
+                ),
+                (
+                    header::HeaderName::from_static("x-puffer-snapshot-age-ms"),
+                    age_ms,
+                ),
+                (
+                    header::HeaderName::from_static("x-puffer-truncated"),
+                    truncated.to_string(),
+                ),
+            ],
+            stream,
+        )
+            .into_response(),
+    )
+}
+
+#[cfg(feature = "analytics")]
+fn arrow_ipc(columns: &[String], rows: &[Vec<Option<Value>>]) -> Result<Vec<u8>, ApiError> {
+    puffer_analytics::convert::ipc_stream(columns, rows).map_err(ApiError::from)
+}
+
+/// Without the `analytics` feature (the fuzz targets' build) there is no Arrow writer.
+#[cfg(not(feature = "analytics"))]
+fn arrow_ipc(_columns: &[String], _rows: &[Vec<Option<Value>>]) -> Result<Vec<u8>, ApiError> {
+    Err(ApiError::new(
+        ErrorCode::Unsupported,
+        "this server was built without Arrow answers (feature `analytics`)".to_string(),
+    ))
 }
 
 fn role_for(statement: &Statement) -> Role {

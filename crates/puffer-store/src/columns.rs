@@ -359,25 +359,25 @@ impl StageRead<'_> {
         let Some(attributes) = self.compiled.attributes() else {
             return Ok(None);
         };
-        let layers: Option<Vec<Arc<ColumnLayer>>> =
-            attributes.iter().map(|&a| stage.column_layer(a)).collect();
-        let Some(layers) = layers else {
-            // A scan that could have used them: what buys the missing layers.
-            if candidate_entries(stage, self.compiled)?.is_none() {
-                for &a in &attributes {
-                    if stage.column_layer(a).is_none() {
-                        self.column_demand.record(a, stage.record_count(), false);
-                    }
-                }
-            }
-            return Ok(None);
-        };
+        // An index plan that finds few candidates reads only those: no layer needed.
         if let Some(entries) = candidate_entries(stage, self.compiled)? {
             if entries.saturating_mul(LAYER_FILTER_MIN_CANDIDATES_DIVISOR) < stage.record_count() {
                 return Ok(None);
             }
         }
-        Ok(Some(layers))
+        let layers: Vec<Option<Arc<ColumnLayer>>> =
+            attributes.iter().map(|&a| stage.column_layer(a)).collect();
+        if layers.iter().any(Option::is_none) {
+            // Every record is read for the predicate's attributes by extraction: what
+            // layers of the missing ones would serve, and so what buys them.
+            for (&a, layer) in attributes.iter().zip(&layers) {
+                if layer.is_none() {
+                    self.column_demand.record(a, stage.record_count(), false);
+                }
+            }
+            return Ok(None);
+        }
+        Ok(Some(layers.into_iter().flatten().collect()))
     }
 }
 

@@ -42,6 +42,18 @@ def connect(
     return Client(url, token=token, timeout=timeout)
 
 
+def _import_pyarrow() -> Any:
+    """``pyarrow`` (with its IPC module), or an error that says how to get it."""
+    try:
+        import importlib
+
+        pyarrow = importlib.import_module("pyarrow")
+        importlib.import_module("pyarrow.ipc")
+        return pyarrow
+    except ImportError as error:
+        raise ImportError("Arrow answers need pyarrow: pip install pyarrow") from error
+
+
 def _json_default(value: Any) -> Any:
     """JSON encoding of values the json module lacks: datetimes (RFC 3339, UTC),
     dates, sets and tuples."""
@@ -163,9 +175,11 @@ class Client:
         params: Optional[Mapping[str, Any]] = None,
         content_type: Optional[str] = None,
         raw: bool = False,
+        headers_out: Optional[Dict[str, str]] = None,
     ) -> Tuple[int, Any]:
         """Sends one request; returns ``(status, decoded body)`` or raises a
-        :class:`PufferError`. ``raw`` returns the body as bytes."""
+        :class:`PufferError`. ``raw`` returns the body as bytes; ``headers_out``, if
+        given, receives the answer's headers (names in lower case)."""
         url = self.url + path
         if params:
             query = {k: v for k, v in params.items() if v is not None}
@@ -184,6 +198,8 @@ class Client:
             with self._opener.open(request, timeout=self.timeout) as response:
                 status = response.status
                 payload = response.read()
+                if headers_out is not None:
+                    headers_out.update((k.lower(), v) for k, v in response.headers.items())
         except urllib.error.HTTPError as error:
             payload = b""
             try:
@@ -244,18 +260,51 @@ class Client:
 
     # -- SQL ---------------------------------------------------------------------
 
-    def sql(self, query: str, freshness_s: Optional[float] = None) -> Result:
-        """Runs one SQL statement (PufferDB's subset; see ``docs/http.md``).
+    def sql(
+        self, query: str, freshness_s: Optional[float] = None, format: str = "json"
+    ) -> Result:
+        """Runs one SQL statement (see ``docs/http.md``).
 
         ``freshness_s`` bounds staleness for a ``SELECT`` (every SCU acknowledged more
         than that many seconds ago is visible); a ``FRESHNESS s`` clause in the query
         takes precedence. Returns a :class:`Result`: rows for a select, ``.count`` for
         ``COUNT(*)``, ``.seq`` for ``INSERT``/``DELETE``.
+
+        ``format="arrow"`` asks for rows as an Arrow IPC stream, read with ``pyarrow``
+        (which must then be installed): the result's :attr:`Result.arrow` is a
+        ``pyarrow.Table``, its rows are decoded from it (timestamps as ``datetime``),
+        and :meth:`Result.to_pandas` converts the Arrow table without going through
+        Python objects. Answers other than rows come as JSON either way.
         """
         request: Dict[str, Any] = {"query": query}
         if freshness_s is not None:
             request["freshness_s"] = freshness_s
-        return Result(self._json("POST", "/v1/sql", json_body=request))
+        if format == "json":
+            return Result(self._json("POST", "/v1/sql", json_body=request))
+        if format != "arrow":
+            raise ValueError(f"format {format!r}: give 'json' or 'arrow'")
+        pyarrow = _import_pyarrow()
+        request["format"] = "arrow"
+        headers: Dict[str, str] = {}
+        status, payload = self._request(
+            "POST", "/v1/sql", json_body=request, raw=True, headers_out=headers
+        )
+        if "arrow" not in headers.get("content-type", ""):
+            try:
+                return Result(json.loads(payload.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError) as error:
+                raise PufferError(
+                    "bad_response",
+                    f"POST /v1/sql: the answer is neither Arrow nor JSON: {payload[:200]!r}",
+                    status=status,
+                ) from error
+        table = pyarrow.ipc.open_stream(payload).read_all()
+        snapshot = {
+            "seq": int(headers.get("x-puffer-snapshot", "0")),
+            "age_ms": float(headers.get("x-puffer-snapshot-age-ms", "0")),
+        }
+        truncated = headers.get("x-puffer-truncated") == "true"
+        return Result.from_arrow(table, snapshot, truncated)
 
     # -- batches over tables -----------------------------------------------------
 

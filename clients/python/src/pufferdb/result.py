@@ -38,9 +38,11 @@ class Result:
     tables: Optional[List[Any]]
     raw: Dict[str, Any]
     kind: str
+    arrow: Any
 
     def __init__(self, raw: Dict[str, Any]) -> None:
         self.raw = raw
+        self.arrow = None
         self.rows = list(raw.get("rows") or [])
         self.columns = list(raw.get("columns") or [])
         self.truncated = bool(raw.get("truncated", False))
@@ -61,6 +63,21 @@ class Result:
             self.kind = "ok"
         else:
             self.kind = "other"
+
+    @classmethod
+    def from_arrow(cls, table: Any, snapshot: Dict[str, Any], truncated: bool) -> "Result":
+        """A rows result from a ``pyarrow.Table`` (``Client.sql(..., format="arrow")``)."""
+        result = cls(
+            {
+                "columns": list(table.column_names),
+                "rows": [],
+                "truncated": truncated,
+                "snapshot": snapshot,
+            }
+        )
+        result.rows = table.to_pylist()
+        result.arrow = table
+        return result
 
     def _need_rows(self) -> None:
         if self.kind != "rows":
@@ -98,10 +115,14 @@ class Result:
     def to_pandas(self) -> Any:
         """The rows as a ``pandas.DataFrame`` (pandas must be installed).
 
-        Columns come in the order of :attr:`columns`; a column present in the rows but
-        not listed there (the key, which every row carries) is appended.
+        A result read as Arrow (``format="arrow"``) converts its Arrow table (columns
+        typed as the server typed them). Otherwise columns come in the order of
+        :attr:`columns`; a column present in the rows but not listed there (the key,
+        which every row carries) is appended.
         """
         self._need_rows()
+        if self.arrow is not None:
+            return self.arrow.to_pandas()
         try:
             # Imported here: pandas is optional.
             pandas: Any = importlib.import_module("pandas")

@@ -472,9 +472,9 @@ struct AttributeDemandState {
 }
 
 impl AttributeDemandState {
-    fn new(config: &AttributeConfig) -> AttributeDemandState {
+    fn new(config: &AttributeConfig, kind: LayerKind) -> AttributeDemandState {
         AttributeDemandState {
-            window: attributes::WindowedRate::new(config.window_seconds),
+            window: attributes::WindowedRate::new(config.window_seconds_of(kind)),
             rows_per_second: 0.0,
             changed_at_seconds: None,
         }
@@ -1128,7 +1128,7 @@ fn observe_attributes<R: LayeredReplica>(
             let state = c
                 .attributes
                 .entry((kind, rows.attribute))
-                .or_insert_with(|| AttributeDemandState::new(config));
+                .or_insert_with(|| AttributeDemandState::new(config, kind));
             state.rows_per_second = state.window.observe(t_seconds, rows.walked + rows.layered);
         }
         let target = slot.target_attributes(kind);
@@ -1211,7 +1211,7 @@ fn apply_attribute_decisions<R: LayeredReplica>(
         }
         c.attributes
             .entry((kind, attribute))
-            .or_insert_with(|| AttributeDemandState::new(attribute_config))
+            .or_insert_with(|| AttributeDemandState::new(attribute_config, kind))
             .changed_at_seconds = Some(t_seconds);
         let rows = &mut c.attribute_rows[kind_index(kind)];
         let report: Vec<u16> = rows.iter().map(|r| r.attribute).collect();
