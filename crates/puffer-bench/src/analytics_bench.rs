@@ -14,7 +14,10 @@
 //! (what it holds before and after is reported). Attribute layers are the manager's in
 //! both.
 //!
-//! Not here yet: DuckDB (the issue's third engine).
+//! DuckDB runs in a Python process of its own (`duckdb_peer.py`, PyPI `duckdb`), loaded
+//! from CSV files the benchmark writes of the same rows (timestamps as microseconds,
+//! made `TIMESTAMP`s there); its times are taken inside that process (the query and the
+//! fetch of its rows, without the pipe), and its answers compared like the others.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,6 +50,14 @@ pub struct AnalyticsArgs {
     /// Rounds; each runs every query once on each engine.
     #[arg(long, default_value_t = 7)]
     rounds: usize,
+    /// The Python that runs DuckDB (`duckdb_peer.py`; needs `pip install duckdb`).
+    /// Default: the test suite's virtualenv, `target/pyenv/bin/python`, where it exists,
+    /// else `python3`.
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Leave DuckDB out (say so in the output) instead of failing without it.
+    #[arg(long)]
+    skip_duckdb: bool,
 }
 
 /// One query of the suite: its text for PufferDB, for SQLite where the dialects differ
@@ -201,30 +212,45 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
         |row| row.get(0),
     )?;
 
-    let mut times = vec![[Vec::new(), Vec::new(), Vec::new()]; CASES.len()];
+    let mut duck = match args.skip_duckdb {
+        true => None,
+        false => Some(DuckPeer::start(
+            args.python.as_deref(),
+            &dir.path().join("duck"),
+            &tables,
+        )?),
+    };
+    let mut times = vec![[Vec::new(), Vec::new(), Vec::new(), Vec::new()]; CASES.len()];
     let mut answers = vec![0usize; CASES.len()];
     for round in 0..args.rounds {
         for (c, case) in CASES.iter().enumerate() {
             let sqlite_text = case.sqlite.unwrap_or(case.puffer);
-            let mut got = [Vec::new(), Vec::new(), Vec::new()];
+            let mut got = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
             // Rotate which engine goes first, so none always finds caches warm.
             for k in 0..ENGINES.len() {
                 let engine = (round + c + k) % ENGINES.len();
                 let started = Instant::now();
-                got[engine] = match engine {
-                    0 => puffer_rows(&plain, case.puffer, &options),
-                    1 => puffer_rows(&layered, case.puffer, &options),
-                    _ => sqlite_rows(&sqlite, sqlite_text),
-                }
-                .with_context(|| format!("{}, {}", ENGINES[engine], case.name))?;
-                times[c][engine].push(started.elapsed());
+                let (rows, took) = match (engine, &mut duck) {
+                    (0, _) => (puffer_rows(&plain, case.puffer, &options), None),
+                    (1, _) => (puffer_rows(&layered, case.puffer, &options), None),
+                    (2, _) => (sqlite_rows(&sqlite, sqlite_text), None),
+                    (_, Some(duck)) => match duck.query(case.puffer) {
+                        Ok((rows, took)) => (Ok(rows), Some(took)),
+                        Err(e) => (Err(e), None),
+                    },
+                    (_, None) => continue,
+                };
+                got[engine] =
+                    rows.with_context(|| format!("{}, {}", ENGINES[engine], case.name))?;
+                times[c][engine].push(took.unwrap_or_else(|| started.elapsed()));
             }
             for rows in &mut got {
                 if !case.ordered {
                     sort_rows(rows);
                 }
             }
-            for engine in 0..2 {
+            let engines_compared = if duck.is_some() { 4 } else { 3 };
+            for engine in (0..engines_compared).filter(|&e| e != 2) {
                 ensure!(
                     same_rows(&got[engine], &got[2]),
                     "{}: the answers differ\n{}: {:?}\nSQLite:   {:?}",
@@ -264,22 +290,45 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
             held_after.join(", ")
         );
     }
+    let duck_size = match &mut duck {
+        Some(duck) => Some(duck.size()?),
+        None => {
+            println!("DuckDB left out (--skip-duckdb)");
+            None
+        }
+    };
+    if let Some((file_bytes, memory)) = &duck_size {
+        println!(
+            "DuckDB {:.1} MB on disk, {memory} in memory (its own figure)",
+            *file_bytes as f64 / 1e6
+        );
+    }
     println!(
-        "{:<18} {:>6} {:>12} {:>14} {:>12} {:>8}",
-        "query", "rows", "pufferdb ms", "+columns ms", "sqlite ms", "ratio"
+        "{:<18} {:>6} {:>12} {:>14} {:>12} {:>10} {:>8} {:>8}",
+        "query",
+        "rows",
+        "pufferdb ms",
+        "+columns ms",
+        "sqlite ms",
+        "duckdb ms",
+        "/sqlite",
+        "/duckdb"
     );
     let mut rows = Vec::new();
     for (c, case) in CASES.iter().enumerate() {
         let p50 = |engine: usize| quantile_us(&mut times[c][engine].clone(), 0.5) / 1e3;
         let (plain_ms, layered_ms, sqlite_ms) = (p50(0), p50(1), p50(2));
+        let duck_ms = duck.as_ref().map(|_| p50(3));
         println!(
-            "{:<18} {:>6} {:>12.2} {:>14.2} {:>12.2} {:>8.2}",
+            "{:<18} {:>6} {:>12.2} {:>14.2} {:>12.2} {:>10} {:>8.2} {:>8}",
             case.name,
             answers[c],
             plain_ms,
             layered_ms,
             sqlite_ms,
-            layered_ms / sqlite_ms
+            duck_ms.map_or("-".into(), |d| format!("{d:.2}")),
+            layered_ms / sqlite_ms,
+            duck_ms.map_or("-".into(), |d| format!("{:.2}", layered_ms / d)),
         );
         rows.push(json!({
             "query": case.name,
@@ -287,6 +336,7 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
             "pufferdb_p50_ms": round(plain_ms, 3),
             "pufferdb_columns_p50_ms": round(layered_ms, 3),
             "sqlite_p50_ms": round(sqlite_ms, 3),
+            "duckdb_p50_ms": duck_ms.map(|d| round(d, 3)),
         }));
     }
     let faster = rows
@@ -308,6 +358,8 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
             "pufferdb_columns_memory_bytes": layered_bytes.memory,
             "column_layer_bytes": layered_bytes.column_layers,
             "sqlite_bytes": sqlite_bytes,
+            "duckdb_file_bytes": duck_size.as_ref().map(|(bytes, _)| bytes),
+            "duckdb_memory": duck_size.as_ref().map(|(_, memory)| memory),
             "warm_up_passes": warm_up.passes,
             "warm_up_seconds": round(warm_up.seconds, 1),
             "column_layers_before": held_before,
@@ -320,7 +372,183 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
 }
 
 /// The engines, in the order of the measurements.
-const ENGINES: [&str; 3] = ["PufferDB", "PufferDB with column layers", "SQLite"];
+const ENGINES: [&str; 4] = [
+    "PufferDB",
+    "PufferDB with column layers",
+    "SQLite",
+    "DuckDB",
+];
+
+/// DuckDB in a Python process of its own (`duckdb_peer.py`), spoken to in JSON lines.
+struct DuckPeer {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl DuckPeer {
+    /// Starts the peer on a database file at `path` and loads `tables` (and the hotels
+    /// dimension) into it through CSV files written next to it.
+    fn start(
+        python: Option<&Path>,
+        path: &Path,
+        tables: &[(&str, ImportedTable)],
+    ) -> anyhow::Result<DuckPeer> {
+        let python = match python {
+            Some(python) => python.to_path_buf(),
+            None if Path::new("target/pyenv/bin/python").is_file() => {
+                PathBuf::from("target/pyenv/bin/python")
+            }
+            None => PathBuf::from("python3"),
+        };
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("duckdb_peer.py");
+        let mut child = std::process::Command::new(&python)
+            .arg(&script)
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
+        let mut peer = DuckPeer {
+            input: child.stdin.take().context("the peer's stdin")?,
+            output: std::io::BufReader::new(child.stdout.take().context("the peer's stdout")?),
+            child,
+        };
+        let dir = path.parent().context("the peer's directory")?;
+        for (name, table) in tables {
+            let rows = table
+                .rows
+                .iter()
+                .map(|row| (row.key.clone(), row.values.clone()));
+            peer.load(dir, name, &table.schema, rows)?;
+        }
+        let region = Attribute {
+            name: "region".into(),
+            attr_type: AttrType::String,
+        };
+        let hotels = HOTELS.iter().map(|(hotel, region)| {
+            (
+                hotel.as_bytes().to_vec(),
+                vec![Some(Value::String(region.as_bytes().to_vec()))],
+            )
+        });
+        peer.load(dir, "hotels", &Schema::new("hotel", vec![region])?, hotels)?;
+        Ok(peer)
+    }
+
+    fn request(&mut self, request: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        use std::io::{BufRead, Write};
+        writeln!(self.input, "{request}").context("writing to the DuckDB peer")?;
+        self.input.flush()?;
+        let mut line = String::new();
+        self.output
+            .read_line(&mut line)
+            .context("reading the DuckDB peer")?;
+        ensure!(!line.is_empty(), "the DuckDB peer ended");
+        let answer: serde_json::Value = serde_json::from_str(&line)?;
+        if let Some(error) = answer["error"].as_str() {
+            anyhow::bail!(
+                "DuckDB: {error} (install it with `pip install duckdb` into the Python given by --python, or pass --skip-duckdb)"
+            );
+        }
+        Ok(answer)
+    }
+
+    /// Writes `rows` as CSV (keys and strings quoted, NULL an empty unquoted field,
+    /// timestamps as microseconds) and loads them as table `name`.
+    fn load(
+        &mut self,
+        dir: &Path,
+        name: &str,
+        schema: &Schema,
+        rows: impl Iterator<Item = (Vec<u8>, Vec<Option<Value>>)>,
+    ) -> anyhow::Result<()> {
+        use std::io::Write;
+        let quoted = |bytes: &[u8]| {
+            format!(
+                "\"{}\"",
+                String::from_utf8_lossy(bytes).replace('"', "\"\"")
+            )
+        };
+        let csv = dir.join(format!("{name}.csv"));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&csv)?);
+        let header: Vec<String> = std::iter::once(&schema.key)
+            .chain(schema.attributes.iter().map(|a| &a.name))
+            .map(|n| quoted(n.as_bytes()))
+            .collect();
+        writeln!(out, "{}", header.join(","))?;
+        for (key, values) in rows {
+            let mut line = quoted(&key);
+            for value in values {
+                line.push(',');
+                match value {
+                    None => {}
+                    Some(Value::String(s)) => line.push_str(&quoted(&s)),
+                    Some(Value::Int(x) | Value::Timestamp(x)) => line.push_str(&x.to_string()),
+                    Some(Value::Float(x)) => line.push_str(&x.to_string()),
+                    Some(Value::Bool(b)) => line.push_str(if b { "true" } else { "false" }),
+                }
+            }
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        let columns: Vec<serde_json::Value> = std::iter::once(json!([schema.key, "string"]))
+            .chain(
+                schema
+                    .attributes
+                    .iter()
+                    .map(|a| json!([a.name, a.attr_type.name()])),
+            )
+            .collect();
+        self.request(json!({"load": {"table": name, "csv": csv, "columns": columns}}))?;
+        Ok(())
+    }
+
+    /// The rows of `query` and the time DuckDB took to answer and fetch them.
+    fn query(&mut self, query: &str) -> anyhow::Result<(Vec<Vec<Cell>>, std::time::Duration)> {
+        let answer = self.request(json!({ "query": query }))?;
+        let micros = answer["micros"].as_f64().context("no time in the answer")?;
+        let rows = answer["rows"]
+            .as_array()
+            .context("no rows in the answer")?
+            .iter()
+            .map(|row| {
+                row.as_array()
+                    .map(|cells| {
+                        cells
+                            .iter()
+                            .map(|cell| match cell {
+                                serde_json::Value::Null => Cell::Null,
+                                serde_json::Value::Number(n) => {
+                                    Cell::Number(n.as_f64().unwrap_or(f64::NAN))
+                                }
+                                serde_json::Value::String(s) => Cell::Text(s.clone()),
+                                other => Cell::Text(other.to_string()),
+                            })
+                            .collect()
+                    })
+                    .context("a row that is not a list")
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok((rows, std::time::Duration::from_secs_f64(micros / 1e6)))
+    }
+
+    /// The database file's bytes and DuckDB's own figure of its memory.
+    fn size(&mut self) -> anyhow::Result<(u64, String)> {
+        let answer = self.request(json!({"size": true}))?;
+        Ok((
+            answer["file_bytes"].as_u64().unwrap_or(0),
+            answer["memory"].as_str().unwrap_or("?").to_string(),
+        ))
+    }
+}
+
+impl Drop for DuckPeer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
 /// A database of the suite's tables (and the hotels dimension), compacted.
 fn open_puffer(dir: &Path, tables: &[(&str, ImportedTable)]) -> anyhow::Result<Arc<Database>> {
