@@ -935,8 +935,15 @@ pub fn merged(request: &ReadRequest, answers: Vec<ReadAnswer>) -> Result<ReadAns
                     Some(all) => {
                         all.truncated |= result.truncated;
                         all.rows += result.rows;
+                        if all.columns.len() != result.columns.len() {
+                            return Err(not_answered("the same columns", None));
+                        }
                         for (column, more) in all.columns.iter_mut().zip(result.columns) {
-                            column.extend(more);
+                            column.extend(more).map_err(|why| {
+                                QueryError::Store(StoreError::Unavailable(format!(
+                                    "shards answered a column read differently: {why}"
+                                )))
+                            })?;
                         }
                     }
                 }

@@ -143,8 +143,18 @@ impl Column {
         })
     }
 
-    /// Appends `other`'s rows (a column of the same type).
-    pub fn extend(&mut self, other: Column) {
+    /// Appends `other`'s rows; refused (nothing appended) when `other` is another
+    /// column or of another type.
+    pub fn extend(&mut self, other: Column) -> std::result::Result<(), String> {
+        if other.name != self.name || other.attr_type != self.attr_type {
+            return Err(format!(
+                "column {} ({}) cannot take the rows of column {} ({})",
+                self.name,
+                self.attr_type.name(),
+                other.name,
+                other.attr_type.name()
+            ));
+        }
         self.valid.extend(other.valid);
         match (&mut self.data, other.data) {
             (ColumnData::Ints(a), ColumnData::Ints(b)) => a.extend(b),
@@ -161,8 +171,10 @@ impl Column {
                 bytes.extend(more_bytes);
                 ends.extend(more_ends.into_iter().map(|e| e + base));
             }
-            (a, b) => panic!("columns of different types merged: {a:?} and {b:?}"),
+            // Same type, so the same data variant (`Column::new`).
+            (a, b) => unreachable!("columns of one type hold {a:?} and {b:?}"),
         }
+        Ok(())
     }
 
     /// Keeps the first `rows` rows.
@@ -393,7 +405,10 @@ mod tests {
         let mut b = Column::new("s".into(), AttrType::String);
         b.push(Some(&Value::str("c")));
         b.push(Some(&Value::str("")));
-        a.extend(b);
+        a.extend(b).unwrap();
+        let mut other = Column::new("s".into(), AttrType::Int);
+        other.push(Some(&Value::Int(1)));
+        assert!(a.extend(other).is_err(), "another type is refused");
         let values: Vec<Option<Value>> = (0..a.len()).map(|i| a.value(i)).collect();
         assert_eq!(
             values,
