@@ -3,9 +3,10 @@
 //! both tables must always see the same total, and the snapshots it reports never go
 //! back.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use puffer_analytics::{run, AnalyticsOptions};
 use puffer_node::{Answer, Database, TableLayout};
@@ -14,6 +15,7 @@ use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
 const RECORDS: i64 = 20;
 const START: i64 = 10;
 const MOVES: usize = 300;
+const MOVES_PER_QUERY: usize = 25;
 
 fn schema() -> Schema {
     let n = Attribute {
@@ -43,11 +45,22 @@ fn a_query_over_two_tables_reads_one_snapshot() {
         db.write_batch(vec![(table.into(), ops)]).unwrap();
     }
     let done = Arc::new(AtomicBool::new(false));
+    // Queries answered so far: the writer waits for one every `MOVES_PER_QUERY` moves, so
+    // queries see the writes happen however the two threads are scheduled (on a loaded
+    // machine the writer otherwise finished before the third query).
+    let queries = Arc::new(AtomicUsize::new(0));
     let writer = {
-        let (db, done) = (db.clone(), done.clone());
+        let (db, done, queries) = (db.clone(), done.clone(), queries.clone());
         thread::spawn(move || {
             let (mut a, mut b) = (vec![START; RECORDS as usize], vec![START; RECORDS as usize]);
             for step in 0..MOVES {
+                if step % MOVES_PER_QUERY == 0 {
+                    let seen = queries.load(Ordering::SeqCst);
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while queries.load(Ordering::SeqCst) == seen && Instant::now() < deadline {
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                }
                 let (from, to) = (step * 7 % a.len(), step * 11 % b.len());
                 a[from] -= 1;
                 b[to] += 1;
@@ -73,6 +86,7 @@ fn a_query_over_two_tables_reads_one_snapshot() {
                     snapshot.snapshot
                 );
                 snapshots.push(snapshot.snapshot);
+                queries.fetch_add(1, Ordering::SeqCst);
             }
             other => panic!("{other:?}"),
         }
