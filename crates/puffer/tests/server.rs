@@ -2152,18 +2152,37 @@ fn sharded_tables_replicas_status_and_manual_layers() {
     expect_error(&bad, 400, "invalid_request");
 
     // Attribute layers by hand: kept, shown with the pin, handed back.
-    let city_row = |api: &Client| {
+    // `city`'s row in the replica's list `list` (`attribute_layers`, `column_layers`).
+    let city_row = |api: &Client, list: &str| {
         api.get("/v1/admin/replicas").expect(200)["replicas"]
             .as_array()
             .unwrap()
             .iter()
             .find(|r| r["id"] == id)
-            .unwrap()["attribute_layers"]
+            .unwrap()[list]
             .as_array()
             .unwrap()
             .iter()
             .find(|row| row["name"] == "city")
             .cloned()
+    };
+    // The row once the node shows it (the kept layers' next tick), kept and targeted.
+    let kept_row = |api: &Client, list: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let row = loop {
+            match city_row(api, list) {
+                Some(row) => break row,
+                None if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                None => panic!("no {list} row for the kept attribute"),
+            }
+        };
+        assert_eq!(
+            (row["pin"].clone(), row["target"].clone()),
+            (json!("keep"), json!(true)),
+            "{row}"
+        );
     };
     let url = format!("/v1/admin/replicas/{id}/attribute-layers");
     let kept = api
@@ -2189,57 +2208,14 @@ fn sharded_tables_replicas_status_and_manual_layers() {
         kept_column,
         json!({"id": id, "attribute": "city", "kind": "column", "pin": "keep"})
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let replicas = api.get("/v1/admin/replicas").expect(200);
-        let replica = replicas["replicas"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id)
-            .unwrap()
-            .clone();
-        let column = replica["column_layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|row| row["name"] == "city")
-            .cloned();
-        if let Some(column) = column {
-            assert_eq!(
-                (column["pin"].clone(), column["target"].clone()),
-                (json!("keep"), json!(true)),
-                "{column}"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no column row for the kept attribute: {replica}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let row = loop {
-        match city_row(&api) {
-            Some(row) => break row,
-            None if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            None => panic!("no row for the kept attribute"),
-        }
-    };
-    assert_eq!(
-        (row["pin"].clone(), row["target"].clone()),
-        (json!("keep"), json!(true)),
-        "{row}"
-    );
+    kept_row(&api, "column_layers");
+    kept_row(&api, "attribute_layers");
     let auto = api
         .post_json(&url, &json!({"attribute": "city", "action": "auto"}))
         .expect(200);
     assert_eq!(auto["pin"], Value::Null);
     assert_eq!(
-        city_row(&api).map(|row| row["pin"].clone()),
+        city_row(&api, "attribute_layers").map(|row| row["pin"].clone()),
         Some(Value::Null)
     );
     for (body, status, code) in [
@@ -2284,13 +2260,13 @@ fn sharded_tables_replicas_status_and_manual_layers() {
     let (ok, _, stderr) = cli("keep", Some("city"));
     assert!(ok, "{stderr}");
     assert_eq!(
-        city_row(&api).map(|row| row["pin"].clone()),
+        city_row(&api, "attribute_layers").map(|row| row["pin"].clone()),
         Some(json!("keep"))
     );
     let (ok, _, stderr) = cli("auto", Some("city"));
     assert!(ok, "{stderr}");
     assert_eq!(
-        city_row(&api).map(|row| row["pin"].clone()),
+        city_row(&api, "attribute_layers").map(|row| row["pin"].clone()),
         Some(Value::Null)
     );
     let (ok, _, stderr) = cli("keep", None);
