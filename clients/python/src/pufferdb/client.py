@@ -42,6 +42,18 @@ def connect(
     return Client(url, token=token, timeout=timeout)
 
 
+def _decoded_json(payload: bytes, what: str, status: int) -> Any:
+    """``payload`` decoded as JSON, or a ``bad_response`` error naming ``what``."""
+    try:
+        return json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise PufferError(
+            "bad_response",
+            f"{what}: the answer is not JSON: {payload[:200]!r}",
+            status=status,
+        ) from error
+
+
 def _import_pyarrow() -> Any:
     """``pyarrow`` (with its IPC module), or an error that says how to get it."""
     try:
@@ -219,14 +231,7 @@ class Client:
             return status, payload
         if not payload:
             return status, None
-        try:
-            return status, json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as error:
-            raise PufferError(
-                "bad_response",
-                f"{method} {url}: the answer is not JSON: {payload[:200]!r}",
-                status=status,
-            ) from error
+        return status, _decoded_json(payload, f"{method} {url}", status)
 
     @staticmethod
     def _error(status: int, payload: bytes, headers: Any) -> PufferError:
@@ -290,14 +295,7 @@ class Client:
             "POST", "/v1/sql", json_body=request, raw=True, headers_out=headers
         )
         if "arrow" not in headers.get("content-type", ""):
-            try:
-                return Result(json.loads(payload.decode("utf-8")))
-            except (UnicodeDecodeError, ValueError) as error:
-                raise PufferError(
-                    "bad_response",
-                    f"POST /v1/sql: the answer is neither Arrow nor JSON: {payload[:200]!r}",
-                    status=status,
-                ) from error
+            return Result(_decoded_json(payload, "POST /v1/sql", status))
         table = pyarrow.ipc.open_stream(payload).read_all()
         snapshot = {
             "seq": int(headers.get("x-puffer-snapshot", "0")),
