@@ -103,18 +103,8 @@ pub fn run(
             puffer_query::sql::MAX_SQL_BYTES
         )));
     }
-    if db.in_cluster() {
-        // A cluster node may read through a broker, at snapshots it does not number:
-        // one snapshot over the query's tables is not built there yet (issue 22, item
-        // 5), and a query reading several would not be consistent, so none runs.
-        return Err(QueryError::Unsupported {
-            construct: "queries beyond the SQL subset on a cluster node (they run on an embedded node for now)".into(),
-            line: 0,
-            column: 0,
-        });
-    }
     let (query, written) = puffer_query::sql::split_freshness(text)?;
-    let read = ReadOptions {
+    let mut read = ReadOptions {
         freshness: written.or(freshness),
         min_snapshot: 0,
         at: None,
@@ -126,9 +116,12 @@ pub fn run(
     loop {
         let at = db.choose_snapshot(read)?;
         match runtime.block_on(run_at(db, &query, at, options)) {
-            Err(QueryError::Store(StoreError::SnapshotGone { .. }))
+            // A replica sealed past `at` (on a cluster node, a data node ahead of
+            // another when `at` was chosen): choose again, at least at its seal.
+            Err(QueryError::Store(StoreError::SnapshotGone { sealed, .. }))
                 if tries + 1 < MAX_SNAPSHOT_TRIES =>
             {
+                read.min_snapshot = read.min_snapshot.max(sealed);
                 tries += 1;
             }
             answer => return answer,

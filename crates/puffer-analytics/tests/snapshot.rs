@@ -4,13 +4,13 @@
 //! back.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use puffer_analytics::{run, AnalyticsOptions};
 use puffer_node::{Answer, Database, TableLayout};
-use puffer_store::{AttrType, Attribute, Record, Schema, Value, WriteOp};
+use puffer_store::{AttrType, Attribute, ReadOptions, Record, Schema, Value, WriteOp};
 
 const RECORDS: i64 = 20;
 const START: i64 = 10;
@@ -31,10 +31,8 @@ fn put(key: i64, n: i64) -> WriteOp {
     WriteOp::Put(record)
 }
 
-#[test]
-fn a_query_over_two_tables_reads_one_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(Database::open(dir.path(), Default::default()).unwrap());
+/// Two tables `a` and `b` of `RECORDS` records of `START` units each, made on `db`.
+fn two_tables(db: &Database) {
     let layout = TableLayout {
         shards: 3,
         replicas: 1,
@@ -44,13 +42,19 @@ fn a_query_over_two_tables_reads_one_snapshot() {
         let ops = (0..RECORDS).map(|k| put(k, START)).collect();
         db.write_batch(vec![(table.into(), ops)]).unwrap();
     }
+}
+
+/// While a writer moves units from `a` to `b` on `writes`, one SCU per move, queries on
+/// `queries` sum both tables: every total is the same, and the snapshots the answers
+/// report never go back. Returns them.
+fn moves_keep_the_total(writes: &Arc<Database>, queries_on: &Arc<Database>) -> Vec<u64> {
     let done = Arc::new(AtomicBool::new(false));
     // Queries answered so far: the writer waits for one every `MOVES_PER_QUERY` moves, so
     // queries see the writes happen however the two threads are scheduled (on a loaded
     // machine the writer otherwise finished before the third query).
     let queries = Arc::new(AtomicUsize::new(0));
     let writer = {
-        let (db, done, queries) = (db.clone(), done.clone(), queries.clone());
+        let (db, done, queries) = (writes.clone(), done.clone(), queries.clone());
         thread::spawn(move || {
             let (mut a, mut b) = (vec![START; RECORDS as usize], vec![START; RECORDS as usize]);
             for step in 0..MOVES {
@@ -77,7 +81,7 @@ fn a_query_over_two_tables_reads_one_snapshot() {
     let mut snapshots = Vec::new();
     loop {
         let finished = done.load(Ordering::SeqCst);
-        match run(&db, query, None, &AnalyticsOptions::default()).unwrap() {
+        match run(queries_on, query, None, &AnalyticsOptions::default()).unwrap() {
             Answer::Computed { rows, snapshot, .. } => {
                 assert_eq!(
                     rows,
@@ -104,44 +108,109 @@ fn a_query_over_two_tables_reads_one_snapshot() {
         distinct >= 3,
         "the queries saw only {distinct} snapshot changes while the writer ran: {snapshots:?}"
     );
-    assert_eq!(*snapshots.last().unwrap(), db.published());
+    assert_eq!(*snapshots.last().unwrap(), writes.published());
+    snapshots
 }
 
-/// A cluster node's remote that answers nothing: the analytics engine must not get as
-/// far as asking it.
-#[derive(Debug)]
-struct Unreachable;
+#[test]
+fn a_query_over_two_tables_reads_one_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::open(dir.path(), Default::default()).unwrap());
+    two_tables(&db);
+    moves_keep_the_total(&db, &db);
+}
 
-impl puffer_node::remote::Remote for Unreachable {
+/// A cluster node's remote as a broker node has it, over one data node in this
+/// process: snapshots chosen there, every read handed there. It records the snapshots
+/// it chose and the snapshot each read asked.
+struct ThroughDataNode {
+    data: Arc<Database>,
+    chosen: Mutex<Vec<u64>>,
+    read_at: Mutex<Vec<Option<u64>>>,
+}
+
+impl std::fmt::Debug for ThroughDataNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThroughDataNode").finish_non_exhaustive()
+    }
+}
+
+impl puffer_node::remote::Remote for ThroughDataNode {
     fn reads_elsewhere(&self) -> bool {
         true
     }
 
     fn read(
         &self,
-        _table: &str,
-        _request: &puffer_node::ReadRequest,
+        table: &str,
+        request: &puffer_node::ReadRequest,
     ) -> puffer_query::Result<puffer_node::ReadAnswer> {
-        panic!("the analytics engine read through a cluster's broker")
+        self.read_at
+            .lock()
+            .unwrap()
+            .push(request.read_options().at);
+        Ok(self
+            .data
+            .read(table, request, puffer_node::Wait::Allowed)?
+            .expect("a read allowed to wait answers"))
+    }
+
+    fn choose_snapshot(&self, read: ReadOptions) -> Option<puffer_query::Result<u64>> {
+        let chosen = self.data.choose_snapshot(read);
+        if let Ok(at) = &chosen {
+            self.chosen.lock().unwrap().push(*at);
+        }
+        Some(chosen)
     }
 
     fn lead(
         &self,
         _request: puffer_node::remote::LeaderRequest,
     ) -> puffer_query::Result<puffer_node::remote::LeaderResponse> {
-        panic!("the analytics engine asked a cluster's leader")
+        panic!("an analytics query asked a cluster's leader")
     }
 }
 
 #[test]
-fn a_cluster_node_refuses_analytics_queries_until_they_are_consistent_there() {
+fn a_node_reading_elsewhere_reads_every_table_at_one_snapshot_its_data_node_chose() {
     let dir = tempfile::tempdir().unwrap();
-    let options = puffer_node::DatabaseOptions {
-        remote: Some(Arc::new(Unreachable)),
-        ..Default::default()
-    };
-    let db = Arc::new(Database::open_with(dir.path(), options).unwrap());
-    let error = run(&db, "SELECT 1 AS one", None, &AnalyticsOptions::default()).unwrap_err();
-    assert_eq!(error.code(), "unsupported", "{error}");
-    assert!(error.to_string().contains("cluster node"), "{error}");
+    let catalog: Arc<dyn puffer_node::catalog::Catalog> =
+        Arc::new(puffer_node::catalog::MemoryCatalog::new());
+    let data = Arc::new(
+        Database::open_with(
+            &dir.path().join("data"),
+            puffer_node::DatabaseOptions {
+                catalog: Some(catalog.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
+    two_tables(&data);
+    let remote = Arc::new(ThroughDataNode {
+        data: data.clone(),
+        chosen: Mutex::new(Vec::new()),
+        read_at: Mutex::new(Vec::new()),
+    });
+    let broker = Arc::new(
+        Database::open_with(
+            &dir.path().join("broker"),
+            puffer_node::DatabaseOptions {
+                catalog: Some(catalog),
+                following: true,
+                remote: Some(remote.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
+    broker.sync_tables().unwrap();
+    let snapshots = moves_keep_the_total(&data, &broker);
+    let chosen = remote.chosen.lock().unwrap().clone();
+    assert_eq!(chosen, snapshots, "each query reads the snapshot chosen for it");
+    let read_at = remote.read_at.lock().unwrap().clone();
+    assert_eq!(read_at.len(), 2 * chosen.len(), "two tables per query: {read_at:?}");
+    for (i, at) in read_at.iter().enumerate() {
+        assert_eq!(*at, Some(chosen[i / 2]), "read {i} of {read_at:?}");
+    }
 }

@@ -491,6 +491,49 @@ impl Broker {
         (z >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// A snapshot for a read of several tables at once: the newest every usable data
+    /// node has published, waiting (up to the deadline) until that is at least
+    /// `floor`. A node that fails to answer is skipped, as in a read.
+    pub fn common_snapshot(&self, floor: u64) -> Result<u64> {
+        let give_up = Instant::now() + self.deadline;
+        let mut failures = 0;
+        loop {
+            let now = Instant::now();
+            let nodes: Vec<Arc<DataNode>> = self
+                .nodes
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|n| n.usable(now))
+                .cloned()
+                .collect();
+            if nodes.is_empty() {
+                return Err(StoreError::Unavailable(
+                    "no data node is usable to choose a snapshot at".into(),
+                )
+                .into());
+            }
+            let asked: Vec<&Arc<DataNode>> = nodes.iter().collect();
+            match self.common_published(&asked) {
+                Ok(at) if at >= floor => return Ok(at),
+                Ok(at) if now >= give_up => {
+                    return Err(StoreError::Unavailable(format!(
+                        "the data nodes hold snapshot {at}; snapshot {floor} was asked for"
+                    ))
+                    .into())
+                }
+                Ok(_) => std::thread::sleep(SNAPSHOT_POLL),
+                Err((node, error)) => {
+                    failures += 1;
+                    if failures >= MAX_TRIES {
+                        return Err(error);
+                    }
+                    node.suspect(error.to_string());
+                }
+            }
+        }
+    }
+
     /// The newest snapshot every node of `nodes` has published; a failure names the
     /// node.
     fn common_published(

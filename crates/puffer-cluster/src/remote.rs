@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use puffer_node::message::{ReadAnswer, ReadRequest};
 use puffer_node::remote::{LeaderRequest, LeaderResponse, Remote};
 use puffer_query::{QueryError, Result};
-use puffer_store::StoreError;
+use puffer_store::{ReadOptions, StoreError};
 
 use crate::broker::Broker;
 use crate::etcd::{leader_of, members, Etcd, EtcdCatalog, Role};
@@ -154,6 +154,15 @@ impl Remote for ClusterRemote {
             _ => request.clone(),
         };
         broker.read(table, &request)
+    }
+
+    fn choose_snapshot(&self, read: ReadOptions) -> Option<Result<u64>> {
+        let broker = self.broker.as_ref()?;
+        let written = match read.freshness {
+            None => self.written.load(Ordering::Acquire),
+            Some(_) => 0,
+        };
+        Some(broker.common_snapshot(read.min_snapshot.max(written)))
     }
 
     fn lead(&self, request: LeaderRequest) -> Result<LeaderResponse> {

@@ -1361,9 +1361,21 @@ impl Database {
     /// The snapshot a read of several tables at once reads at, chosen from `read`'s
     /// freshness and minimum as a one-table read's is (see
     /// [`crate::commit::Committer::choose_snapshot`]), past every sealed stage of
-    /// every table held here. Pass it as [`ReadOptions::at`] to each table's read; a
-    /// [`puffer_store::StoreError::SnapshotGone`] answer means choose again.
+    /// every table held here (on a cluster node that reads elsewhere: one every data
+    /// node holds, [`Remote::choose_snapshot`]). Pass it as [`ReadOptions::at`] to each
+    /// table's read; a [`puffer_store::StoreError::SnapshotGone`] answer means choose
+    /// again, at least at the sealed snapshot it names.
     pub fn choose_snapshot(&self, read: ReadOptions) -> Result<u64> {
+        // A node reading some shards elsewhere numbers SCUs as it follows the log,
+        // but its data nodes are where the snapshot must be held.
+        if let Some(chosen) = self
+            .options
+            .remote
+            .as_ref()
+            .and_then(|remote| remote.choose_snapshot(read))
+        {
+            return chosen;
+        }
         self.committer.choose_snapshot(read, || {
             let mut max = 0;
             for table in self.all_tables() {

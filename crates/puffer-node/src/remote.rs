@@ -7,7 +7,7 @@
 //! never hands it on again: a node that is no longer the leader refuses it (a
 //! retryable error), so a request crosses at most one hop.
 
-use puffer_store::{Schema, WriteOp};
+use puffer_store::{ReadOptions, Schema, WriteOp};
 use serde::{Deserialize, Serialize};
 
 use crate::layout::TableLayout;
@@ -73,6 +73,13 @@ pub trait Remote: Send + Sync + std::fmt::Debug {
     /// Answers `request` on table `table` from the nodes that hold it, complete or
     /// not at all.
     fn read(&self, table: &str, request: &ReadRequest) -> Result<ReadAnswer>;
+
+    /// The snapshot a read of several tables at once reads at (see
+    /// [`crate::Database::choose_snapshot`]) where some reads go elsewhere: one that
+    /// every data node holds, at least `read.min_snapshot` (and what was written
+    /// through this node, for a read asking for the newest data). `None` where this
+    /// node reads everything itself and chooses as a single node does.
+    fn choose_snapshot(&self, read: ReadOptions) -> Option<Result<u64>>;
 
     /// Has the leader do `request`.
     fn lead(&self, request: LeaderRequest) -> Result<LeaderResponse>;

@@ -426,6 +426,16 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
         json!(in_city(&model, "Lisbon").len()),
         "{answer}"
     );
+    // Analytics SQL too: a grouped count and a self-join, fanned out at one snapshot
+    // every data node holds.
+    assert_eq!(grouped_counts(&broker.base).unwrap(), per_city(&model));
+    let joined = post(
+        &format!("{}/v1/sql", broker.base),
+        &json!({"query": "SELECT COUNT(*) AS n FROM rooms r JOIN rooms s ON r.city = s.city WHERE r.city = 'Faro'"}),
+    )
+    .unwrap();
+    let faro = in_city(&model, "Faro").len();
+    assert_eq!(joined["rows"][0]["n"], json!(faro * faro), "{joined}");
     let status = get(&format!("{}/v1/admin/cluster", broker.base)).unwrap();
     assert_eq!(
         status["published"],
@@ -500,6 +510,7 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     // A data node holding only some shards reads the others through its broker.
     assert_eq!(count(&c.base), Some(model.len() as u64));
     agrees(&c.base, &model);
+    assert_eq!(grouped_counts(&c.base).unwrap(), per_city(&model));
 
     // b dies: every read through the broker is still answered, and right.
     b.kill();
@@ -522,9 +533,17 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
                 assert!(missing.contains("404"), "{key}: {missing}");
             }
         }
+        if reads % 10 == 0 {
+            assert_eq!(
+                grouped_counts(&broker.base).expect("a grouped count after b's SIGKILL"),
+                per_city(&model)
+            );
+        }
         reads += 1;
     }
-    eprintln!("{reads} searches and gets through the broker after b's SIGKILL, none failed");
+    eprintln!(
+        "{reads} searches and gets (a tenth with a grouped count) through the broker after b's SIGKILL, none failed"
+    );
     // Once b's lease expires, its replicas are placed on a and c: every shard on both.
     let (after, _) = wait_for(Duration::from_secs(15), || {
         placed(&broker).filter(|p| !p.contains_key("b") && p.values().sum::<u64>() == 10)
@@ -568,6 +587,30 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     )
     .unwrap_err();
     assert!(refused.starts_with("503"), "{refused}");
+}
+
+/// `SELECT city, COUNT(*) ... GROUP BY city` through `base`, as a map.
+fn grouped_counts(base: &str) -> Result<BTreeMap<String, u64>, String> {
+    let answer = post(
+        &format!("{base}/v1/sql"),
+        &json!({"query": "SELECT city, COUNT(*) AS n FROM rooms GROUP BY city"}),
+    )?;
+    let rows = answer["rows"].as_array().ok_or(format!("no rows: {answer}"))?;
+    rows.iter()
+        .map(|row| match (row["city"].as_str(), row["n"].as_u64()) {
+            (Some(city), Some(n)) => Ok((city.to_string(), n)),
+            _ => Err(format!("a row without city and n: {answer}")),
+        })
+        .collect()
+}
+
+/// How many keys of the model are in each city.
+fn per_city(model: &BTreeMap<String, String>) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for city in model.values() {
+        *counts.entry(city.clone()).or_insert(0) += 1;
+    }
+    counts
 }
 
 /// One batch putting `key` with value `v` into both tables `t1` and `t2`.
