@@ -145,10 +145,7 @@ impl puffer_node::remote::Remote for ThroughDataNode {
         table: &str,
         request: &puffer_node::ReadRequest,
     ) -> puffer_query::Result<puffer_node::ReadAnswer> {
-        self.read_at
-            .lock()
-            .unwrap()
-            .push(request.read_options().at);
+        self.read_at.lock().unwrap().push(request.read_options().at);
         Ok(self
             .data
             .read(table, request, puffer_node::Wait::Allowed)?
@@ -178,7 +175,7 @@ fn a_node_reading_elsewhere_reads_every_table_at_one_snapshot_its_data_node_chos
         Arc::new(puffer_node::catalog::MemoryCatalog::new());
     let data = Arc::new(
         Database::open_with(
-            &dir.path().join("data"),
+            dir.path().join("data"),
             puffer_node::DatabaseOptions {
                 catalog: Some(catalog.clone()),
                 ..Default::default()
@@ -194,7 +191,7 @@ fn a_node_reading_elsewhere_reads_every_table_at_one_snapshot_its_data_node_chos
     });
     let broker = Arc::new(
         Database::open_with(
-            &dir.path().join("broker"),
+            dir.path().join("broker"),
             puffer_node::DatabaseOptions {
                 catalog: Some(catalog),
                 following: true,
@@ -207,9 +204,16 @@ fn a_node_reading_elsewhere_reads_every_table_at_one_snapshot_its_data_node_chos
     broker.sync_tables().unwrap();
     let snapshots = moves_keep_the_total(&data, &broker);
     let chosen = remote.chosen.lock().unwrap().clone();
-    assert_eq!(chosen, snapshots, "each query reads the snapshot chosen for it");
+    assert_eq!(
+        chosen, snapshots,
+        "each query reads the snapshot chosen for it"
+    );
     let read_at = remote.read_at.lock().unwrap().clone();
-    assert_eq!(read_at.len(), 2 * chosen.len(), "two tables per query: {read_at:?}");
+    assert_eq!(
+        read_at.len(),
+        2 * chosen.len(),
+        "two tables per query: {read_at:?}"
+    );
     for (i, at) in read_at.iter().enumerate() {
         assert_eq!(*at, Some(chosen[i / 2]), "read {i} of {read_at:?}");
     }

@@ -595,7 +595,9 @@ fn grouped_counts(base: &str) -> Result<BTreeMap<String, u64>, String> {
         &format!("{base}/v1/sql"),
         &json!({"query": "SELECT city, COUNT(*) AS n FROM rooms GROUP BY city"}),
     )?;
-    let rows = answer["rows"].as_array().ok_or(format!("no rows: {answer}"))?;
+    let rows = answer["rows"]
+        .as_array()
+        .ok_or(format!("no rows: {answer}"))?;
     rows.iter()
         .map(|row| match (row["city"].as_str(), row["n"].as_u64()) {
             (Some(city), Some(n)) => Ok((city.to_string(), n)),
