@@ -1,7 +1,7 @@
 //! DataFusion filters as the store's predicates, where the store can evaluate them on
 //! the compressed text: comparisons, `BETWEEN`, `IN`, `LIKE` with a wildcard at either
-//! end, `IS NOT NULL`, `AND` and `OR` of those, on a column and a literal of the
-//! column's own type.
+//! end, `IS NOT NULL`, a boolean column and its `NOT`, `AND` and `OR` of those, on a
+//! column and a literal of the column's own type.
 //!
 //! A predicate made here holds for every row the filter holds for. Where the whole
 //! filter translated, it holds for exactly those rows (SQL's NULLs included: a record
@@ -113,6 +113,20 @@ fn exact_predicate_of(filter: &Expr, schema: &Schema) -> Option<Predicate> {
         Expr::IsNotNull(expr) => {
             let (column, _) = column_of(expr, schema)?;
             Some(Predicate::Exists(column.name.clone()))
+        }
+        // A boolean column as the filter (`WHERE pets`), or its negation (`NOT pets`,
+        // which a record without the attribute fails, as the equality does).
+        Expr::Column(_) | Expr::Not(_) => {
+            let (inner, wanted) = match filter {
+                Expr::Not(inner) => (inner.as_ref(), false),
+                column => (column, true),
+            };
+            match column_of(inner, schema)? {
+                (column, AttrType::Bool) => {
+                    Some(Predicate::Eq(column.name.clone(), Value::Bool(wanted)))
+                }
+                _ => None,
+            }
         }
         _ => None,
     }

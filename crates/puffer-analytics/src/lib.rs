@@ -10,6 +10,7 @@
 //! answer reports it. Writes and DDL never come here: the database's own statements
 //! handle them, and the engine is told to refuse any.
 
+pub mod aggregates;
 pub mod compare;
 pub mod convert;
 pub mod filters;
@@ -44,6 +45,9 @@ pub struct AnalyticsOptions {
     pub memory_limit_bytes: usize,
     /// Streams of work one query is split into (threads it may keep busy).
     pub target_partitions: usize,
+    /// Whether aggregations the store can compute are pushed into it
+    /// ([`aggregates`]); off, DataFusion aggregates the scanned columns itself.
+    pub push_aggregates: bool,
 }
 
 impl Default for AnalyticsOptions {
@@ -53,6 +57,7 @@ impl Default for AnalyticsOptions {
             max_result_rows: 100_000,
             memory_limit_bytes: 1 << 30,
             target_partitions: 2,
+            push_aggregates: true,
         }
     }
 }
@@ -129,13 +134,45 @@ pub fn run(
     }
 }
 
-/// One try of [`run`]: `query` planned and run with every table read at snapshot `at`.
-async fn run_at(
+/// The plan query `text` runs by, after DataFusion's optimizer (and PufferDB's rule):
+/// where the scans, pushed filters and pushed aggregates are. Planned at the newest
+/// snapshot; nothing is read.
+pub fn explain(db: &Arc<Database>, text: &str, options: &AnalyticsOptions) -> Result<String> {
+    let (query, _) = puffer_query::sql::split_freshness(text)?;
+    let at = db.choose_snapshot(ReadOptions::default())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("no runtime for the query: {e}")))?;
+    runtime.block_on(async {
+        let context = session(db, at, options, &Arc::default())?;
+        let frame = context
+            .sql_with_options(&query, only_queries())
+            .await
+            .map_err(|e| error_of(e, &query))?;
+        let plan = frame
+            .into_optimized_plan()
+            .map_err(|e| error_of(e, &query))?;
+        let text = plan.display_indent().to_string();
+        Ok(text)
+    })
+}
+
+/// DataFusion told to refuse DDL, DML and statements.
+fn only_queries() -> SQLOptions {
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+}
+
+/// A session over every table of `db` (subspaces excepted) read at snapshot `at`, what
+/// the scans see of it going to `seen`.
+fn session(
     db: &Arc<Database>,
-    query: &str,
     at: u64,
     options: &AnalyticsOptions,
-) -> Result<Answer> {
+    seen: &Arc<Mutex<SnapshotSeen>>,
+) -> Result<SessionContext> {
     let config = SessionConfig::new()
         .with_target_partitions(options.target_partitions.max(1))
         .with_information_schema(false)
@@ -145,25 +182,35 @@ async fn run_at(
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_limit(options.memory_limit_bytes, 1.0)
         .build_arc()
-        .map_err(|e| error_of(e, query))?;
+        .map_err(|e| error_of(e, ""))?;
     let context = SessionContext::new_with_config_rt(config, runtime);
-    let seen = Arc::new(Mutex::new(SnapshotSeen::default()));
+    if options.push_aggregates {
+        context.add_optimizer_rule(Arc::new(aggregates::PushAggregates));
+    }
     for name in db.table_names() {
         let table = db.table(&name)?;
         if table.subspace_of().is_some() {
             continue; // a subspace's copies are read through its table
         }
-        let provider = PufferTable::new(db.clone(), &name, table.schema(), at, options, &seen);
+        let provider = PufferTable::new(db.clone(), &name, table.schema(), at, options, seen);
         context
             .register_table(name.as_str(), Arc::new(provider))
-            .map_err(|e| error_of(e, query))?;
+            .map_err(|e| error_of(e, ""))?;
     }
-    let only_queries = SQLOptions::new()
-        .with_allow_ddl(false)
-        .with_allow_dml(false)
-        .with_allow_statements(false);
+    Ok(context)
+}
+
+/// One try of [`run`]: `query` planned and run with every table read at snapshot `at`.
+async fn run_at(
+    db: &Arc<Database>,
+    query: &str,
+    at: u64,
+    options: &AnalyticsOptions,
+) -> Result<Answer> {
+    let seen = Arc::new(Mutex::new(SnapshotSeen::default()));
+    let context = session(db, at, options, &seen)?;
     let frame = context
-        .sql_with_options(query, only_queries)
+        .sql_with_options(query, only_queries())
         .await
         .map_err(|e| error_of(e, query))?;
     // One row past the largest answer tells a cut answer from a full one.

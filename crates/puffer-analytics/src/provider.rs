@@ -23,7 +23,10 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use puffer_node::{Database, ReadAnswer, ReadRequest, Wait};
 use puffer_query::QueryError;
-use puffer_store::{Predicate, Query, ReadOptions, Schema, SnapshotInfo, StoreError};
+use puffer_store::{
+    AggregateQuery, AggregateResult, Predicate, Query, ReadOptions, Schema, SnapshotInfo,
+    StoreError,
+};
 
 use crate::convert;
 use crate::filters::predicate_of;
@@ -57,6 +60,7 @@ impl SnapshotSeen {
 const MIN_PARTITION_ROWS: usize = 8192;
 
 /// One table of the database, as DataFusion sees it for one query.
+#[derive(Clone)]
 pub struct PufferTable {
     db: Arc<Database>,
     name: String,
@@ -101,7 +105,37 @@ impl PufferTable {
         }
     }
 
-    fn read_options(&self) -> ReadOptions {
+    /// The table's schema in the store.
+    pub fn store_schema(&self) -> Arc<Schema> {
+        self.schema.clone()
+    }
+
+    /// Most records one scan (or aggregate) of it may read.
+    pub fn max_scan_rows(&self) -> usize {
+        self.max_scan_rows
+    }
+
+    /// The store's aggregates for `query` (see [`crate::aggregates`]), refused where
+    /// more records match than a scan may read.
+    pub fn aggregate(&self, query: &AggregateQuery) -> Result<AggregateResult, QueryError> {
+        let request = ReadRequest::Aggregate {
+            query: query.clone(),
+        };
+        let ReadAnswer::Aggregate(result) = self.read(&request)? else {
+            return Err(unexpected(&self.name));
+        };
+        // Each shard stops one record past the bound; together they may pass it too.
+        let rows = if result.truncated {
+            self.max_scan_rows.saturating_add(1)
+        } else {
+            result.rows
+        };
+        self.check_scan_rows(rows)?;
+        Ok(result)
+    }
+
+    /// Reads at exactly the query's snapshot.
+    pub fn read_options(&self) -> ReadOptions {
         ReadOptions {
             freshness: None,
             min_snapshot: 0,

@@ -123,7 +123,7 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     for step in 0..200 {
         let city = CITIES[rng.gen_range(0..CITIES.len())];
-        let request = match rng.gen_range(0..4) {
+        let request = match rng.gen_range(0..5) {
             0 => ReadRequest::Get {
                 key: format!("r{:04}", rng.gen_range(0..330)).into_bytes(),
                 read,
@@ -137,6 +137,15 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
                     predicate: Predicate::Eq("city".into(), Value::String(city.into())),
                     projection: Some(vec!["city".into()]),
                     limit: None,
+                    read,
+                },
+            },
+            3 => ReadRequest::Aggregate {
+                query: puffer_store::AggregateQuery {
+                    predicate: Predicate::Eq("city".into(), Value::String(city.into())),
+                    group_by: Some("city".into()),
+                    aggregates: vec![puffer_store::Aggregate::Rows],
+                    max_rows: 1000,
                     read,
                 },
             },
@@ -176,6 +185,16 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
                     }
                     counted += columns.rows as u64;
                 }
+                ReadAnswer::Aggregate(result) => {
+                    // One group at most, the asked city's.
+                    for (value, states) in result.groups {
+                        assert_eq!(value, Some(Value::String(city.into())));
+                        let [puffer_store::AggregateState::Count(n)] = states[..] else {
+                            panic!("{states:?}");
+                        };
+                        counted += n;
+                    }
+                }
                 ReadAnswer::Raw { .. } => unreachable!(),
             }
         }
@@ -193,6 +212,9 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
         if let ReadRequest::Count { predicate, .. }
         | ReadRequest::Columns {
             query: Query { predicate, .. },
+        }
+        | ReadRequest::Aggregate {
+            query: puffer_store::AggregateQuery { predicate, .. },
         } = &request
         {
             let expected = model.values().filter(|r| oracle(predicate, r)).count() as u64;

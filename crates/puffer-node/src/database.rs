@@ -1235,6 +1235,7 @@ impl Database {
                 };
             }
             ReadRequest::Search { query } | ReadRequest::Columns { query } => &query.predicate,
+            ReadRequest::Aggregate { query } => &query.predicate,
             ReadRequest::Count { predicate, .. } => predicate,
         };
         let range = crate::partition::time_range(predicate, &partitioning.attribute);
@@ -1275,10 +1276,13 @@ impl Database {
                 subspace.table, subspace.table
             )));
         }
-        if let ReadRequest::Search { query } | ReadRequest::Columns { query } = request {
-            self.profile_search(&here, &query.predicate);
-        } else if let ReadRequest::Count { predicate, .. } = request {
-            self.profile_search(&here, predicate);
+        match request {
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => {
+                self.profile_search(&here, &query.predicate);
+            }
+            ReadRequest::Aggregate { query } => self.profile_search(&here, &query.predicate),
+            ReadRequest::Count { predicate, .. } => self.profile_search(&here, predicate),
+            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {}
         }
         if let Some((subspace, regions)) = self.subspace_route(&here, request) {
             // Several regions at once: on a thread that may wait.

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use puffer_index::Construction;
 use puffer_store::stage::TextStage;
 use puffer_store::{
-    ColumnsResult, Predicate, PreparedOps, Query, RawRecord, ReadOptions, Record, Result, Schema,
-    SearchResult, Shard, ShardStats, SnapshotInfo, StoreError, Watermarks,
+    AggregateQuery, AggregateResult, ColumnsResult, Predicate, PreparedOps, Query, RawRecord,
+    ReadOptions, Record, Result, Schema, SearchResult, Shard, ShardStats, SnapshotInfo, StoreError,
+    Watermarks,
 };
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,10 @@ pub enum ReadRequest {
         predicate: Predicate,
         read: ReadOptions,
     },
+    /// Aggregates (counts, sums, minima, maxima, averages) of the records matching a
+    /// predicate, grouped by one attribute or not, as partial states that merge (see
+    /// `puffer_store::aggregate`).
+    Aggregate { query: AggregateQuery },
 }
 
 impl ReadRequest {
@@ -48,6 +53,7 @@ impl ReadRequest {
             | ReadRequest::GetRaw { read, .. }
             | ReadRequest::Count { read, .. } => *read,
             ReadRequest::Search { query } | ReadRequest::Columns { query } => query.read,
+            ReadRequest::Aggregate { query } => query.read,
         }
     }
 
@@ -63,6 +69,9 @@ impl ReadRequest {
             ReadRequest::Search { query } | ReadRequest::Columns { query } => {
                 query.read.min_snapshot = query.read.min_snapshot.max(min_snapshot);
             }
+            ReadRequest::Aggregate { query } => {
+                query.read.min_snapshot = query.read.min_snapshot.max(min_snapshot);
+            }
         }
         request
     }
@@ -76,6 +85,7 @@ impl ReadRequest {
             ReadRequest::Search { query } | ReadRequest::Columns { query } => {
                 query.predicate = predicate
             }
+            ReadRequest::Aggregate { query } => query.predicate = predicate,
         }
         request
     }
@@ -90,6 +100,7 @@ impl ReadRequest {
             ReadRequest::Search { query } | ReadRequest::Columns { query } => {
                 query.read.at = Some(at)
             }
+            ReadRequest::Aggregate { query } => query.read.at = Some(at),
         }
         request
     }
@@ -115,6 +126,8 @@ pub enum ReadAnswer {
     Columns(ColumnsResult),
     /// For [`ReadRequest::Count`].
     Count { count: u64, snapshot: SnapshotInfo },
+    /// For [`ReadRequest::Aggregate`].
+    Aggregate(AggregateResult),
 }
 
 impl ReadAnswer {
@@ -126,6 +139,7 @@ impl ReadAnswer {
             | ReadAnswer::Count { snapshot, .. } => snapshot,
             ReadAnswer::Rows(result) => &result.snapshot,
             ReadAnswer::Columns(result) => &result.snapshot,
+            ReadAnswer::Aggregate(result) => &result.snapshot,
         }
     }
 }
@@ -283,6 +297,7 @@ pub fn serve(shard: &Shard, request: ReplicaRequest) -> Result<ReplicaResponse> 
             }
             ReadRequest::Search { query } => ReadAnswer::Rows(shard.search(&query)?),
             ReadRequest::Columns { query } => ReadAnswer::Columns(shard.columns(&query)?),
+            ReadRequest::Aggregate { query } => ReadAnswer::Aggregate(shard.aggregate(&query)?),
             ReadRequest::Count { predicate, read } => {
                 let (count, snapshot) = shard.count(&predicate, read)?;
                 ReadAnswer::Count { count, snapshot }

@@ -26,8 +26,8 @@ use crate::serving::{AdaptiveNode, NewReplica, ShardGroup};
 use puffer_store::clock::SystemClock;
 use puffer_store::fs::RealFs;
 use puffer_store::{
-    ColumnsResult, Predicate, Query, ReadOptions, Record, Schema, SearchResult, Shard, ShardLog,
-    ShardOptions, ShardStats, SnapshotInfo, StoreError, Watermarks, WriteOp,
+    AggregateResult, ColumnsResult, Predicate, Query, ReadOptions, Record, Schema, SearchResult,
+    Shard, ShardLog, ShardOptions, ShardStats, SnapshotInfo, StoreError, Watermarks, WriteOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -620,6 +620,7 @@ impl Table {
             }
             ReadRequest::Search { .. }
             | ReadRequest::Columns { .. }
+            | ReadRequest::Aggregate { .. }
             | ReadRequest::Count { .. } => self.holds_all(),
         }
     }
@@ -682,6 +683,7 @@ impl Table {
             }
             ReadRequest::Search { .. }
             | ReadRequest::Columns { .. }
+            | ReadRequest::Aggregate { .. }
             | ReadRequest::Count { .. } => match self.layout.shards {
                 1 => Some(0),
                 _ if wait == Wait::Never => return Ok(None),
@@ -954,6 +956,26 @@ pub fn merged(request: &ReadRequest, answers: Vec<ReadAnswer>) -> Result<ReadAns
             }
             all.snapshot = combined(snapshots.into_iter());
             Ok(ReadAnswer::Columns(all))
+        }
+        ReadRequest::Aggregate { .. } => {
+            let mut all: Option<AggregateResult> = None;
+            for answer in answers {
+                let ReadAnswer::Aggregate(result) = answer else {
+                    return Err(not_answered("aggregates", Some(answer)));
+                };
+                snapshots.push(result.snapshot);
+                match &mut all {
+                    None => all = Some(result),
+                    Some(all) => all.merge(result).map_err(|why| {
+                        QueryError::Store(StoreError::Unavailable(format!(
+                            "shards answered an aggregate differently: {why}"
+                        )))
+                    })?,
+                }
+            }
+            let mut all = all.ok_or_else(|| not_answered("aggregates", None))?;
+            all.snapshot = combined(snapshots.into_iter());
+            Ok(ReadAnswer::Aggregate(all))
         }
         ReadRequest::Count { .. } => {
             let mut total = 0;

@@ -26,6 +26,7 @@
 //! assert_eq!(found.unwrap().values["city"], Value::str("Boston"));
 //! ```
 
+pub mod aggregate;
 pub mod attr_layer;
 pub mod bounds;
 pub mod clock;
@@ -50,6 +51,7 @@ pub mod stage;
 pub mod timestamp;
 pub mod wal;
 
+pub use aggregate::{Aggregate, AggregateQuery, AggregateResult, AggregateState};
 pub use columns::{Column, ColumnData, ColumnsResult};
 pub use error::{Result, StoreError};
 pub use query::Predicate;

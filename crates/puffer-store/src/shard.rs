@@ -17,6 +17,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use puffer_index::BuildOptions;
 
+use crate::aggregate::{AggregateQuery, AggregateResult, Groups};
 use crate::attr_layer::{AttributeDemand, AttributeRows};
 use crate::clock::{Clock, SystemClock};
 use crate::columns::{Column, ColumnOf, ColumnsResult, StageRead};
@@ -947,6 +948,31 @@ impl Shard {
         };
         result.truncate(limit);
         Ok(result)
+    }
+
+    /// The aggregates of `query` over the records it matches, from one snapshot, as
+    /// partial states other shards' answers merge with (see [`crate::aggregate`]).
+    pub fn aggregate(&self, query: &AggregateQuery) -> Result<AggregateResult> {
+        let schema = self.schema();
+        query.check(&schema)?;
+        let mut groups = Groups::new(query);
+        let names = query.columns();
+        if names.is_empty() {
+            // COUNT(*) alone, ungrouped: a count, which extracts no record.
+            let (count, snapshot) = self.count(&query.predicate, query.read)?;
+            groups.add_counted(None, count)?;
+            return Ok(groups.finish(0, false, snapshot));
+        }
+        let read = self.columns(&Query {
+            predicate: query.predicate.clone(),
+            projection: Some(names),
+            // One past the bound tells an aggregate that fits from one that does not.
+            limit: Some(query.max_rows.saturating_add(1)),
+            read: query.read,
+        })?;
+        let truncated = read.truncated || read.rows > query.max_rows;
+        groups.add_columns(&read.columns, read.rows)?;
+        Ok(groups.finish(read.rows, truncated, read.snapshot))
     }
 
     /// Number of records matching `predicate` in one snapshot.

@@ -237,6 +237,45 @@ mod tests {
                 read,
             },
         }));
+        round_trip(&ReplicaRequest::Read(ReadRequest::Aggregate {
+            query: puffer_store::AggregateQuery {
+                predicate: predicate.clone(),
+                group_by: Some("city".into()),
+                aggregates: vec![
+                    puffer_store::Aggregate::Rows,
+                    puffer_store::Aggregate::Avg("price".into()),
+                    puffer_store::Aggregate::Max("seen".into()),
+                ],
+                max_rows: 2_000_000,
+                read,
+            },
+        }));
+        round_trip(&puffer_node::ReadAnswer::Aggregate(
+            puffer_store::AggregateResult {
+                groups: vec![
+                    (
+                        Some(Value::String(b"Porto".to_vec())),
+                        vec![
+                            puffer_store::AggregateState::Count(3),
+                            puffer_store::AggregateState::Sum {
+                                int: -(1 << 70),
+                                float: 2.5,
+                                values: 2,
+                            },
+                            puffer_store::AggregateState::Max(Some(Value::Timestamp(-7))),
+                        ],
+                    ),
+                    (None, vec![puffer_store::AggregateState::Min(None)]),
+                ],
+                rows: 5,
+                truncated: false,
+                snapshot: puffer_store::SnapshotInfo {
+                    snapshot: 9,
+                    age: std::time::Duration::from_millis(3),
+                    read_log: true,
+                },
+            },
+        ));
         round_trip(&ReplicaRequest::Read(ReadRequest::Count {
             predicate,
             read,

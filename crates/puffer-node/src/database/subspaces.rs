@@ -113,10 +113,12 @@ impl Database {
         let predicate = match request {
             ReadRequest::Search { query } => &query.predicate,
             ReadRequest::Count { predicate, .. } => predicate,
-            // Columns come from the table itself: a region's rows carry stored keys.
-            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } | ReadRequest::Columns { .. } => {
-                return None
-            }
+            // Columns and aggregates come from the table itself: a region's rows carry
+            // stored keys.
+            ReadRequest::Get { .. }
+            | ReadRequest::GetRaw { .. }
+            | ReadRequest::Columns { .. }
+            | ReadRequest::Aggregate { .. } => return None,
         };
         if self.options.remote.is_some() {
             return None;

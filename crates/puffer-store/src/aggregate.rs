@@ -1,0 +1,380 @@
+//! Aggregates computed where the records are: COUNT, SUM, MIN, MAX and AVG of the records
+//! a predicate matches, whole or grouped by one attribute, answered as partial states
+//! that the answers of other shards (and other nodes) merge into (`puffer-node`'s
+//! `merged`), so that a scan ships one row per group instead of every record.
+//!
+//! A shard aggregates the columns of a column read (`crate::columns`: column layers
+//! where held, the asked fields otherwise); a count grouped by one attribute over a
+//! whole segment is answered from the suffix array instead (see
+//! [`crate::shard::Shard::aggregate`]).
+
+use std::cmp::Ordering::{Greater, Less};
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::columns::{Column, ColumnData};
+use crate::query::Predicate;
+use crate::schema::{AttrType, Value};
+use crate::shard::{ReadOptions, SnapshotInfo};
+
+/// One aggregate over the records of a group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Aggregate {
+    /// `COUNT(*)`: the records.
+    Rows,
+    /// `COUNT(a)`: the records holding a value of `a`.
+    Count(String),
+    /// `SUM(a)` of an integer or float attribute.
+    Sum(String),
+    /// `AVG(a)` of an integer or float attribute.
+    Avg(String),
+    /// `MIN(a)`.
+    Min(String),
+    /// `MAX(a)`.
+    Max(String),
+}
+
+impl Aggregate {
+    /// The attribute it reads, if any.
+    pub fn attribute(&self) -> Option<&str> {
+        match self {
+            Aggregate::Rows => None,
+            Aggregate::Count(a)
+            | Aggregate::Sum(a)
+            | Aggregate::Avg(a)
+            | Aggregate::Min(a)
+            | Aggregate::Max(a) => Some(a),
+        }
+    }
+
+    /// The state of a group that has seen no record yet.
+    fn empty_state(&self) -> AggregateState {
+        match self {
+            Aggregate::Rows | Aggregate::Count(_) => AggregateState::Count(0),
+            Aggregate::Sum(_) | Aggregate::Avg(_) => AggregateState::Sum {
+                int: 0,
+                float: 0.0,
+                values: 0,
+            },
+            Aggregate::Min(_) => AggregateState::Min(None),
+            Aggregate::Max(_) => AggregateState::Max(None),
+        }
+    }
+}
+
+/// Aggregates of the records matching a predicate, optionally per value of one
+/// attribute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AggregateQuery {
+    /// Which records.
+    pub predicate: Predicate,
+    /// The attribute whose values make the groups (`None`: one group of every record).
+    /// Not a float attribute (floats do not group exactly).
+    pub group_by: Option<String>,
+    /// What each group answers, in order.
+    pub aggregates: Vec<Aggregate>,
+    /// Most records aggregated from their values: past it the answer is `truncated` and
+    /// incomplete, and whoever asked refuses it (the bound a scan has).
+    pub max_rows: usize,
+    /// Freshness and snapshot.
+    pub read: ReadOptions,
+}
+
+impl AggregateQuery {
+    /// Refuses what a shard cannot aggregate: float groups, sums of non-numbers.
+    pub fn check(&self, schema: &crate::Schema) -> crate::Result<()> {
+        let type_of = |name: &str| -> crate::Result<AttrType> {
+            let id = schema.require(name)?;
+            Ok(schema.attributes[id as usize].attr_type)
+        };
+        if let Some(group) = &self.group_by {
+            if type_of(group)? == AttrType::Float {
+                return Err(crate::StoreError::InvalidQuery(format!(
+                    "cannot group by float attribute {group}"
+                )));
+            }
+        }
+        for aggregate in &self.aggregates {
+            if let Aggregate::Sum(a) | Aggregate::Avg(a) = aggregate {
+                if !matches!(type_of(a)?, AttrType::Int | AttrType::Float) {
+                    return Err(crate::StoreError::InvalidQuery(format!(
+                        "cannot sum attribute {a}: it is not a number"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The attributes a column read must bring: the group's, then each aggregate's,
+    /// each once.
+    pub fn columns(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let wanted = self
+            .group_by
+            .iter()
+            .map(String::as_str)
+            .chain(self.aggregates.iter().filter_map(Aggregate::attribute));
+        for name in wanted {
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
+        names
+    }
+}
+
+/// One aggregate's partial state in one group; states of the same aggregate merge.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AggregateState {
+    /// Records (or values) counted.
+    Count(u64),
+    /// A sum: integers exactly, floats in `float`, and how many values it added (none:
+    /// the sum is NULL).
+    Sum { int: i128, float: f64, values: u64 },
+    /// The least value seen.
+    Min(Option<Value>),
+    /// The greatest value seen.
+    Max(Option<Value>),
+}
+
+impl AggregateState {
+    fn merge(&mut self, other: &AggregateState) -> Result<(), String> {
+        match (self, other) {
+            (AggregateState::Count(a), AggregateState::Count(b)) => *a += b,
+            (
+                AggregateState::Sum { int, float, values },
+                AggregateState::Sum {
+                    int: more_int,
+                    float: more_float,
+                    values: more,
+                },
+            ) => {
+                *int += more_int;
+                *float += more_float;
+                *values += more;
+            }
+            (AggregateState::Min(a), AggregateState::Min(b)) => keep(a, b.as_ref(), Less),
+            (AggregateState::Max(a), AggregateState::Max(b)) => keep(a, b.as_ref(), Greater),
+            (a, b) => return Err(format!("aggregate states {a:?} and {b:?} do not merge")),
+        }
+        Ok(())
+    }
+}
+
+/// Replaces `held` by `seen` where `seen` compares `wanted` to it.
+fn keep(held: &mut Option<Value>, seen: Option<&Value>, wanted: std::cmp::Ordering) {
+    if let Some(seen) = seen {
+        let replace = match held {
+            None => true,
+            Some(held) => seen.cmp_same_type(held) == Some(wanted),
+        };
+        if replace {
+            *held = Some(seen.clone());
+        }
+    }
+}
+
+/// A shard's (or several merged shards') aggregates: one entry per group, by the
+/// group's value (`None`: records lacking the attribute, or the one group of an
+/// ungrouped query, which is there even when no record matched).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AggregateResult {
+    /// Each group's value and its states, in the order of the query's aggregates.
+    pub groups: Vec<(Option<Value>, Vec<AggregateState>)>,
+    /// Records aggregated from their values (not those counted from the index).
+    pub rows: usize,
+    /// Whether more than `max_rows` records matched (the states are then incomplete).
+    pub truncated: bool,
+    /// The snapshot read.
+    pub snapshot: SnapshotInfo,
+}
+
+/// A group's value as a hash key (floats never group).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum GroupKey {
+    Absent,
+    Int(i64),
+    Bool(bool),
+    Bytes(Vec<u8>),
+}
+
+impl GroupKey {
+    fn of_value(value: Option<&Value>) -> Option<GroupKey> {
+        Some(match value {
+            None => GroupKey::Absent,
+            Some(Value::Int(i) | Value::Timestamp(i)) => GroupKey::Int(*i),
+            Some(Value::Bool(b)) => GroupKey::Bool(*b),
+            Some(Value::String(s)) => GroupKey::Bytes(s.clone()),
+            Some(Value::Float(_)) => return None,
+        })
+    }
+}
+
+/// Groups under construction: their states and an index by key.
+pub(crate) struct Groups<'q> {
+    query: &'q AggregateQuery,
+    index: HashMap<GroupKey, usize>,
+    groups: Vec<(Option<Value>, Vec<AggregateState>)>,
+}
+
+impl<'q> Groups<'q> {
+    pub(crate) fn new(query: &'q AggregateQuery) -> Groups<'q> {
+        let mut groups = Groups {
+            query,
+            index: HashMap::new(),
+            groups: Vec::new(),
+        };
+        if query.group_by.is_none() {
+            groups.group(GroupKey::Absent, None);
+        }
+        groups
+    }
+
+    fn group(&mut self, key: GroupKey, value: Option<Value>) -> usize {
+        let next = self.groups.len();
+        *self.index.entry(key).or_insert_with(|| {
+            let states = self
+                .query
+                .aggregates
+                .iter()
+                .map(Aggregate::empty_state)
+                .collect();
+            self.groups.push((value, states));
+            next
+        })
+    }
+
+    /// Adds `count` records whose group value is `value` to `Rows` counts only (what
+    /// a count from the index knows of them).
+    pub(crate) fn add_counted(&mut self, value: Option<Value>, count: u64) -> crate::Result<()> {
+        let key = GroupKey::of_value(value.as_ref())
+            .ok_or_else(|| crate::StoreError::InvalidQuery("cannot group by a float".into()))?;
+        let group = self.group(key, value);
+        for (aggregate, state) in self.query.aggregates.iter().zip(&mut self.groups[group].1) {
+            match (aggregate, state) {
+                (Aggregate::Rows, AggregateState::Count(n)) => *n += count,
+                _ => {
+                    return Err(crate::StoreError::InvalidQuery(
+                        "only COUNT(*) is counted from the index".into(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds every row of `columns` (the query's [`AggregateQuery::columns`], in order).
+    pub(crate) fn add_columns(&mut self, columns: &[Column], rows: usize) -> crate::Result<()> {
+        let column = |name: &str| -> crate::Result<&Column> {
+            columns.iter().find(|c| c.name == name).ok_or_else(|| {
+                crate::StoreError::InvalidQuery(format!("no column {name} was read"))
+            })
+        };
+        // The group of each row, found once.
+        let row_groups: Vec<usize> = match &self.query.group_by {
+            None => vec![0; rows],
+            Some(name) => {
+                let by = column(name)?;
+                (0..rows)
+                    .map(|row| {
+                        let value = by.value(row);
+                        let key = GroupKey::of_value(value.as_ref()).ok_or_else(|| {
+                            crate::StoreError::InvalidQuery(format!(
+                                "cannot group by float attribute {name}"
+                            ))
+                        })?;
+                        Ok(self.group(key, value))
+                    })
+                    .collect::<crate::Result<_>>()?
+            }
+        };
+        for (i, aggregate) in self.query.aggregates.iter().enumerate() {
+            let source = aggregate.attribute().map(column).transpose()?;
+            for (row, &group) in row_groups.iter().enumerate() {
+                let state = &mut self.groups[group].1[i];
+                let Some(source) = source else {
+                    if let AggregateState::Count(n) = state {
+                        *n += 1;
+                    }
+                    continue;
+                };
+                if !source.valid[row] {
+                    continue;
+                }
+                match (state, &source.data) {
+                    (AggregateState::Count(n), _) => *n += 1,
+                    (AggregateState::Sum { int, values, .. }, ColumnData::Ints(v)) => {
+                        *int += i128::from(v[row]);
+                        *values += 1;
+                    }
+                    (AggregateState::Sum { float, values, .. }, ColumnData::Floats(v)) => {
+                        *float += v[row];
+                        *values += 1;
+                    }
+                    (AggregateState::Min(held), _) => {
+                        keep(held, source.value(row).as_ref(), Less);
+                    }
+                    (AggregateState::Max(held), _) => {
+                        keep(held, source.value(row).as_ref(), Greater);
+                    }
+                    (state, _) => {
+                        return Err(crate::StoreError::InvalidQuery(format!(
+                            "cannot aggregate column {} ({}) into {state:?}",
+                            source.name,
+                            source.attr_type.name()
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(
+        self,
+        rows: usize,
+        truncated: bool,
+        snapshot: SnapshotInfo,
+    ) -> AggregateResult {
+        AggregateResult {
+            groups: self.groups,
+            rows,
+            truncated,
+            snapshot,
+        }
+    }
+}
+
+impl AggregateResult {
+    /// Merges `other` (the same query's answer from other records) into this one.
+    pub fn merge(&mut self, other: AggregateResult) -> Result<(), String> {
+        let mut index: HashMap<GroupKey, usize> = HashMap::with_capacity(self.groups.len());
+        for (i, (value, _)) in self.groups.iter().enumerate() {
+            let key = GroupKey::of_value(value.as_ref()).ok_or("a float group")?;
+            index.insert(key, i);
+        }
+        for (value, states) in other.groups {
+            let key = GroupKey::of_value(value.as_ref()).ok_or("a float group")?;
+            match index.get(&key) {
+                Some(&i) => {
+                    let held = &mut self.groups[i].1;
+                    if held.len() != states.len() {
+                        return Err("answers with different aggregates do not merge".into());
+                    }
+                    for (held, state) in held.iter_mut().zip(&states) {
+                        held.merge(state)?;
+                    }
+                }
+                None => {
+                    index.insert(key, self.groups.len());
+                    self.groups.push((value, states));
+                }
+            }
+        }
+        self.rows += other.rows;
+        self.truncated |= other.truncated;
+        Ok(())
+    }
+}
