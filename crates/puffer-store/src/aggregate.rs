@@ -13,10 +13,16 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec;
 use crate::columns::{Column, ColumnData};
 use crate::query::Predicate;
 use crate::schema::{AttrType, Value};
 use crate::shard::{ReadOptions, SnapshotInfo};
+use crate::stage::TextStage;
+
+/// Most groups a stage's suffix array is walked for: past it, the stage's records are
+/// aggregated from their values instead (a locate per group stops paying).
+pub const MAX_INDEX_GROUPS: usize = 4096;
 
 /// One aggregate over the records of a group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -377,4 +383,76 @@ impl AggregateResult {
         self.truncated |= other.truncated;
         Ok(())
     }
+}
+
+/// A group's value (`None`: records lacking the attribute) and its records.
+pub type GroupCount = (Option<Value>, u64);
+
+/// The records of a sorted stage at `snapshot` counted per value of attribute `id`
+/// (`None`: records lacking it), from the suffix array alone.
+///
+/// Every field is `MARK id value` in the text, so the suffixes of attribute `id`'s fields
+/// are one interval of the suffix array in value order, and each value's records a
+/// sub-interval of it (the pattern `codec::equals_pattern`). Walking it: the first
+/// entry not yet counted is located, its record's value read, and that value's interval
+/// found by a backward search; its length is the group's count, and the walk goes on
+/// past it. Records deleted by `snapshot` are taken off their group. `None` (the caller
+/// then reads the values instead) where the stage has more groups than pay (more than
+/// [`MAX_INDEX_GROUPS`], or with a column layer of the attribute held, more than one per
+/// 1,024 records), more than [`MAX_INDEX_GROUPS`] deleted records, or intervals that do
+/// not tile the attribute's as they should.
+pub fn index_group_counts(
+    stage: &dyn TextStage,
+    id: u16,
+    types: &[AttrType],
+    snapshot: u64,
+) -> crate::Result<Option<Vec<GroupCount>>> {
+    let (start, end) = stage.entries_matching(&codec::field_start(id))?;
+    let (records, holding) = (stage.record_count(), end - start);
+    // A locate costs about what a column layer's decode of a thousand values does: with
+    // a layer, the walk pays only for groups of a thousand records or more.
+    let max_groups = match stage.column_layer(id) {
+        Some(_) => usize::try_from(holding / 1024).unwrap_or(usize::MAX).max(1),
+        None => MAX_INDEX_GROUPS,
+    };
+    let deleted = stage.deletions().deleted_at(snapshot);
+    if deleted.len() > MAX_INDEX_GROUPS {
+        return Ok(None); // each is looked up among the groups: read the values instead
+    }
+    let value_of = |record: u64| -> crate::Result<Option<Value>> {
+        let fields = stage.record_fields(record, &[id], types)?;
+        Ok(fields.get(id).cloned())
+    };
+    let mut counts: Vec<GroupCount> = Vec::new();
+    let mut at = start;
+    while at < end {
+        if counts.len() >= max_groups {
+            return Ok(None);
+        }
+        let offset = stage.locate(&[(at, at + 1)])?;
+        let Some(&offset) = offset.first() else {
+            return Ok(None);
+        };
+        let Some(value) = value_of(stage.record_at(offset)?)? else {
+            return Ok(None);
+        };
+        let (first, past) = stage.entries_matching(&codec::equals_pattern(id, &value))?;
+        if first != at || past <= at || past > end {
+            return Ok(None);
+        }
+        counts.push((Some(value), past - first));
+        at = past;
+    }
+    if holding < records {
+        counts.push((None, records - holding));
+    }
+    for record in deleted {
+        let value = value_of(record)?;
+        match counts.iter_mut().find(|(v, _)| *v == value) {
+            Some((_, count)) if *count > 0 => *count -= 1,
+            _ => return Ok(None),
+        }
+    }
+    counts.retain(|(_, count)| *count > 0);
+    Ok(Some(counts))
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use puffer_index::BuildOptions;
 
-use crate::aggregate::{AggregateQuery, AggregateResult, Groups};
+use crate::aggregate::{index_group_counts, Aggregate, AggregateQuery, AggregateResult, Groups};
 use crate::attr_layer::{AttributeDemand, AttributeRows};
 use crate::clock::{Clock, SystemClock};
 use crate::columns::{Column, ColumnOf, ColumnsResult, StageRead};
@@ -886,21 +886,45 @@ impl Shard {
                 .chain(schema.attributes.iter().map(|a| a.name.clone()))
                 .collect(),
         };
+        let limit = query.limit.unwrap_or(MAX_RESULT_ROWS).min(MAX_RESULT_ROWS);
+        let (set, info) = self.shared.read_view(query.read)?;
+        let stages: Vec<&dyn TextStage> = set.text_stages().collect();
+        let mut result =
+            self.read_columns(&schema, &compiled, &names, limit, &set, info, &stages)?;
+        result.truncate(limit);
+        Ok(result)
+    }
+
+    /// Columns `names` of the records matching `compiled` in view `set` (its log tables
+    /// where `info` says the snapshot reads them, and `stages`), at most one past
+    /// `limit` of them.
+    #[allow(clippy::too_many_arguments)]
+    fn read_columns(
+        &self,
+        schema: &Schema,
+        compiled: &Compiled,
+        names: &[String],
+        limit: usize,
+        set: &StageSet,
+        info: SnapshotInfo,
+        stages: &[&dyn TextStage],
+    ) -> Result<ColumnsResult> {
         let mut of = Vec::with_capacity(names.len());
         let mut columns = Vec::with_capacity(names.len());
         for name in names {
-            if name == schema.key {
+            if *name == schema.key {
                 of.push(ColumnOf::Key);
-                columns.push(Column::new(name, AttrType::String));
+                columns.push(Column::new(name.clone(), AttrType::String));
             } else {
-                let id = schema.require(&name)?;
+                let id = schema.require(name)?;
                 of.push(ColumnOf::Attribute(id));
-                columns.push(Column::new(name, schema.attributes[id as usize].attr_type));
+                columns.push(Column::new(
+                    name.clone(),
+                    schema.attributes[id as usize].attr_type,
+                ));
             }
         }
-        let limit = query.limit.unwrap_or(MAX_RESULT_ROWS).min(MAX_RESULT_ROWS);
-        let (set, info) = self.shared.read_view(query.read)?;
-        let types = types_of(&schema);
+        let types = types_of(schema);
         // One more than the limit tells whether the answer was cut.
         let wanted = limit.saturating_add(1);
         let mut rows = 0usize;
@@ -910,7 +934,7 @@ impl Shard {
                 let matching = search_mem(
                     &inner,
                     &table.deletions,
-                    &compiled,
+                    compiled,
                     info.snapshot,
                     wanted - rows,
                 );
@@ -927,31 +951,35 @@ impl Shard {
             }
         }
         let read = StageRead {
-            compiled: &compiled,
+            compiled,
             types: &types,
             snapshot: info.snapshot,
             of: &of,
             attribute_demand: &self.shared.attribute_demand,
             column_demand: &self.shared.column_demand,
         };
-        for stage in set.text_stages() {
+        for stage in stages {
             if rows >= wanted {
                 break;
             }
-            rows += read.read(stage, wanted - rows, &mut columns)?;
+            rows += read.read(*stage, wanted - rows, &mut columns)?;
         }
-        let mut result = ColumnsResult {
+        Ok(ColumnsResult {
             columns,
             rows,
             truncated: false,
             snapshot: info,
-        };
-        result.truncate(limit);
-        Ok(result)
+        })
     }
 
     /// The aggregates of `query` over the records it matches, from one snapshot, as
     /// partial states other shards' answers merge with (see [`crate::aggregate`]).
+    ///
+    /// A `COUNT(*)` grouped by one attribute over every record is counted from the
+    /// suffix array of each sorted stage (`aggregate::index_group_counts`: one locate and
+    /// two backward searches per group, no record extracted) where the stage has few
+    /// enough groups; the log tables and the other stages aggregate the columns of a
+    /// column read.
     pub fn aggregate(&self, query: &AggregateQuery) -> Result<AggregateResult> {
         let schema = self.schema();
         query.check(&schema)?;
@@ -963,16 +991,39 @@ impl Shard {
             groups.add_counted(None, count)?;
             return Ok(groups.finish(0, false, snapshot));
         }
-        let read = self.columns(&Query {
-            predicate: query.predicate.clone(),
-            projection: Some(names),
-            // One past the bound tells an aggregate that fits from one that does not.
-            limit: Some(query.max_rows.saturating_add(1)),
-            read: query.read,
-        })?;
-        let truncated = read.truncated || read.rows > query.max_rows;
+        let compiled = Compiled::new(&query.predicate, &schema)?;
+        let (set, info) = self.shared.read_view(query.read)?;
+        let types = types_of(&schema);
+        let counted_group = match (&compiled, &query.group_by) {
+            (Compiled::All, Some(group))
+                if query.aggregates.iter().all(|a| *a == Aggregate::Rows) =>
+            {
+                Some(schema.require(group)?)
+            }
+            _ => None,
+        };
+        let mut rest: Vec<&dyn TextStage> = Vec::new();
+        for stage in set.text_stages() {
+            let counted = match counted_group {
+                Some(id) => index_group_counts(stage, id, &types, info.snapshot)?,
+                None => None,
+            };
+            match counted {
+                Some(counts) => {
+                    for (value, count) in counts {
+                        groups.add_counted(value, count)?;
+                    }
+                }
+                None => rest.push(stage),
+            }
+        }
+        // One past the bound tells an aggregate that fits from one that does not; a
+        // shard reads at most as many records as a search may answer.
+        let max_rows = query.max_rows.min(MAX_RESULT_ROWS);
+        let read = self.read_columns(&schema, &compiled, &names, max_rows, &set, info, &rest)?;
+        let truncated = read.rows > max_rows;
         groups.add_columns(&read.columns, read.rows)?;
-        Ok(groups.finish(read.rows, truncated, read.snapshot))
+        Ok(groups.finish(read.rows, truncated, info))
     }
 
     /// Number of records matching `predicate` in one snapshot.

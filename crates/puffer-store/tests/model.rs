@@ -12,7 +12,8 @@ use puffer_store::clock::ManualClock;
 use puffer_store::codec;
 use puffer_store::fs::RealFs;
 use puffer_store::{
-    Query, RawRecord, ReadOptions, Record, Shard, ShardOptions, StoreError, Value, WriteOp,
+    Aggregate, AggregateQuery, AggregateState, Predicate, Query, RawRecord, ReadOptions, Record,
+    Shard, ShardOptions, StoreError, Value, WriteOp,
 };
 
 const KEYS: u64 = 12;
@@ -146,6 +147,7 @@ impl Run {
                     .filter(|r| holds(&predicate, r))
                     .count() as u64;
                 assert_eq!(count, expected, "count {context} at {}", info.snapshot);
+                self.check_aggregate(shard, &predicate, read, &context);
             }
             1 => {
                 let k = key(self.rng.below(KEYS));
@@ -277,6 +279,118 @@ impl Run {
                     assert!(expected.contains(row), "columns {context}: {row:?}");
                 }
             }
+        }
+    }
+
+    /// Aggregates grouped by a random attribute, against the model's records: half the
+    /// time `COUNT(*)` alone over every record (counted from the suffix array of each
+    /// segment and sorted batch), else COUNT, SUM, MIN and MAX under `predicate` (from
+    /// column reads).
+    fn check_aggregate(
+        &mut self,
+        shard: &Shard,
+        predicate: &Predicate,
+        read: ReadOptions,
+        context: &str,
+    ) {
+        let group_by = ["name", "n", "flag", "t"][self.rng.below(4) as usize].to_string();
+        let (predicate, aggregates) = if self.rng.chance(50) {
+            (Predicate::All, vec![Aggregate::Rows])
+        } else {
+            let all = vec![
+                Aggregate::Rows,
+                Aggregate::Count("x".into()),
+                Aggregate::Sum("n".into()),
+                Aggregate::Min("name".into()),
+                Aggregate::Max("t".into()),
+            ];
+            (predicate.clone(), all)
+        };
+        let query = AggregateQuery {
+            predicate: predicate.clone(),
+            group_by: Some(group_by.clone()),
+            aggregates: aggregates.clone(),
+            max_rows: 1_000_000,
+            read,
+        };
+        let result = shard.aggregate(&query).expect("aggregate");
+        self.check_snapshot(&read, result.snapshot.snapshot, context);
+        assert!(!result.truncated, "{context}");
+        // The model's groups: (value, records, values of x, sum of n and values of n,
+        // least name, greatest t).
+        type Expected = (
+            Option<Value>,
+            u64,
+            u64,
+            (i128, u64),
+            Option<Value>,
+            Option<Value>,
+        );
+        let mut expected: Vec<Expected> = Vec::new();
+        for record in self.model.at(result.snapshot.snapshot).values() {
+            if !holds(&predicate, record) {
+                continue;
+            }
+            let value = record.values.get(&group_by).cloned();
+            let at = match expected.iter().position(|g| g.0 == value) {
+                Some(at) => at,
+                None => {
+                    expected.push((value, 0, 0, (0, 0), None, None));
+                    expected.len() - 1
+                }
+            };
+            let group = &mut expected[at];
+            group.1 += 1;
+            group.2 += u64::from(record.values.contains_key("x"));
+            if let Some(Value::Int(n)) = record.values.get("n") {
+                group.3 .0 += i128::from(*n);
+                group.3 .1 += 1;
+            }
+            if let Some(name) = record.values.get("name") {
+                if group
+                    .4
+                    .as_ref()
+                    .is_none_or(|least| name.cmp_same_type(least) == Some(std::cmp::Ordering::Less))
+                {
+                    group.4 = Some(name.clone());
+                }
+            }
+            if let Some(t) = record.values.get("t") {
+                if group
+                    .5
+                    .as_ref()
+                    .is_none_or(|most| t.cmp_same_type(most) == Some(std::cmp::Ordering::Greater))
+                {
+                    group.5 = Some(t.clone());
+                }
+            }
+        }
+        assert_eq!(
+            result.groups.len(),
+            expected.len(),
+            "aggregate {context} by {group_by}: {:?}",
+            result.groups
+        );
+        for (value, states) in &result.groups {
+            let group = expected
+                .iter()
+                .find(|g| g.0 == *value)
+                .unwrap_or_else(|| panic!("aggregate {context}: no group {value:?} in the model"));
+            let mut want = vec![AggregateState::Count(group.1)];
+            if aggregates.len() > 1 {
+                want.push(AggregateState::Count(group.2));
+                want.push(AggregateState::Sum {
+                    int: group.3 .0,
+                    float: 0.0,
+                    values: group.3 .1,
+                });
+                want.push(AggregateState::Min(group.4.clone()));
+                want.push(AggregateState::Max(group.5.clone()));
+            }
+            assert_eq!(
+                *states, want,
+                "aggregate {context} by {group_by}, group {value:?}"
+            );
         }
     }
 
