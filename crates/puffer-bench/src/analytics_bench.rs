@@ -188,6 +188,12 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
     pin_column_layers(&plain, AttributePin::Drop)?;
     let layered = open_puffer(&dir.path().join("puffer-columns"), &tables)?;
     let options = AnalyticsOptions::default();
+    // The same queries with DataFusion aggregating the scanned columns itself: what
+    // pushing aggregates into the store saves.
+    let in_datafusion = AnalyticsOptions {
+        push_aggregates: false,
+        ..AnalyticsOptions::default()
+    };
     let warm_up = warm_up(&layered, &options)?;
     let held_before = column_layers_held(&layered);
 
@@ -220,12 +226,12 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
             &tables,
         )?),
     };
-    let mut times = vec![[Vec::new(), Vec::new(), Vec::new(), Vec::new()]; CASES.len()];
+    let mut times = vec![std::array::from_fn::<Vec<_>, 5, _>(|_| Vec::new()); CASES.len()];
     let mut answers = vec![0usize; CASES.len()];
     for round in 0..args.rounds {
         for (c, case) in CASES.iter().enumerate() {
             let sqlite_text = case.sqlite.unwrap_or(case.puffer);
-            let mut got = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+            let mut got: [Vec<_>; 5] = std::array::from_fn(|_| Vec::new());
             // Rotate which engine goes first, so none always finds caches warm.
             for k in 0..ENGINES.len() {
                 let engine = (round + c + k) % ENGINES.len();
@@ -234,11 +240,12 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
                     (0, _) => (puffer_rows(&plain, case.puffer, &options), None),
                     (1, _) => (puffer_rows(&layered, case.puffer, &options), None),
                     (2, _) => (sqlite_rows(&sqlite, sqlite_text), None),
-                    (_, Some(duck)) => match duck.query(case.puffer) {
+                    (3, Some(duck)) => match duck.query(case.puffer) {
                         Ok((rows, took)) => (Ok(rows), Some(took)),
                         Err(e) => (Err(e), None),
                     },
-                    (_, None) => continue,
+                    (3, None) => continue,
+                    _ => (puffer_rows(&layered, case.puffer, &in_datafusion), None),
                 };
                 got[engine] =
                     rows.with_context(|| format!("{}, {}", ENGINES[engine], case.name))?;
@@ -249,8 +256,7 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
                     sort_rows(rows);
                 }
             }
-            let engines_compared = if duck.is_some() { 4 } else { 3 };
-            for engine in (0..engines_compared).filter(|&e| e != 2) {
+            for engine in (0..ENGINES.len()).filter(|&e| e != 2 && (e != 3 || duck.is_some())) {
                 ensure!(
                     same_rows(&got[engine], &got[2]),
                     "{}: the answers differ\n{}: {:?}\nSQLite:   {:?}",
@@ -304,37 +310,42 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "{:<18} {:>6} {:>12} {:>14} {:>12} {:>10} {:>8} {:>8}",
+        "{:<18} {:>6} {:>12} {:>12} {:>12} {:>10} {:>10} {:>8} {:>8} {:>8}",
         "query",
         "rows",
         "pufferdb ms",
         "+columns ms",
+        "no-push ms",
         "sqlite ms",
         "duckdb ms",
         "/sqlite",
-        "/duckdb"
+        "/duckdb",
+        "/no-push"
     );
     let mut rows = Vec::new();
     for (c, case) in CASES.iter().enumerate() {
         let p50 = |engine: usize| quantile_us(&mut times[c][engine].clone(), 0.5) / 1e3;
         let (plain_ms, layered_ms, sqlite_ms) = (p50(0), p50(1), p50(2));
-        let duck_ms = duck.as_ref().map(|_| p50(3));
+        let (duck_ms, unpushed_ms) = (duck.as_ref().map(|_| p50(3)), p50(4));
         println!(
-            "{:<18} {:>6} {:>12.2} {:>14.2} {:>12.2} {:>10} {:>8.2} {:>8}",
+            "{:<18} {:>6} {:>12.2} {:>12.2} {:>12.2} {:>10.2} {:>10} {:>8.2} {:>8} {:>8.2}",
             case.name,
             answers[c],
             plain_ms,
             layered_ms,
+            unpushed_ms,
             sqlite_ms,
             duck_ms.map_or("-".into(), |d| format!("{d:.2}")),
             layered_ms / sqlite_ms,
             duck_ms.map_or("-".into(), |d| format!("{:.2}", layered_ms / d)),
+            layered_ms / unpushed_ms,
         );
         rows.push(json!({
             "query": case.name,
             "rows": answers[c],
             "pufferdb_p50_ms": round(plain_ms, 3),
             "pufferdb_columns_p50_ms": round(layered_ms, 3),
+            "pufferdb_columns_aggregates_in_datafusion_p50_ms": round(unpushed_ms, 3),
             "sqlite_p50_ms": round(sqlite_ms, 3),
             "duckdb_p50_ms": duck_ms.map(|d| round(d, 3)),
         }));
@@ -372,11 +383,12 @@ pub fn run(args: &AnalyticsArgs) -> anyhow::Result<()> {
 }
 
 /// The engines, in the order of the measurements.
-const ENGINES: [&str; 4] = [
+const ENGINES: [&str; 5] = [
     "PufferDB",
     "PufferDB with column layers",
     "SQLite",
     "DuckDB",
+    "PufferDB with column layers, aggregates in DataFusion",
 ];
 
 /// DuckDB in a Python process of its own (`duckdb_peer.py`), spoken to in JSON lines.
