@@ -5,7 +5,8 @@
 //!
 //! The rule rewrites `Aggregate` over a `TableScan` of a PufferDB table when the store
 //! can compute all of it: every filter of the scan pushed exactly, no limit, at most one
-//! grouping column (an attribute that is not a float), and only `COUNT(*)`, `COUNT(a)`,
+//! grouping column (an attribute that is not a float, or `date_trunc(unit, t)` of a
+//! timestamp attribute, cut in UTC by the store), and only `COUNT(*)`, `COUNT(a)`,
 //! `SUM(a)`, `AVG(a)` (of numbers), `MIN(a)` and `MAX(a)` without DISTINCT, FILTER or
 //! ORDER BY. The aggregation becomes a scan of the store's answer (one row per group,
 //! typed as DataFusion types the aggregation's output) under a projection that names
@@ -31,7 +32,8 @@ use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use datafusion::physical_plan::ExecutionPlan;
 use puffer_query::QueryError;
 use puffer_store::{
-    Aggregate, AggregateQuery, AggregateResult, AggregateState, AttrType, Predicate, Value,
+    Aggregate, AggregateQuery, AggregateResult, AggregateState, AttrType, Predicate, TimeBucket,
+    Value,
 };
 
 use crate::filters::predicate_of;
@@ -100,12 +102,25 @@ fn pushed(aggregate: &DfAggregate) -> DfResult<Option<LogicalPlan>> {
             _ => return Ok(None),
         }
     }
-    let group_by = match aggregate.group_expr.as_slice() {
-        [] => None,
+    let (group_by, bucket) = match aggregate.group_expr.as_slice() {
+        [] => (None, None),
         [Expr::Column(column)] => match attribute_type(column) {
             Some(AttrType::Float) | None => return Ok(None),
-            Some(_) => Some(column.name.clone()),
+            Some(_) => (Some(column.name.clone()), None),
         },
+        [Expr::ScalarFunction(function)] if function.name() == "date_trunc" => {
+            match function.args.as_slice() {
+                [Expr::Literal(ScalarValue::Utf8(Some(unit)), _), Expr::Column(column)]
+                    if attribute_type(column) == Some(AttrType::Timestamp) =>
+                {
+                    match TimeBucket::of_unit(unit) {
+                        Some(bucket) => (Some(column.name.clone()), Some(bucket)),
+                        None => return Ok(None),
+                    }
+                }
+                _ => return Ok(None),
+            }
+        }
         _ => return Ok(None),
     };
     let mut aggregates = Vec::with_capacity(aggregate.aggr_expr.len());
@@ -159,6 +174,7 @@ fn pushed(aggregate: &DfAggregate) -> DfResult<Option<LogicalPlan>> {
             _ => Predicate::And(predicates),
         },
         group_by,
+        bucket,
         aggregates,
         max_rows: table.max_scan_rows(),
         read: table.read_options(),

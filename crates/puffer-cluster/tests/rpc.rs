@@ -144,6 +144,7 @@ fn a_remote_shard_answers_as_the_local_one_and_the_model() {
                 query: puffer_store::AggregateQuery {
                     predicate: Predicate::Eq("city".into(), Value::String(city.into())),
                     group_by: Some("city".into()),
+                    bucket: None,
                     aggregates: vec![puffer_store::Aggregate::Rows],
                     max_rows: 1000,
                     read,

@@ -69,6 +69,60 @@ impl Aggregate {
     }
 }
 
+/// A time bucket a timestamp group is cut to, in UTC, as SQL's `date_trunc` cuts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeBucket {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    /// Weeks starting on Monday.
+    Week,
+    Month,
+    Quarter,
+    Year,
+}
+
+impl TimeBucket {
+    /// The bucket `date_trunc` names `unit` (case-insensitive), if it is one of these.
+    pub fn of_unit(unit: &str) -> Option<TimeBucket> {
+        Some(match unit.to_ascii_lowercase().as_str() {
+            "second" => TimeBucket::Second,
+            "minute" => TimeBucket::Minute,
+            "hour" => TimeBucket::Hour,
+            "day" => TimeBucket::Day,
+            "week" => TimeBucket::Week,
+            "month" => TimeBucket::Month,
+            "quarter" => TimeBucket::Quarter,
+            "year" => TimeBucket::Year,
+            _ => return None,
+        })
+    }
+
+    /// The start of the bucket holding `micros` (microseconds since the epoch, UTC).
+    pub fn truncate(self, micros: i64) -> i64 {
+        const SECOND: i64 = 1_000_000;
+        const DAY: i64 = 86_400 * SECOND;
+        let floor = |unit: i64| micros.div_euclid(unit) * unit;
+        let days = micros.div_euclid(DAY);
+        let civil_start = |month_of: fn(i64) -> i64| {
+            let (year, month, _) = crate::timestamp::civil_from_days(days);
+            crate::timestamp::days_from_civil(year, month_of(month), 1) * DAY
+        };
+        match self {
+            TimeBucket::Second => floor(SECOND),
+            TimeBucket::Minute => floor(60 * SECOND),
+            TimeBucket::Hour => floor(3600 * SECOND),
+            TimeBucket::Day => floor(DAY),
+            // 1970-01-01 was a Thursday: Monday is 3 days before it.
+            TimeBucket::Week => (days - (days + 3).rem_euclid(7)) * DAY,
+            TimeBucket::Month => civil_start(|month| month),
+            TimeBucket::Quarter => civil_start(|month| (month - 1) / 3 * 3 + 1),
+            TimeBucket::Year => civil_start(|_| 1),
+        }
+    }
+}
+
 /// Aggregates of the records matching a predicate, optionally per value of one
 /// attribute.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -78,6 +132,9 @@ pub struct AggregateQuery {
     /// The attribute whose values make the groups (`None`: one group of every record).
     /// Not a float attribute (floats do not group exactly).
     pub group_by: Option<String>,
+    /// Where the groups are of a timestamp attribute's time buckets (`date_trunc`), the
+    /// bucket; `None`: of its values.
+    pub bucket: Option<TimeBucket>,
     /// What each group answers, in order.
     pub aggregates: Vec<Aggregate>,
     /// Most records aggregated from their values: past it the answer is `truncated` and
@@ -95,9 +152,15 @@ impl AggregateQuery {
             Ok(schema.attributes[id as usize].attr_type)
         };
         if let Some(group) = &self.group_by {
-            if type_of(group)? == AttrType::Float {
+            let group_type = type_of(group)?;
+            if group_type == AttrType::Float {
                 return Err(crate::StoreError::InvalidQuery(format!(
                     "cannot group by float attribute {group}"
+                )));
+            }
+            if self.bucket.is_some() && group_type != AttrType::Timestamp {
+                return Err(crate::StoreError::InvalidQuery(format!(
+                    "cannot cut attribute {group} into time buckets: it is not a timestamp"
                 )));
             }
         }
@@ -372,14 +435,20 @@ impl<'q> Groups<'q> {
             }
             ColumnData::Ints(values) => {
                 let mut seen: HashMap<i64, usize> = HashMap::new();
+                let bucket = self.query.bucket;
                 for (row, &value) in values.iter().enumerate().take(rows) {
                     let group = if !by.valid[row] {
                         *absent.get_or_insert_with(|| self.group(GroupKey::Absent, None))
                     } else {
+                        let value = bucket.map_or(value, |bucket| bucket.truncate(value));
                         match seen.get(&value) {
                             Some(&group) => group,
                             None => {
-                                let group = self.group(GroupKey::Int(value), by.value(row));
+                                let shown = match (bucket, by.value(row)) {
+                                    (Some(_), _) => Some(Value::Timestamp(value)),
+                                    (None, shown) => shown,
+                                };
+                                let group = self.group(GroupKey::Int(value), shown);
                                 seen.insert(value, group);
                                 group
                             }

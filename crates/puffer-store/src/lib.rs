@@ -51,7 +51,7 @@ pub mod stage;
 pub mod timestamp;
 pub mod wal;
 
-pub use aggregate::{Aggregate, AggregateQuery, AggregateResult, AggregateState};
+pub use aggregate::{Aggregate, AggregateQuery, AggregateResult, AggregateState, TimeBucket};
 pub use columns::{Column, ColumnData, ColumnsResult};
 pub use error::{Result, StoreError};
 pub use query::Predicate;

@@ -996,7 +996,8 @@ impl Shard {
         let types = types_of(&schema);
         let counted_group = match (&compiled, &query.group_by) {
             (Compiled::All, Some(group))
-                if query.aggregates.iter().all(|a| *a == Aggregate::Rows) =>
+                if query.bucket.is_none()
+                    && query.aggregates.iter().all(|a| *a == Aggregate::Rows) =>
             {
                 Some(schema.require(group)?)
             }

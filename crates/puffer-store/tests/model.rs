@@ -309,6 +309,7 @@ impl Run {
         let query = AggregateQuery {
             predicate: predicate.clone(),
             group_by: Some(group_by.clone()),
+            bucket: None,
             aggregates: aggregates.clone(),
             max_rows: 1_000_000,
             read,

@@ -240,7 +240,8 @@ mod tests {
         round_trip(&ReplicaRequest::Read(ReadRequest::Aggregate {
             query: puffer_store::AggregateQuery {
                 predicate: predicate.clone(),
-                group_by: Some("city".into()),
+                group_by: Some("seen".into()),
+                bucket: Some(puffer_store::TimeBucket::Week),
                 aggregates: vec![
                     puffer_store::Aggregate::Rows,
                     puffer_store::Aggregate::Avg("price".into()),
