@@ -178,7 +178,9 @@ fn session(
         .with_information_schema(false)
         // Column and table names are matched as written, as PufferDB's own SQL does
         // (CSV headers keep their case).
-        .set_bool("datafusion.sql_parser.enable_ident_normalization", false);
+        .set_bool("datafusion.sql_parser.enable_ident_normalization", false)
+        // Where the planner can say which part of the text an error is about, it does.
+        .set_bool("datafusion.sql_parser.collect_spans", true);
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_limit(options.memory_limit_bytes, 1.0)
         .build_arc()
@@ -247,6 +249,28 @@ fn column_names(schema: &datafusion::common::DFSchema) -> Vec<String> {
         .collect()
 }
 
+/// `error` placed at `at` in the query's text, where the planner said where it is and
+/// the error does not say so already.
+fn placed(error: QueryError, at: Option<datafusion::common::Location>) -> QueryError {
+    let Some(at) = at.filter(|at| at.line > 0) else {
+        return error;
+    };
+    match error {
+        QueryError::Unsupported {
+            construct, line: 0, ..
+        } => QueryError::Unsupported {
+            construct,
+            line: at.line,
+            column: at.column,
+        },
+        QueryError::Invalid(message) => QueryError::Invalid(format!(
+            "{message} (at line {}, column {})",
+            at.line, at.column
+        )),
+        other => other,
+    }
+}
+
 /// A DataFusion error as the query layer's: PufferDB's own errors (raised in a scan)
 /// come back as they were; the engine's are sorted into syntax errors (placed where
 /// the parser says), unsupported constructs, exceeded limits and invalid queries.
@@ -256,9 +280,11 @@ fn error_of(error: DataFusionError, text: &str) -> QueryError {
             Ok(ours) => *ours,
             Err(other) => QueryError::Invalid(other.to_string()),
         },
-        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
-            error_of(*inner, text)
-        }
+        DataFusionError::Context(_, inner) => error_of(*inner, text),
+        DataFusionError::Diagnostic(diagnostic, inner) => placed(
+            error_of(*inner, text),
+            diagnostic.span.map(|span| span.start),
+        ),
         DataFusionError::Collection(mut errors) if !errors.is_empty() => {
             error_of(errors.swap_remove(0), text)
         }
