@@ -123,6 +123,9 @@ fn pushed(aggregate: &DfAggregate) -> DfResult<Option<LogicalPlan>> {
         }
         _ => return Ok(None),
     };
+    if aggregate.aggr_expr.len() > puffer_store::aggregate::MAX_AGGREGATES {
+        return Ok(None);
+    }
     let mut aggregates = Vec::with_capacity(aggregate.aggr_expr.len());
     for expr in &aggregate.aggr_expr {
         let expr = match expr {
@@ -185,7 +188,14 @@ fn pushed(aggregate: &DfAggregate) -> DfResult<Option<LogicalPlan>> {
         .fields()
         .iter()
         .enumerate()
-        .map(|(i, field)| Field::new(format!("c{i}"), field.data_type().clone(), true))
+        .map(|(i, field)| {
+            Field::new(
+                format!("c{i}"),
+                field.data_type().clone(),
+                field.is_nullable(),
+            )
+            .with_metadata(field.metadata().clone())
+        })
         .collect();
     let answer = StoreAggregate {
         table: table.clone(),

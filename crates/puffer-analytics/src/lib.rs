@@ -136,7 +136,7 @@ pub fn run(
 
 /// The plan query `text` runs by, after DataFusion's optimizer (and PufferDB's rule):
 /// where the scans, pushed filters and pushed aggregates are. Planned at the newest
-/// snapshot; nothing is read.
+/// snapshot (on a cluster node, chosen through the broker); no table is read.
 pub fn explain(db: &Arc<Database>, text: &str, options: &AnalyticsOptions) -> Result<String> {
     let (query, _) = puffer_query::sql::split_freshness(text)?;
     let at = db.choose_snapshot(ReadOptions::default())?;

@@ -540,7 +540,8 @@ fn time_buckets_cut_by_the_store_equal_datafusions() {
 }
 
 /// A scan reads at most `max_scan_rows` records (refused past it, whatever the engine
-/// would make of them); a count holds none, so no bound applies to it; an answer past
+/// would make of them); a count holds none, so no bound applies to it, nor to a grouped
+/// `COUNT(*)` counted from the suffix array of segments; an answer past
 /// `max_result_rows` is cut and says so.
 #[test]
 fn scans_past_the_bound_are_refused_and_long_answers_cut() {
@@ -556,6 +557,38 @@ fn scans_past_the_bound_are_refused_and_long_answers_cut() {
     let error = run(
         &db,
         "SELECT city, COUNT(*) FROM listings GROUP BY city",
+        None,
+        &bounded,
+    )
+    .unwrap_err();
+    assert_eq!(error.code(), "limit_exceeded", "{error}");
+    // From segments, the same grouped count reads no record (each group is counted
+    // from its suffix-array interval), so the bound does not apply; a grouped sum
+    // still reads every value and is refused.
+    db.table("listings").unwrap().compact_all().unwrap();
+    let scans_bounded = AnalyticsOptions {
+        max_scan_rows: 10,
+        ..AnalyticsOptions::default()
+    };
+    let counted = run(
+        &db,
+        "SELECT city, COUNT(*) FROM listings GROUP BY city",
+        None,
+        &scans_bounded,
+    );
+    match counted.unwrap() {
+        Answer::Computed { rows, .. } => {
+            assert_eq!(rows.len(), 5, "{rows:?}");
+            assert!(
+                rows.iter().all(|row| row[1] == Some(Value::Int(4))),
+                "{rows:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let error = run(
+        &db,
+        "SELECT city, SUM(rooms) FROM listings GROUP BY city",
         None,
         &bounded,
     )

@@ -20,6 +20,9 @@ use crate::schema::{AttrType, Value};
 use crate::shard::{ReadOptions, SnapshotInfo};
 use crate::stage::TextStage;
 
+/// Most aggregates one query computes (each group holds a state of each).
+pub const MAX_AGGREGATES: usize = 16;
+
 /// Most groups a stage's suffix array is walked for: past it, the stage's records are
 /// aggregated from their values instead (a locate per group stops paying).
 pub const MAX_INDEX_GROUPS: usize = 4096;
@@ -99,15 +102,16 @@ impl TimeBucket {
         })
     }
 
-    /// The start of the bucket holding `micros` (microseconds since the epoch, UTC).
-    pub fn truncate(self, micros: i64) -> i64 {
+    /// The start of the bucket holding `micros` (microseconds since the epoch, UTC);
+    /// `None` where it is before the earliest timestamp (within a year of `i64::MIN`).
+    pub fn truncate(self, micros: i64) -> Option<i64> {
         const SECOND: i64 = 1_000_000;
         const DAY: i64 = 86_400 * SECOND;
-        let floor = |unit: i64| micros.div_euclid(unit) * unit;
+        let floor = |unit: i64| micros.div_euclid(unit).checked_mul(unit);
         let days = micros.div_euclid(DAY);
         let civil_start = |month_of: fn(i64) -> i64| {
             let (year, month, _) = crate::timestamp::civil_from_days(days);
-            crate::timestamp::days_from_civil(year, month_of(month), 1) * DAY
+            crate::timestamp::days_from_civil(year, month_of(month), 1).checked_mul(DAY)
         };
         match self {
             TimeBucket::Second => floor(SECOND),
@@ -115,7 +119,7 @@ impl TimeBucket {
             TimeBucket::Hour => floor(3600 * SECOND),
             TimeBucket::Day => floor(DAY),
             // 1970-01-01 was a Thursday: Monday is 3 days before it.
-            TimeBucket::Week => (days - (days + 3).rem_euclid(7)) * DAY,
+            TimeBucket::Week => (days - (days + 3).rem_euclid(7)).checked_mul(DAY),
             TimeBucket::Month => civil_start(|month| month),
             TimeBucket::Quarter => civil_start(|month| (month - 1) / 3 * 3 + 1),
             TimeBucket::Year => civil_start(|_| 1),
@@ -145,8 +149,15 @@ pub struct AggregateQuery {
 }
 
 impl AggregateQuery {
-    /// Refuses what a shard cannot aggregate: float groups, sums of non-numbers.
+    /// Refuses what a shard cannot aggregate: float groups, sums of non-numbers, more
+    /// than [`MAX_AGGREGATES`] aggregates.
     pub fn check(&self, schema: &crate::Schema) -> crate::Result<()> {
+        if self.aggregates.len() > MAX_AGGREGATES {
+            return Err(crate::StoreError::InvalidQuery(format!(
+                "{} aggregates asked at once; the most is {MAX_AGGREGATES}",
+                self.aggregates.len()
+            )));
+        }
         let type_of = |name: &str| -> crate::Result<AttrType> {
             let id = schema.require(name)?;
             Ok(schema.attributes[id as usize].attr_type)
@@ -211,7 +222,9 @@ pub enum AggregateState {
 impl AggregateState {
     fn merge(&mut self, other: &AggregateState) -> Result<(), String> {
         match (self, other) {
-            (AggregateState::Count(a), AggregateState::Count(b)) => *a += b,
+            (AggregateState::Count(a), AggregateState::Count(b)) => {
+                *a = a.checked_add(*b).ok_or("a count overflows 64 bits")?;
+            }
             (
                 AggregateState::Sum { int, float, values },
                 AggregateState::Sum {
@@ -220,9 +233,13 @@ impl AggregateState {
                     values: more,
                 },
             ) => {
-                *int += more_int;
+                *int = int
+                    .checked_add(*more_int)
+                    .ok_or("a sum overflows 128 bits")?;
                 *float += more_float;
-                *values += more;
+                *values = values
+                    .checked_add(*more)
+                    .ok_or("a count overflows 64 bits")?;
             }
             (AggregateState::Min(a), AggregateState::Min(b)) => keep(a, b.as_ref(), Less),
             (AggregateState::Max(a), AggregateState::Max(b)) => keep(a, b.as_ref(), Greater),
@@ -440,7 +457,14 @@ impl<'q> Groups<'q> {
                     let group = if !by.valid[row] {
                         *absent.get_or_insert_with(|| self.group(GroupKey::Absent, None))
                     } else {
-                        let value = bucket.map_or(value, |bucket| bucket.truncate(value));
+                        let value = match bucket {
+                            None => value,
+                            Some(bucket) => bucket.truncate(value).ok_or_else(|| {
+                                crate::StoreError::InvalidQuery(format!(
+                                    "timestamp {value} us has no {bucket:?} bucket: it is too early"
+                                ))
+                            })?,
+                        };
                         match seen.get(&value) {
                             Some(&group) => group,
                             None => {
@@ -598,4 +622,39 @@ pub fn index_group_counts(
     }
     counts.retain(|(_, count)| *count > 0);
     Ok(Some(counts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TimeBucket;
+
+    const BUCKETS: [TimeBucket; 8] = [
+        TimeBucket::Second,
+        TimeBucket::Minute,
+        TimeBucket::Hour,
+        TimeBucket::Day,
+        TimeBucket::Week,
+        TimeBucket::Month,
+        TimeBucket::Quarter,
+        TimeBucket::Year,
+    ];
+
+    #[test]
+    fn buckets_start_at_or_before_their_values_and_the_extremes_do_not_overflow() {
+        for bucket in BUCKETS {
+            // 2024-02-29T13:45:07.5Z, a Thursday, and one before the epoch.
+            for micros in [1_709_214_307_500_000, -1_709_214_307_500_000, 0, -1] {
+                let start = bucket.truncate(micros).unwrap();
+                assert!(start <= micros, "{bucket:?} {micros}: {start}");
+                assert_eq!(bucket.truncate(start), Some(start), "{bucket:?} {micros}");
+            }
+            assert_eq!(bucket.truncate(i64::MIN), None, "{bucket:?}");
+            assert!(bucket.truncate(i64::MAX).is_some(), "{bucket:?}");
+        }
+        // Monday 2024-02-26, 1 February, 1 January.
+        let day = 86_400_000_000;
+        assert_eq!(TimeBucket::Week.truncate(1_709_214_307_500_000), Some(19_779 * day));
+        assert_eq!(TimeBucket::Month.truncate(1_709_214_307_500_000), Some(19_754 * day));
+        assert_eq!(TimeBucket::Year.truncate(1_709_214_307_500_000), Some(19_723 * day));
+    }
 }
