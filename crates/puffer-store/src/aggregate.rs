@@ -653,8 +653,17 @@ mod tests {
         }
         // Monday 2024-02-26, 1 February, 1 January.
         let day = 86_400_000_000;
-        assert_eq!(TimeBucket::Week.truncate(1_709_214_307_500_000), Some(19_779 * day));
-        assert_eq!(TimeBucket::Month.truncate(1_709_214_307_500_000), Some(19_754 * day));
-        assert_eq!(TimeBucket::Year.truncate(1_709_214_307_500_000), Some(19_723 * day));
+        assert_eq!(
+            TimeBucket::Week.truncate(1_709_214_307_500_000),
+            Some(19_779 * day)
+        );
+        assert_eq!(
+            TimeBucket::Month.truncate(1_709_214_307_500_000),
+            Some(19_754 * day)
+        );
+        assert_eq!(
+            TimeBucket::Year.truncate(1_709_214_307_500_000),
+            Some(19_723 * day)
+        );
     }
 }
