@@ -32,11 +32,10 @@ use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use datafusion::physical_plan::ExecutionPlan;
 use puffer_query::QueryError;
 use puffer_store::{
-    Aggregate, AggregateQuery, AggregateResult, AggregateState, AttrType, Predicate, TimeBucket,
-    Value,
+    Aggregate, AggregateQuery, AggregateResult, AggregateState, AttrType, TimeBucket, Value,
 };
 
-use crate::filters::predicate_of;
+use crate::filters::{all_of, predicate_of};
 use crate::provider::PufferTable;
 
 /// The name the store's answer is scanned under (the projection above it renames).
@@ -171,11 +170,7 @@ fn pushed(aggregate: &DfAggregate) -> DfResult<Option<LogicalPlan>> {
         aggregates.push(pushed);
     }
     let query = AggregateQuery {
-        predicate: match predicates.len() {
-            0 => Predicate::All,
-            1 => predicates.pop().expect("one predicate"),
-            _ => Predicate::And(predicates),
-        },
+        predicate: all_of(predicates),
         group_by,
         bucket,
         aggregates,

@@ -28,6 +28,15 @@ pub struct Pushed {
     pub exact: bool,
 }
 
+/// The conjunction of `predicates` (`All` for none).
+pub fn all_of(mut predicates: Vec<Predicate>) -> Predicate {
+    match predicates.len() {
+        0 => Predicate::All,
+        1 => predicates.pop().expect("one predicate"),
+        _ => Predicate::And(predicates),
+    }
+}
+
 /// The store predicate standing for `filter` on a table of `schema`, or `None` if the
 /// store can evaluate none of it.
 pub fn predicate_of(filter: &Expr, schema: &Schema) -> Option<Pushed> {

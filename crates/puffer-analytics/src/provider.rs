@@ -29,7 +29,7 @@ use puffer_store::{
 };
 
 use crate::convert;
-use crate::filters::predicate_of;
+use crate::filters::{all_of, predicate_of};
 use crate::AnalyticsOptions;
 
 /// What the scans of one query saw, merged into the answer's snapshot: every scan
@@ -269,16 +269,12 @@ impl TableProvider for PufferTable {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         // DataFusion passes a limit only where none of its own filters stands above
         // the scan (every filter pushed exactly): the first rows found will do.
-        let mut pushed: Vec<Predicate> = filters
+        let pushed: Vec<Predicate> = filters
             .iter()
             .filter_map(|f| predicate_of(f, &self.schema))
             .map(|pushed| pushed.predicate)
             .collect();
-        let predicate = match pushed.len() {
-            0 => Predicate::All,
-            1 => pushed.pop().expect("one predicate"),
-            _ => Predicate::And(pushed),
-        };
+        let predicate = all_of(pushed);
         let (batch, projected) = self
             .scan_batch(projection, predicate, limit)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;

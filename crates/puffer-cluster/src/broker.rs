@@ -300,20 +300,24 @@ impl Broker {
         }
     }
 
-    /// Has a live data node take on each of `shards`, which the nodes asked did not
-    /// hold: a holder the placement names first, else the first usable node by id (the
-    /// broker then sends that shard's reads there until the placement names a live
-    /// holder).
-    fn take_on_somewhere(&self, entry: &TableEntry, shards: &[u32]) -> Result<()> {
+    /// The data nodes not skipped after a failure now.
+    fn usable_nodes(&self) -> Vec<Arc<DataNode>> {
         let now = Instant::now();
-        let nodes: Vec<std::sync::Arc<DataNode>> = self
-            .nodes
+        self.nodes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .filter(|n| n.usable(now))
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Has a live data node take on each of `shards`, which the nodes asked did not
+    /// hold: a holder the placement names first, else the first usable node by id (the
+    /// broker then sends that shard's reads there until the placement names a live
+    /// holder).
+    fn take_on_somewhere(&self, entry: &TableEntry, shards: &[u32]) -> Result<()> {
+        let nodes = self.usable_nodes();
         let placement = self
             .placement
             .read()
@@ -371,15 +375,8 @@ impl Broker {
         let mut last_error = None;
         let mut request = request.clone();
         for _ in 0..MAX_TRIES {
-            let now = Instant::now();
-            let candidates: Vec<std::sync::Arc<DataNode>> = self
-                .nodes
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .filter(|n| n.usable(now) && !failed.contains(&n.node_id))
-                .cloned()
-                .collect();
+            let mut candidates = self.usable_nodes();
+            candidates.retain(|n| !failed.contains(&n.node_id));
             if candidates.is_empty() {
                 break;
             }
@@ -499,14 +496,7 @@ impl Broker {
         let mut failures = 0;
         loop {
             let now = Instant::now();
-            let nodes: Vec<Arc<DataNode>> = self
-                .nodes
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .filter(|n| n.usable(now))
-                .cloned()
-                .collect();
+            let nodes = self.usable_nodes();
             if nodes.is_empty() {
                 return Err(StoreError::Unavailable(
                     "no data node is usable to choose a snapshot at".into(),
