@@ -1214,8 +1214,10 @@ impl Database {
             snapshot.get_or_insert(answer.snapshot().snapshot);
             Ok(answer)
         };
-        let predicate = match request {
-            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {
+        let predicate = match request.predicate() {
+            Some(predicate) => predicate,
+            // A read of one key: the newest chunk holding it answers.
+            None => {
                 let mut newest_miss = None;
                 for (_, chunk) in chunks.iter().rev() {
                     let answer = read(chunk, request)?;
@@ -1234,9 +1236,6 @@ impl Database {
                     None => read(table, request),
                 };
             }
-            ReadRequest::Search { query } | ReadRequest::Columns { query } => &query.predicate,
-            ReadRequest::Aggregate { query } => &query.predicate,
-            ReadRequest::Count { predicate, .. } => predicate,
         };
         let range = crate::partition::time_range(predicate, &partitioning.attribute);
         let mut answers = Vec::new();
@@ -1276,13 +1275,8 @@ impl Database {
                 subspace.table, subspace.table
             )));
         }
-        match request {
-            ReadRequest::Search { query } | ReadRequest::Columns { query } => {
-                self.profile_search(&here, &query.predicate);
-            }
-            ReadRequest::Aggregate { query } => self.profile_search(&here, &query.predicate),
-            ReadRequest::Count { predicate, .. } => self.profile_search(&here, predicate),
-            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => {}
+        if let Some(predicate) = request.predicate() {
+            self.profile_search(&here, predicate);
         }
         if let Some((subspace, regions)) = self.subspace_route(&here, request) {
             // Several regions at once: on a thread that may wait.

@@ -57,6 +57,18 @@ impl ReadRequest {
         }
     }
 
+    /// Which records it reads (`None` for a read of one key).
+    pub fn predicate(&self) -> Option<&Predicate> {
+        match self {
+            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. } => None,
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => {
+                Some(&query.predicate)
+            }
+            ReadRequest::Aggregate { query } => Some(&query.predicate),
+            ReadRequest::Count { predicate, .. } => Some(predicate),
+        }
+    }
+
     /// The same read at snapshot `min_snapshot` or a newer one.
     pub fn at_least(&self, min_snapshot: u64) -> ReadRequest {
         let mut request = self.clone();
