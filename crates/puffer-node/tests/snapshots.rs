@@ -14,8 +14,8 @@ use puffer_node::serving::NodeConfig;
 use puffer_node::table::shard_of;
 use puffer_node::{Answer, Database, DatabaseOptions, TableLayout};
 use puffer_store::{
-    AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, ShardOptions, Value,
-    WriteOp,
+    AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, ShardOptions, StoreError,
+    Value, WriteOp,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -400,8 +400,16 @@ fn update_pairs_are_never_seen_in_half_nor_out_of_order() {
                     WriteOp::Put(Record::new(a).with("v", Value::Int(i))),
                     WriteOp::Put(Record::new(b).with("v", Value::Int(-i))),
                 ];
-                db.table("pairs").unwrap().write(pair).unwrap();
-                written.store(i as u64, Ordering::SeqCst);
+                // Refused while sealing and compaction catch up: the store says to
+                // retry later, as any writer does; the pair is then written whole.
+                match db.table("pairs").unwrap().write(pair) {
+                    Ok(_) => written.store(i as u64, Ordering::SeqCst),
+                    Err(puffer_query::QueryError::Store(StoreError::Overloaded(_))) => {
+                        i -= 1;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(error) => panic!("writing pair {i}: {error}"),
+                }
             }
         })
     };
