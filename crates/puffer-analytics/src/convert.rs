@@ -25,6 +25,7 @@ use datafusion::arrow::datatypes::{
     DataType, Field, Float64Type, Int64Type, Schema as ArrowSchema, SchemaRef, TimeUnit,
     TimestampMicrosecondType, UInt64Type,
 };
+use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use puffer_query::{QueryError, Result};
 use puffer_store::{AttrType, Column, ColumnData, ColumnsResult, Schema, Value};
@@ -206,64 +207,167 @@ fn values_of(array: &dyn Array) -> Result<Vec<Option<Value>>> {
     })
 }
 
-/// Rows per record batch of an Arrow IPC answer: a reader gets the first batch before
-/// the whole answer is decoded, and no batch is too large for 32-bit string offsets
-/// unless its strings are.
+/// Rows per record batch of an Arrow IPC answer written whole by [`ipc_stream`]: a
+/// reader gets the first batch before the whole answer is decoded, and no batch is too
+/// large for 32-bit string offsets unless its strings are.
 pub const IPC_BATCH_ROWS: usize = 65_536;
 
-/// An answer's rows as an Arrow IPC stream (the format `pyarrow.ipc.open_stream`
-/// reads): one field per column, typed by its values (integers `Int64`, floats
-/// `Float64`, booleans `Boolean`, timestamps `Timestamp(Microsecond, UTC)`, strings and
-/// columns whose values differ in type `Utf8`, a column of NULLs only `Utf8`), every
-/// field nullable, in batches of [`IPC_BATCH_ROWS`] rows.
-pub fn ipc_stream(columns: &[String], rows: &[Vec<Option<Value>>]) -> Result<Vec<u8>> {
-    use datafusion::arrow::ipc::writer::StreamWriter;
-    let kinds: Vec<Option<AttrType>> = (0..columns.len())
-        .map(|c| {
-            let mut values = rows
-                .iter()
-                .filter_map(|row| row.get(c).and_then(Option::as_ref));
-            let first = values.next().map(Value::attr_type)?;
-            match values.all(|v| v.attr_type() == first) {
-                true => Some(first),
-                false => Some(AttrType::String),
-            }
+/// The type a column of `rows` is written as in Arrow: the type of its values, a
+/// string where they differ in type, `None` (written as `Utf8`) where it holds only
+/// NULLs.
+pub fn kind_of_values<'v>(mut values: impl Iterator<Item = &'v Value>) -> Option<AttrType> {
+    let first = values.next().map(Value::attr_type)?;
+    match values.all(|v| v.attr_type() == first) {
+        true => Some(first),
+        false => Some(AttrType::String),
+    }
+}
+
+/// The type an answer column of Arrow type `data_type` is written as, its values being
+/// what [`rows_of`] makes of them: integers of any width as `Int64` (an unsigned one
+/// past its range fails to be written), floats and decimals as `Float64`, dates and
+/// timestamps as timestamps, NULLs only as `Utf8`, anything else as its text.
+pub fn kind_of_type(data_type: &DataType) -> Option<AttrType> {
+    Some(match data_type {
+        DataType::Null => return None,
+        DataType::Boolean => AttrType::Bool,
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => AttrType::Int,
+        DataType::Float16
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => AttrType::Float,
+        DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 => AttrType::Timestamp,
+        _ => AttrType::String,
+    })
+}
+
+/// An answer written as an Arrow IPC stream (the format `pyarrow.ipc.open_stream`
+/// reads) a batch at a time: the schema first, each batch of rows as it comes, the end
+/// marker last. What is written so far is taken with [`IpcWriter::take_bytes`], so an
+/// answer can be sent while it is written.
+pub struct IpcWriter {
+    writer: StreamWriter<Vec<u8>>,
+    schema: SchemaRef,
+    columns: Vec<String>,
+    kinds: Vec<Option<AttrType>>,
+}
+
+fn ipc_failed(e: datafusion::arrow::error::ArrowError) -> QueryError {
+    QueryError::Invalid(format!("writing the answer as Arrow IPC: {e}"))
+}
+
+impl IpcWriter {
+    /// A stream of `columns`, each of its kind (`None`: NULLs only, written as `Utf8`),
+    /// every field nullable; its schema is written.
+    pub fn new(columns: &[String], kinds: Vec<Option<AttrType>>) -> Result<Self> {
+        let fields: Vec<Field> = columns
+            .iter()
+            .zip(&kinds)
+            .map(|(name, kind)| {
+                Field::new(name, arrow_type(kind.unwrap_or(AttrType::String)), true)
+            })
+            .collect();
+        let schema: SchemaRef = Arc::new(ArrowSchema::new(fields));
+        let writer = StreamWriter::try_new(Vec::new(), &schema).map_err(ipc_failed)?;
+        Ok(IpcWriter {
+            writer,
+            schema,
+            columns: columns.to_vec(),
+            kinds,
         })
-        .collect();
-    let fields: Vec<Field> = columns
-        .iter()
-        .zip(&kinds)
-        .map(|(name, kind)| Field::new(name, arrow_type(kind.unwrap_or(AttrType::String)), true))
-        .collect();
-    let schema: SchemaRef = Arc::new(ArrowSchema::new(fields));
-    let failed = |e: datafusion::arrow::error::ArrowError| {
-        QueryError::Invalid(format!("writing the answer as Arrow IPC: {e}"))
-    };
-    let mut writer = StreamWriter::try_new(Vec::new(), &schema).map_err(failed)?;
-    for chunk in rows.chunks(IPC_BATCH_ROWS) {
-        let arrays = kinds
+    }
+
+    /// Writes `rows` (a value or NULL per column) as one record batch. A value of
+    /// another type than its column's is written as text in a string column, and
+    /// refused in any other.
+    pub fn write_rows(&mut self, rows: &[Vec<Option<Value>>]) -> Result<()> {
+        let arrays = self
+            .kinds
             .iter()
             .enumerate()
             .map(|(c, kind)| {
-                let mut column = Column::new(columns[c].clone(), kind.unwrap_or(AttrType::String));
-                for row in chunk {
-                    match (row.get(c).and_then(Option::as_ref), kind) {
-                        (Some(value), Some(kind)) if value.attr_type() != *kind => {
+                let kind = kind.unwrap_or(AttrType::String);
+                let mut column = Column::new(self.columns[c].clone(), kind);
+                for row in rows {
+                    match row.get(c).and_then(Option::as_ref) {
+                        Some(value) if value.attr_type() == kind => column.push(Some(value)),
+                        Some(value) if kind == AttrType::String => {
                             column.push_string(text_of(value).as_bytes())
                         }
-                        (value, _) => column.push(value),
+                        Some(value) => {
+                            return Err(QueryError::Invalid(format!(
+                                "answer column {} is written as {}, and holds the {} {}",
+                                self.columns[c],
+                                kind.name(),
+                                value.attr_type().name(),
+                                text_of(value)
+                            )))
+                        }
+                        None => column.push(None),
                     }
                 }
                 array_of(column)
             })
             .collect::<Result<Vec<_>>>()?;
-        let options = RecordBatchOptions::new().with_row_count(Some(chunk.len()));
-        let batch =
-            RecordBatch::try_new_with_options(schema.clone(), arrays, &options).map_err(failed)?;
-        writer.write(&batch).map_err(failed)?;
+        let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+        let batch = RecordBatch::try_new_with_options(self.schema.clone(), arrays, &options)
+            .map_err(ipc_failed)?;
+        self.writer.write(&batch).map_err(ipc_failed)
     }
-    writer.finish().map_err(failed)?;
-    writer.into_inner().map_err(failed)
+
+    /// The bytes written since the last call.
+    pub fn take_bytes(&mut self) -> Vec<u8> {
+        std::mem::take(self.writer.get_mut())
+    }
+
+    /// Writes the end marker; the bytes written since the last [`take_bytes`](Self::take_bytes).
+    pub fn finish(mut self) -> Result<Vec<u8>> {
+        self.writer.finish().map_err(ipc_failed)?;
+        self.writer.into_inner().map_err(ipc_failed)
+    }
+}
+
+/// An answer's rows as one Arrow IPC stream, in batches of [`IPC_BATCH_ROWS`] rows:
+/// each column typed by its values ([`kind_of_values`]; integers `Int64`, floats
+/// `Float64`, booleans `Boolean`, timestamps `Timestamp(Microsecond, UTC)`, strings and
+/// columns whose values differ in type `Utf8`, a column of NULLs only `Utf8`).
+pub fn ipc_stream(columns: &[String], rows: &[Vec<Option<Value>>]) -> Result<Vec<u8>> {
+    let kinds = (0..columns.len())
+        .map(|c| kind_of_values(rows.iter().filter_map(|row| row.get(c)?.as_ref())))
+        .collect();
+    let mut writer = IpcWriter::new(columns, kinds)?;
+    let mut stream = writer.take_bytes();
+    for chunk in rows.chunks(IPC_BATCH_ROWS) {
+        writer.write_rows(chunk)?;
+        stream.append(&mut writer.take_bytes());
+    }
+    stream.append(&mut writer.finish()?);
+    Ok(stream)
+}
+
+/// An Arrow IPC stream read back: its schema and its batches (for clients and tests
+/// that check what was written).
+pub fn read_ipc_stream(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    use datafusion::arrow::ipc::reader::StreamReader;
+    let failed = |e: datafusion::arrow::error::ArrowError| {
+        QueryError::Invalid(format!("reading an Arrow IPC stream: {e}"))
+    };
+    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).map_err(failed)?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(failed)?;
+    Ok((schema, batches))
 }
 
 /// A value as text, for a column whose values differ in type (which DataFusion's

@@ -19,12 +19,14 @@ pub mod provider;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use datafusion::arrow::datatypes::SchemaRef;
+pub use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use puffer_node::{Answer, Database};
 use puffer_query::{QueryError, Result};
-use puffer_store::{ReadOptions, StoreError};
+use puffer_store::{ReadOptions, SnapshotInfo, StoreError};
 
 use crate::provider::{PufferTable, SnapshotSeen};
 
@@ -93,14 +95,53 @@ pub fn is_query(text: &str) -> bool {
     matches!(word.as_str(), "SELECT" | "WITH" | "VALUES")
 }
 
+/// An answer as the engine computed it: Arrow record batches, not yet values (an
+/// answer is sent from them a batch at a time, never held whole as values or text).
+#[derive(Debug)]
+pub struct Batches {
+    /// The answer's column names, as [`column_names`] makes them.
+    pub columns: Vec<String>,
+    /// The batches' schema (known where there is no batch).
+    pub schema: SchemaRef,
+    /// Its rows, at most `max_result_rows` of them.
+    pub batches: Vec<RecordBatch>,
+    /// Whether more rows were cut.
+    pub truncated: bool,
+    /// The snapshot the query read.
+    pub snapshot: SnapshotInfo,
+}
+
+impl Batches {
+    /// The rows.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
 /// Runs query `text` (it may end in `FRESHNESS s`, which overrides `freshness`) on
-/// `db`, every table read at one snapshot.
+/// `db`, every table read at one snapshot; the answer as values.
 pub fn run(
     db: &Arc<Database>,
     text: &str,
     freshness: Option<Duration>,
     options: &AnalyticsOptions,
 ) -> Result<Answer> {
+    let answer = run_batches(db, text, freshness, options)?;
+    Ok(Answer::Computed {
+        rows: convert::rows_of(&answer.batches)?,
+        columns: answer.columns,
+        truncated: answer.truncated,
+        snapshot: answer.snapshot,
+    })
+}
+
+/// [`run`], the answer as the engine's record batches.
+pub fn run_batches(
+    db: &Arc<Database>,
+    text: &str,
+    freshness: Option<Duration>,
+    options: &AnalyticsOptions,
+) -> Result<Batches> {
     if text.len() > puffer_query::sql::MAX_SQL_BYTES {
         return Err(QueryError::Limit(format!(
             "the SQL text is {} bytes; the limit is {}",
@@ -202,13 +243,14 @@ fn session(
     Ok(context)
 }
 
-/// One try of [`run`]: `query` planned and run with every table read at snapshot `at`.
+/// One try of [`run_batches`]: `query` planned and run with every table read at
+/// snapshot `at`.
 async fn run_at(
     db: &Arc<Database>,
     query: &str,
     at: u64,
     options: &AnalyticsOptions,
-) -> Result<Answer> {
+) -> Result<Batches> {
     let seen = Arc::new(Mutex::new(SnapshotSeen::default()));
     let context = session(db, at, options, &seen)?;
     let frame = context
@@ -220,17 +262,34 @@ async fn run_at(
         .limit(0, Some(options.max_result_rows.saturating_add(1)))
         .map_err(|e| error_of(e, query))?;
     let columns = column_names(frame.schema());
-    let batches = frame.collect().await.map_err(|e| error_of(e, query))?;
-    let mut rows = convert::rows_of(&batches)?;
-    let truncated = rows.len() > options.max_result_rows;
-    rows.truncate(options.max_result_rows);
+    let schema = frame.schema().inner().clone();
+    let mut batches = frame.collect().await.map_err(|e| error_of(e, query))?;
+    let truncated = cut(&mut batches, options.max_result_rows);
     let snapshot = seen.lock().expect("snapshot lock").info(at);
-    Ok(Answer::Computed {
+    Ok(Batches {
         columns,
-        rows,
+        schema,
+        batches,
         truncated,
         snapshot,
     })
+}
+
+/// Cuts `batches` to their first `max_rows` rows (empty batches dropped); whether any
+/// were cut.
+fn cut(batches: &mut Vec<RecordBatch>, max_rows: usize) -> bool {
+    let mut kept = 0usize;
+    let mut truncated = false;
+    batches.retain_mut(|batch| {
+        let room = max_rows - kept;
+        if batch.num_rows() > room {
+            truncated = true;
+            *batch = batch.slice(0, room);
+        }
+        kept += batch.num_rows();
+        batch.num_rows() > 0
+    });
+    truncated
 }
 
 /// The answer's column names: each as the query names it, qualified by its table
@@ -317,5 +376,52 @@ fn error_of(error: DataFusionError, text: &str) -> QueryError {
             }
         }
         other => QueryError::Invalid(other.strip_backtrace()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{AsArray, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    /// Batches of the numbers 0.. in batches of the sizes given.
+    fn batches(sizes: &[usize]) -> Vec<RecordBatch> {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let mut next = 0i64;
+        sizes
+            .iter()
+            .map(|&size| {
+                let values: Vec<i64> = (next..next + size as i64).collect();
+                next += size as i64;
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(values))])
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    fn numbers(batches: &[RecordBatch]) -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect()
+    }
+
+    /// Cutting keeps the first rows, in order, says whether any went, and leaves no
+    /// empty batch: against the numbers' own prefix.
+    #[test]
+    fn cut_keeps_the_first_rows_and_says_whether_any_went() {
+        let shapes: [&[usize]; 5] = [&[], &[0], &[3], &[2, 0, 5, 1], &[4, 4, 4]];
+        for sizes in shapes {
+            let total: usize = sizes.iter().sum();
+            for max in 0..=total + 1 {
+                let mut kept = batches(sizes);
+                let truncated = cut(&mut kept, max);
+                let want: Vec<i64> = (0..total.min(max) as i64).collect();
+                assert_eq!(numbers(&kept), want, "{sizes:?} cut at {max}");
+                assert_eq!(truncated, total > max, "{sizes:?} cut at {max}");
+                assert!(kept.iter().all(|b| b.num_rows() > 0), "{sizes:?} at {max}");
+            }
+        }
     }
 }

@@ -10,6 +10,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod analytics_bench;
+mod answers_bench;
 mod blowfish;
 mod cluster_bench;
 mod columns_bench;
@@ -70,6 +71,10 @@ enum Experiment {
     /// the requests it serves at once with slow clients, and back: refusals, latency,
     /// resident memory and recovery time.
     Overload(overload_bench::OverloadArgs),
+    /// Large answers over HTTP in JSON, JSON Lines, CSV and Arrow from one or more
+    /// `puffer` binaries in alternation: time to the first and the last byte, size, and
+    /// the server's peak memory during the answer.
+    Answers(answers_bench::AnswersArgs),
     /// Hyperspace hashing on the Inside Airbnb listings, embedded: calibration of the
     /// model, its accuracy on workloads A, B and C, the configurator against the paper's
     /// heuristics, and adaptation from A to B.
@@ -102,5 +107,6 @@ fn main() -> anyhow::Result<()> {
         Experiment::Getafix(args) => getafix::run(&args),
         Experiment::GetafixCluster(args) => getafix::loopback::run(&args),
         Experiment::Overload(args) => overload_bench::run(&args),
+        Experiment::Answers(args) => answers_bench::run(&args),
     }
 }

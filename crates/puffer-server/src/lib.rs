@@ -3,6 +3,7 @@
 //! The API is described in `docs/http.md`.
 
 pub mod admin;
+pub mod answers;
 pub mod auth;
 pub mod config;
 pub mod connections;

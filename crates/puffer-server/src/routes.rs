@@ -14,15 +14,14 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use puffer_node::{Answer, ReadAnswer, ReadRequest, Table, TableLayout, Wait};
 use puffer_query::{Output, Select, Statement};
-use puffer_store::{AttrType, Attribute, ReadOptions, Schema, Value, WriteOp};
+use puffer_store::{AttrType, Attribute, ReadOptions, Schema, WriteOp};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as JsonValue};
 
+use crate::answers::{answer_response, rows_response, Format, RowsAnswer};
 use crate::auth::{require, Role};
 use crate::error::{status_of, ApiError, ErrorCode};
-use crate::values::{
-    answer_json, predicate_from_json, record_from_json, snapshot_json, RawRecordJson, RecordsJson,
-};
+use crate::values::{predicate_from_json, record_from_json, snapshot_json, RawRecordJson};
 use crate::AppState;
 
 pub(crate) type Shared = State<Arc<AppState>>;
@@ -101,218 +100,11 @@ fn describe(db: &puffer_node::Database, name: &str, table: &Table) -> Result<Jso
     }))
 }
 
-/// Output format of row answers.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    /// One JSON object.
-    #[default]
-    Json,
-    /// JSON Lines: one row per line, then the snapshot.
-    Jsonl,
-    /// CSV with a header line.
-    Csv,
-    /// An Arrow IPC stream (`application/vnd.apache.arrow.stream`), the snapshot in
-    /// headers: for clients that read columns (pandas, Polars, DuckDB).
-    Arrow,
-}
-
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
-}
-
 /// `{"record", "snapshot"}`: a found record.
 #[derive(Serialize)]
 struct GetBody<R> {
     record: R,
     snapshot: JsonValue,
-}
-
-/// `{"columns", "rows", "truncated", "snapshot"}`: rows in the JSON format (the same
-/// object `answer_json` builds, written without a JSON tree per record).
-#[derive(Serialize)]
-struct RowsBody<'a> {
-    columns: &'a [String],
-    rows: RecordsJson<'a>,
-    truncated: bool,
-    snapshot: JsonValue,
-}
-
-fn answer_response(answer: Answer, schema: Option<&Schema>, format: Format) -> Response {
-    if format == Format::Arrow {
-        if let Some(response) = arrow_response(&answer, schema) {
-            return response;
-        }
-    }
-    if let (
-        Format::Json,
-        Answer::Rows {
-            columns,
-            rows,
-            truncated,
-            snapshot,
-        },
-        Some(schema),
-    ) = (format, &answer, schema)
-    {
-        // The common case, written straight from the records.
-        return Json(RowsBody {
-            columns,
-            rows: RecordsJson {
-                records: rows,
-                key_column: &schema.key,
-            },
-            truncated: *truncated,
-            snapshot: snapshot_json(snapshot),
-        })
-        .into_response();
-    }
-    let body = answer_json(&answer, schema);
-    let (Answer::Rows { columns, .. } | Answer::Computed { columns, .. }, Some(rows)) =
-        (&answer, body["rows"].as_array())
-    else {
-        return Json(body).into_response();
-    };
-    match format {
-        // Arrow answers rows only (`arrow_response`); anything else is JSON.
-        Format::Json | Format::Arrow => Json(body).into_response(),
-        Format::Jsonl => {
-            let mut text = String::new();
-            for row in rows {
-                text.push_str(&row.to_string());
-                text.push('\n');
-            }
-            let tail = json!({"snapshot": body["snapshot"], "truncated": body["truncated"]});
-            text.push_str(&tail.to_string());
-            text.push('\n');
-            ([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response()
-        }
-        Format::Csv => {
-            let mut text = columns
-                .iter()
-                .map(|c| csv_field(c))
-                .collect::<Vec<_>>()
-                .join(",");
-            text.push('\n');
-            for row in rows {
-                let line: Vec<String> = columns
-                    .iter()
-                    .map(|c| match row.get(c) {
-                        None | Some(JsonValue::Null) => String::new(),
-                        Some(JsonValue::String(s)) => csv_field(s),
-                        Some(other) => other.to_string(),
-                    })
-                    .collect();
-                text.push_str(&line.join(","));
-                text.push('\n');
-            }
-            let seq = body["snapshot"]["seq"].to_string();
-            let age = body["snapshot"]["age_ms"].to_string();
-            (
-                [
-                    (header::CONTENT_TYPE, "text/csv".to_string()),
-                    (header::HeaderName::from_static("x-puffer-snapshot"), seq),
-                    (
-                        header::HeaderName::from_static("x-puffer-snapshot-age-ms"),
-                        age,
-                    ),
-                ],
-                text,
-            )
-                .into_response()
-        }
-    }
-}
-
-/// A rows answer as an Arrow IPC stream (`None`: not a rows answer, which stays JSON).
-fn arrow_response(answer: &Answer, schema: Option<&Schema>) -> Option<Response> {
-    let (columns, rows, truncated, snapshot) = match answer {
-        Answer::Computed {
-            columns,
-            rows,
-            truncated,
-            snapshot,
-        } => (
-            columns,
-            std::borrow::Cow::Borrowed(rows),
-            truncated,
-            snapshot,
-        ),
-        Answer::Rows {
-            columns,
-            rows,
-            truncated,
-            snapshot,
-        } => {
-            let key = schema.map(|s| s.key.as_str());
-            let values = rows
-                .iter()
-                .map(|record| {
-                    columns
-                        .iter()
-                        .map(|c| match Some(c.as_str()) == key {
-                            true => Some(Value::String(record.key.clone())),
-                            false => record.values.get(c).cloned(),
-                        })
-                        .collect()
-                })
-                .collect();
-            (
-                columns,
-                std::borrow::Cow::Owned(values),
-                truncated,
-                snapshot,
-            )
-        }
-        _ => return None,
-    };
-    let stream = match arrow_ipc(columns, &rows) {
-        Ok(stream) => stream,
-        Err(error) => return Some(error.into_response()),
-    };
-    let age_ms = (snapshot.age.as_secs_f64() * 1000.0).to_string();
-    Some(
-        (
-            [
-                (
-                    header::CONTENT_TYPE,
-                    "application/vnd.apache.arrow.stream".to_string(),
-                ),
-                (
-                    header::HeaderName::from_static("x-puffer-snapshot"),
-                    snapshot.snapshot.to_string(),
-                ),
-                (
-                    header::HeaderName::from_static("x-puffer-snapshot-age-ms"),
-                    age_ms,
-                ),
-                (
-                    header::HeaderName::from_static("x-puffer-truncated"),
-                    truncated.to_string(),
-                ),
-            ],
-            stream,
-        )
-            .into_response(),
-    )
-}
-
-#[cfg(feature = "analytics")]
-fn arrow_ipc(columns: &[String], rows: &[Vec<Option<Value>>]) -> Result<Vec<u8>, ApiError> {
-    puffer_analytics::convert::ipc_stream(columns, rows).map_err(ApiError::from)
-}
-
-/// Without the `analytics` feature (the fuzz targets' build) there is no Arrow writer.
-#[cfg(not(feature = "analytics"))]
-fn arrow_ipc(_columns: &[String], _rows: &[Vec<Option<Value>>]) -> Result<Vec<u8>, ApiError> {
-    Err(ApiError::new(
-        ErrorCode::Unsupported,
-        "this server was built without Arrow answers (feature `analytics`)".to_string(),
-    ))
 }
 
 fn role_for(statement: &Statement) -> Role {
@@ -378,7 +170,7 @@ pub(crate) async fn sql(
     blocking(move || {
         let mut statement = match puffer_query::sql::parse(&request.query, state.db.as_ref()) {
             Err(error) => match analytics(&state, &error, &request.query, bound) {
-                Some(answer) => return Ok(answer_response(answer?, None, request.format)),
+                Some(answer) => return Ok(rows_response(answer?, request.format)),
                 None => return Err(error.into()),
             },
             Ok(statement) => statement,
@@ -407,7 +199,7 @@ fn analytics(
     error: &puffer_query::QueryError,
     query: &str,
     freshness: Option<std::time::Duration>,
-) -> Option<Result<Answer, ApiError>> {
+) -> Option<Result<RowsAnswer, ApiError>> {
     if !puffer_analytics::takes(error, query) {
         return None;
     }
@@ -415,7 +207,8 @@ fn analytics(
         max_result_rows: state.config.max_result_rows,
         ..Default::default()
     };
-    Some(puffer_analytics::run(&state.db, query, freshness, &options).map_err(ApiError::from))
+    let answer = puffer_analytics::run_batches(&state.db, query, freshness, &options);
+    Some(answer.map(RowsAnswer::of_batches).map_err(ApiError::from))
 }
 
 /// Without the `analytics` feature (the fuzz targets' build) the subset is all.
@@ -425,7 +218,7 @@ fn analytics(
     _error: &puffer_query::QueryError,
     _query: &str,
     _freshness: Option<std::time::Duration>,
-) -> Option<Result<Answer, ApiError>> {
+) -> Option<Result<RowsAnswer, ApiError>> {
     None
 }
 
@@ -884,7 +677,8 @@ pub(crate) fn type_names() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::values::{RecordJson, StoredRecordJson};
+    use crate::answers::AnswerWriter;
+    use crate::values::{answer_json, RecordJson, StoredRecordJson};
     use puffer_store::RawRecord;
     use puffer_store::{AttrType, Record, SnapshotInfo, Value};
     use serde_json::Map;
@@ -948,24 +742,12 @@ mod tests {
             read_log: true,
         };
         let columns = vec!["id".to_string(), "s".to_string()];
-        let body = RowsBody {
-            columns: &columns,
-            rows: RecordsJson {
-                records: &rows,
-                key_column: "id",
-            },
-            truncated: true,
-            snapshot: snapshot_json(&snapshot),
-        };
-        let written: JsonValue =
-            serde_json::from_slice(&serde_json::to_vec(&body).unwrap()).unwrap();
         let want = json!({
             "columns": columns,
             "rows": rows.iter().map(|r| record_tree(r, "id")).collect::<Vec<_>>(),
             "truncated": true,
             "snapshot": snapshot_json(&snapshot),
         });
-        assert_eq!(written, want);
         let answer = Answer::Rows {
             columns: columns.clone(),
             rows: rows.clone(),
@@ -974,6 +756,14 @@ mod tests {
         };
         let schema = Schema::new("id", Vec::new()).unwrap();
         assert_eq!(answer_json(&answer, Some(&schema)), want);
+        let rows_answer = RowsAnswer::of(answer, Some(&schema)).ok().unwrap();
+        let mut writer = AnswerWriter::new(rows_answer, Format::Json);
+        let mut written = Vec::new();
+        while let Some(chunk) = writer.next_chunk() {
+            written.extend_from_slice(&chunk.unwrap());
+        }
+        let written: JsonValue = serde_json::from_slice(&written).unwrap();
+        assert_eq!(written, want);
         for record in &rows {
             let get = GetBody {
                 record: RecordJson {

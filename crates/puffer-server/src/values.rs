@@ -29,7 +29,7 @@ pub fn value_json(value: &Value) -> Json {
 }
 
 /// Serializes a value the way [`value_json`] shows it, without building a JSON tree.
-struct ValueJson<'a>(&'a Value);
+pub struct ValueJson<'a>(pub &'a Value);
 
 impl Serialize for ValueJson<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

@@ -79,6 +79,8 @@ impl Server {
 struct Reply {
     status: u16,
     content_type: String,
+    /// Headers a test may look at: `content-length` and the `x-puffer-` ones.
+    headers: BTreeMap<String, String>,
     body: Vec<u8>,
 }
 
@@ -129,6 +131,12 @@ impl Client {
         };
         let status = response.status();
         let content_type = response.header("content-type").unwrap_or("").to_string();
+        let headers = response
+            .headers_names()
+            .into_iter()
+            .filter(|name| name == "content-length" || name.starts_with("x-puffer-"))
+            .filter_map(|name| Some((name.clone(), response.header(&name)?.to_string())))
+            .collect();
         let mut body = Vec::new();
         response
             .into_reader()
@@ -137,6 +145,7 @@ impl Client {
         Reply {
             status,
             content_type,
+            headers,
             body,
         }
     }
@@ -1062,6 +1071,164 @@ fn loaded_table_answers_match_a_scan() {
     loaded.server = loaded.server.restart();
     loaded.api = loaded.server.client(None);
     check_all(&loaded, 3);
+}
+
+/// Answers larger than a chunk are sent in chunks, without a length, and read back in
+/// every format as the oracle's rows, on the direct path and on DataFusion's, cut and
+/// whole; a small answer is sent whole, with its length.
+#[test]
+fn large_answers_are_streamed_and_equal_the_oracle_in_every_format() {
+    const RECORDS: usize = 3000;
+    const MAX_RESULT_ROWS: usize = 2500;
+    let server = Server::start(&[("PUFFER_MAX_RESULT_ROWS", "2500")]);
+    let api = server.client(None);
+    let table = json!({
+        "name": "big", "key": "id",
+        "attributes": [{"name": "note", "type": "string"}, {"name": "n", "type": "int"}],
+    });
+    api.post_json("/v1/tables", &table).expect(201);
+    let mut rng = XorShift(0xb16_a45e);
+    let mut oracle: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for batch in rng.permutation(RECORDS).chunks(500) {
+        let records: Vec<Value> = batch
+            .iter()
+            .map(|&i| {
+                // Long notes with CSV's special characters: a row is ~300 bytes.
+                let note = format!("{i}, \"quoted\"\n{}", "é".repeat(140));
+                let n = i as i64 * 7 - 9000;
+                oracle.insert(format!("b{i:05}"), (note.clone(), n));
+                json!({"id": format!("b{i:05}"), "note": note, "n": n})
+            })
+            .collect();
+        api.post_json("/v1/tables/big/records", &json!(records))
+            .expect(200);
+    }
+    let want: Vec<(String, String, i64)> = oracle
+        .iter()
+        .map(|(id, (note, n))| (id.clone(), note.clone(), *n))
+        .collect();
+    let chunk_bytes = puffer_server::answers::CHUNK_BYTES;
+    for (query, cut) in [
+        ("SELECT * FROM big", true),
+        ("SELECT * FROM big ORDER BY id", true),
+        ("SELECT id, note, n FROM big ORDER BY id LIMIT 2000", false),
+        ("SELECT * FROM big WHERE n < -8000", false),
+    ] {
+        // JSON: the oracle of the other formats once it matches the records.
+        let reply = api.sql_format(query, "json");
+        let answer = reply.expect(200);
+        assert_eq!(answer["truncated"], cut, "{query}");
+        let got: Vec<(String, String, i64)> = answer["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                let text = |c: &str| {
+                    row[c]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{row}"))
+                        .to_string()
+                };
+                (text("id"), text("note"), row["n"].as_i64().unwrap())
+            })
+            .collect();
+        let mut sorted = got.clone();
+        sorted.sort();
+        sorted.dedup();
+        if query.contains("ORDER BY") || !cut {
+            let expected: Vec<(String, String, i64)> = match (query.contains("WHERE"), cut) {
+                (true, _) => want.iter().filter(|r| r.2 < -8000).cloned().collect(),
+                (false, true) => want[..MAX_RESULT_ROWS].to_vec(),
+                (false, false) => want[..2000].to_vec(),
+            };
+            assert!(
+                sorted == expected,
+                "{query}: {} rows, not the oracle's",
+                got.len()
+            );
+        } else {
+            // Any rows the limit leaves: each one a record, none twice.
+            assert_eq!(sorted.len(), MAX_RESULT_ROWS, "{query}");
+            let wrong = sorted
+                .iter()
+                .find(|(id, note, n)| oracle.get(id) != Some(&(note.clone(), *n)));
+            assert!(wrong.is_none(), "{query}: {wrong:?} is no record");
+        }
+        let whole = reply.body.len() < chunk_bytes;
+        assert_eq!(
+            reply.headers.contains_key("content-length"),
+            whole,
+            "{query}: {} bytes, sent with a length: {:?}",
+            reply.body.len(),
+            reply.headers
+        );
+        assert!(
+            whole == query.contains("WHERE"),
+            "{query}: {} bytes",
+            reply.body.len()
+        );
+
+        let reply = api.sql_format(query, "jsonl");
+        assert_eq!(reply.status, 200, "{query}");
+        let mut lines: Vec<Value> = reply
+            .text()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let tail = lines.pop().unwrap();
+        assert_eq!(tail["truncated"], cut, "{query}: {tail}");
+        assert_eq!(tail["snapshot"], answer["snapshot"], "{query}");
+        assert_eq!(
+            lines,
+            *answer["rows"].as_array().unwrap(),
+            "{query} as JSON Lines"
+        );
+
+        let reply = api.sql_format(query, "csv");
+        assert_eq!(reply.status, 200, "{query}");
+        assert_eq!(
+            reply.headers["x-puffer-truncated"],
+            cut.to_string(),
+            "{query}"
+        );
+        let records = parse_csv(&reply.text());
+        let (header, lines) = records.split_first().unwrap();
+        let column = |name: &str| header.iter().position(|c| c == name).unwrap();
+        let (id, note, n) = (column("id"), column("note"), column("n"));
+        let csv: Vec<(String, String, i64)> = lines
+            .iter()
+            .map(|l| (l[id].clone(), l[note].clone(), l[n].parse().unwrap()))
+            .collect();
+        assert_eq!(csv, got, "{query} as CSV");
+
+        let reply = api.sql_format(query, "arrow");
+        assert_eq!(reply.status, 200, "{query}");
+        assert_eq!(
+            reply.headers["x-puffer-truncated"],
+            cut.to_string(),
+            "{query}"
+        );
+        let (schema, batches) = puffer_analytics::convert::read_ipc_stream(&reply.body).unwrap();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let (id, note, n) = (
+            names.iter().position(|c| *c == "id").unwrap(),
+            names.iter().position(|c| *c == "note").unwrap(),
+            names.iter().position(|c| *c == "n").unwrap(),
+        );
+        let text = |v: &Option<puffer_store::Value>| match v {
+            Some(puffer_store::Value::String(s)) => String::from_utf8(s.clone()).unwrap(),
+            other => panic!("{query}: not a string: {other:?}"),
+        };
+        let arrow: Vec<(String, String, i64)> = puffer_analytics::convert::rows_of(&batches)
+            .unwrap()
+            .iter()
+            .map(|row| match &row[n] {
+                Some(puffer_store::Value::Int(x)) => (text(&row[id]), text(&row[note]), *x),
+                other => panic!("{query}: n is not an int: {other:?}"),
+            })
+            .collect();
+        assert_eq!(arrow, got, "{query} as Arrow");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
