@@ -20,7 +20,7 @@ use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use http_body::{Frame, SizeHint};
 use puffer_node::Answer;
-use puffer_store::{Record, Schema, SnapshotInfo, Value};
+use puffer_store::{AttrType, Record, Schema, SnapshotInfo, Value};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Deserialize;
 
@@ -59,6 +59,8 @@ pub enum Rows {
         records: Vec<Record>,
         /// The name of the table's key column.
         key_column: String,
+        /// Each column's type in the table's schema (`None`: not in it).
+        column_types: Vec<Option<AttrType>>,
     },
     /// A value (or NULL) per column.
     Values(Vec<Vec<Option<Value>>>),
@@ -97,15 +99,27 @@ impl RowsAnswer {
                     snapshot,
                 },
                 Some(schema),
-            ) => Ok(RowsAnswer {
-                columns,
-                rows: Rows::Records {
-                    records: rows,
-                    key_column: schema.key.clone(),
-                },
-                truncated,
-                snapshot,
-            }),
+            ) => {
+                let column_types = columns
+                    .iter()
+                    .map(|column| match *column == schema.key {
+                        true => Some(AttrType::String),
+                        false => schema
+                            .id_of(column)
+                            .map(|id| schema.attributes[id as usize].attr_type),
+                    })
+                    .collect();
+                Ok(RowsAnswer {
+                    columns,
+                    rows: Rows::Records {
+                        records: rows,
+                        key_column: schema.key.clone(),
+                        column_types,
+                    },
+                    truncated,
+                    snapshot,
+                })
+            }
             (
                 Answer::Computed {
                     columns,
@@ -155,22 +169,11 @@ impl RowsAnswer {
 
     /// The type each column is written as in Arrow.
     #[cfg(feature = "analytics")]
-    fn kinds(&self) -> Vec<Option<puffer_store::AttrType>> {
+    fn kinds(&self) -> Vec<Option<AttrType>> {
         let columns = 0..self.columns.len();
         match &self.rows {
-            Rows::Records {
-                records,
-                key_column,
-            } => self
-                .columns
-                .iter()
-                .map(|column| match column == key_column {
-                    true => Some(puffer_store::AttrType::String),
-                    false => puffer_analytics::convert::kind_of_values(
-                        records.iter().filter_map(|r| r.values.get(column)),
-                    ),
-                })
-                .collect(),
+            // Typed by the schema: no pass over the records.
+            Rows::Records { column_types, .. } => column_types.clone(),
             Rows::Values(rows) => columns
                 .map(|c| {
                     puffer_analytics::convert::kind_of_values(
@@ -393,6 +396,7 @@ impl AnswerWriter {
             Rows::Records {
                 records,
                 key_column,
+                ..
             } => {
                 let end = records.len().min(start.saturating_add(max_rows));
                 self.row = end;
@@ -745,7 +749,20 @@ mod tests {
     }
 
     fn schema() -> Schema {
-        Schema::new("id", Vec::new()).unwrap()
+        let attributes = [
+            ("s", AttrType::String),
+            ("n", AttrType::Int),
+            ("f", AttrType::Float),
+            ("b", AttrType::Bool),
+            ("t", AttrType::Timestamp),
+        ]
+        .into_iter()
+        .map(|(name, attr_type)| puffer_store::Attribute {
+            name: name.into(),
+            attr_type,
+        })
+        .collect();
+        Schema::new("id", attributes).unwrap()
     }
 
     /// Every chunk of `answer` in `format`, cut at `chunk_bytes` / `batch_rows`.
