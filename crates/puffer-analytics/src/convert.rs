@@ -159,47 +159,42 @@ fn cast_to(array: &dyn Array, to: &DataType) -> Result<ArrayRef> {
 
 /// One column's values.
 fn values_of(array: &dyn Array) -> Result<Vec<Option<Value>>> {
-    Ok(match array.data_type() {
-        DataType::Null => vec![None; array.len()],
-        DataType::Boolean => array
+    let unsigned = matches!(
+        array.data_type(),
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64
+    );
+    // One place says which type becomes which kind of value: `kind_of_type`.
+    Ok(match kind_of_type(array.data_type()) {
+        None => vec![None; array.len()],
+        Some(AttrType::Bool) => array
             .as_boolean()
             .iter()
             .map(|b| b.map(Value::Bool))
             .collect(),
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
-            cast_to(array, &DataType::Int64)?
-                .as_primitive::<Int64Type>()
-                .iter()
-                .map(|x| x.map(Value::Int))
-                .collect()
-        }
-        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
-            cast_to(array, &DataType::UInt64)?
-                .as_primitive::<UInt64Type>()
-                .iter()
-                // Past i64's range (rare: sums of counts), a float keeps the magnitude.
-                .map(|x| x.map(|x| i64::try_from(x).map_or(Value::Float(x as f64), Value::Int)))
-                .collect()
-        }
-        DataType::Float16
-        | DataType::Float32
-        | DataType::Float64
-        | DataType::Decimal32(..)
-        | DataType::Decimal64(..)
-        | DataType::Decimal128(..)
-        | DataType::Decimal256(..) => cast_to(array, &DataType::Float64)?
+        Some(AttrType::Int) if unsigned => cast_to(array, &DataType::UInt64)?
+            .as_primitive::<UInt64Type>()
+            .iter()
+            // Past i64's range (rare: sums of counts), a float keeps the magnitude.
+            .map(|x| x.map(|x| i64::try_from(x).map_or(Value::Float(x as f64), Value::Int)))
+            .collect(),
+        Some(AttrType::Int) => cast_to(array, &DataType::Int64)?
+            .as_primitive::<Int64Type>()
+            .iter()
+            .map(|x| x.map(Value::Int))
+            .collect(),
+        Some(AttrType::Float) => cast_to(array, &DataType::Float64)?
             .as_primitive::<Float64Type>()
             .iter()
             .map(|x| x.map(Value::Float))
             .collect(),
-        DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 => {
+        Some(AttrType::Timestamp) => {
             cast_to(array, &DataType::Timestamp(TimeUnit::Microsecond, None))?
                 .as_primitive::<TimestampMicrosecondType>()
                 .iter()
                 .map(|x| x.map(Value::Timestamp))
                 .collect()
         }
-        _ => cast_to(array, &DataType::Utf8)?
+        Some(AttrType::String) => cast_to(array, &DataType::Utf8)?
             .as_string::<i32>()
             .iter()
             .map(|s| s.map(|s| Value::String(s.as_bytes().to_vec())))
@@ -263,7 +258,7 @@ pub struct IpcWriter {
 }
 
 fn ipc_failed(e: datafusion::arrow::error::ArrowError) -> QueryError {
-    QueryError::Invalid(format!("writing the answer as Arrow IPC: {e}"))
+    QueryError::Invalid(format!("an Arrow IPC stream: {e}"))
 }
 
 impl IpcWriter {

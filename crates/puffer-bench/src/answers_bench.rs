@@ -9,15 +9,16 @@
 //! is checked: its row count against the expected one, and its rows against the first
 //! server's answer in the same format (snapshot ages aside).
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
 
-use crate::stats::{round, status_kb_field_bytes};
+use crate::served::Served;
+use crate::stats::round;
 
 #[derive(clap::Args)]
 pub struct AnswersArgs {
@@ -52,51 +53,6 @@ const FORMATS: &[&str] = &["json", "jsonl", "csv", "arrow"];
 /// Rows an answer may hold (the server's `max_result_rows`): every booking.
 const MAX_RESULT_ROWS: usize = 200_000;
 
-/// A server on the data directory, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(puffer: &Path, data: &Path) -> anyhow::Result<Server> {
-        let mut child = Command::new(puffer)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(data)
-            .env("PUFFER_MAX_RESULT_ROWS", MAX_RESULT_ROWS.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", puffer.display()))?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().context("piped stdout")?).read_line(&mut line)?;
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .with_context(|| format!("the server printed {line:?} instead of its address"))?
-            .to_string();
-        Ok(Server { child, base })
-    }
-
-    fn status_bytes(&self, field: &str) -> u64 {
-        status_kb_field_bytes(&format!("/proc/{}/status", self.child.id()), field)
-    }
-
-    /// Resets the kernel's peak resident memory of the server to its current one.
-    fn reset_peak(&self) -> anyhow::Result<()> {
-        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5")
-            .context("resetting the server's peak memory (/proc/PID/clear_refs)")
-    }
-}
-
 /// One answer as measured.
 struct Measured {
     first_byte_ms: f64,
@@ -109,11 +65,11 @@ struct Measured {
 
 fn ask(
     agent: &ureq::Agent,
-    server: &Server,
+    server: &Served,
     query: &str,
     format: &str,
 ) -> anyhow::Result<Measured> {
-    server.reset_peak()?;
+    server.reset_peak_memory()?;
     let before = server.status_bytes("VmRSS:");
     let started = Instant::now();
     let response = match agent
@@ -243,13 +199,14 @@ pub fn run(args: &AnswersArgs) -> anyhow::Result<()> {
                 .collect(),
         );
     }
+    let env = [("PUFFER_MAX_RESULT_ROWS", MAX_RESULT_ROWS.to_string())];
     for round in 0..args.rounds {
         for (q, (name, query)) in QUERIES.iter().enumerate() {
             for (f, format) in FORMATS.iter().enumerate() {
                 for (s, binary) in servers.iter().enumerate() {
                     // A fresh server for each answer: memory an allocator kept from an
                     // earlier answer would hide this one's peak.
-                    let server = Server::start(binary, data.path())?;
+                    let server = Served::start(binary, data.path(), &env)?;
                     // The first request pays for opening segments: a warm-up.
                     ask(&agent, &server, "SELECT COUNT(*) FROM bookings", "json")?;
                     let mut measured = ask(&agent, &server, query, format)?;

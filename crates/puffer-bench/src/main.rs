@@ -26,6 +26,7 @@ mod overload_bench;
 mod peers;
 mod plot;
 mod records;
+mod served;
 mod stats;
 
 use clap::{Parser, Subcommand};

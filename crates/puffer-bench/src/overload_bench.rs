@@ -10,10 +10,9 @@
 //! 3. recovery: the normal load again, counted in 250 ms windows from the moment the
 //!    overload stopped, until a window serves 90 % of the normal rate.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -24,7 +23,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::stats::{quantile_us, round, status_kb_field_bytes};
+use crate::served::Served;
+use crate::stats::{quantile_us, round};
 
 #[derive(clap::Args)]
 pub struct OverloadArgs {
@@ -63,48 +63,17 @@ struct Tally {
     latencies: Mutex<Vec<Duration>>,
 }
 
-/// The server under test, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(puffer: &Path, data: &Path, args: &OverloadArgs) -> anyhow::Result<Server> {
-        let mut child = Command::new(puffer)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(data)
-            .env(
-                "PUFFER_MAX_CONCURRENT_REQUESTS",
-                args.concurrent.to_string(),
-            )
-            .env("PUFFER_MAX_CONNECTIONS", args.connections.to_string())
-            .env("PUFFER_BODY_TIMEOUT_S", "5")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", puffer.display()))?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().context("piped stdout")?).read_line(&mut line)?;
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .with_context(|| format!("the server printed {line:?} instead of its address"))?
-            .to_string();
-        Ok(Server { child, base })
-    }
-
-    fn rss_bytes(&self) -> u64 {
-        status_kb_field_bytes(&format!("/proc/{}/status", self.child.id()), "VmRSS:")
-    }
+/// The server under test, with the bounds `args` give it.
+fn start_server(puffer: &Path, data: &Path, args: &OverloadArgs) -> anyhow::Result<Served> {
+    let env = [
+        (
+            "PUFFER_MAX_CONCURRENT_REQUESTS",
+            args.concurrent.to_string(),
+        ),
+        ("PUFFER_MAX_CONNECTIONS", args.connections.to_string()),
+        ("PUFFER_BODY_TIMEOUT_S", "5".to_string()),
+    ];
+    Served::start(puffer, data, &env)
 }
 
 fn agent() -> ureq::Agent {
@@ -343,7 +312,7 @@ pub fn run(args: &OverloadArgs) -> anyhow::Result<()> {
     }
     let temporary = tempfile::tempdir()?;
     let data = args.data.clone().unwrap_or_else(|| temporary.path().into());
-    let server = Server::start(&puffer, &data, args)?;
+    let server = start_server(&puffer, &data, args)?;
     let base = server.base.clone();
     let agent = agent();
     agent
@@ -380,7 +349,7 @@ pub fn run(args: &OverloadArgs) -> anyhow::Result<()> {
     thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
     join(handles);
-    let rss_loaded = server.rss_bytes();
+    let rss_loaded = server.status_bytes("VmRSS:");
     let seconds = args.seconds as f64;
 
     // 1. Normal load.
@@ -417,7 +386,7 @@ pub fn run(args: &OverloadArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut rss_peak = 0;
     while started.elapsed() < Duration::from_secs(args.seconds) {
-        rss_peak = rss_peak.max(server.rss_bytes());
+        rss_peak = rss_peak.max(server.status_bytes("VmRSS:"));
         thread::sleep(Duration::from_millis(100));
     }
     stop.store(true, Ordering::Relaxed);
