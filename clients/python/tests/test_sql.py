@@ -219,3 +219,42 @@ def test_arrow_answers_equal_json_answers(client: pufferdb.Client, trips: Loaded
     assert count.kind == "count" and count.count == len(oracle.state)
     with pytest.raises(ValueError):
         client.sql("SELECT * FROM trips", format="parquet")
+
+
+def test_to_pandas_reads_arrow_when_pyarrow_is_installed_and_json_otherwise(
+    client: pufferdb.Client, trips: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Client.to_pandas`` asks for Arrow when pyarrow imports (typed columns, as
+    ``format="arrow"`` gives them) and for JSON when it does not; both frames hold the
+    rows of the JSON answer."""
+    pandas = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    from pufferdb import client as client_module
+
+    query = f"SELECT {KEY}, city, age, joined FROM trips WHERE city = 'Porto' ORDER BY {KEY}"
+    expected = client.sql(query)
+    asked: list = []
+    real_sql = client.sql
+
+    def recording_sql(*args: object, **kwargs: object) -> object:
+        asked.append(kwargs.get("format"))
+        return real_sql(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(client, "sql", recording_sql)
+    with_arrow = client.to_pandas(query)
+    assert asked == ["arrow"]
+    assert isinstance(with_arrow, pandas.DataFrame)
+    assert list(with_arrow.columns) == expected.columns
+    assert list(with_arrow[KEY]) == [r[KEY] for r in expected.rows]
+    assert str(with_arrow["joined"].dtype).startswith("datetime64")
+
+    def no_pyarrow() -> object:
+        raise ImportError("Arrow answers need pyarrow: pip install pyarrow")
+
+    monkeypatch.setattr(client_module, "_import_pyarrow", no_pyarrow)
+    without = client.to_pandas(query)
+    assert asked == ["arrow", "json"]
+    assert list(without[KEY]) == list(with_arrow[KEY])
+    assert list(without["age"].dropna()) == list(with_arrow["age"].dropna())
+    with pytest.raises(TypeError):
+        client.to_pandas("SELECT COUNT(*) FROM trips WHERE city = 'Porto'")

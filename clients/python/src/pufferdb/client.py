@@ -265,6 +265,21 @@ class Client:
 
     # -- SQL ---------------------------------------------------------------------
 
+    def to_pandas(self, query: str, freshness_s: Optional[float] = None) -> Any:
+        """The rows of a select as a ``pandas.DataFrame`` (pandas must be installed).
+
+        Read as an Arrow IPC stream when ``pyarrow`` is installed (columns typed as the
+        server typed them, no Python objects in between), as JSON otherwise
+        (:meth:`Result.to_pandas`). A statement that does not answer rows (a count, a
+        write) raises ``TypeError``, as :meth:`Result.to_pandas` does.
+        """
+        try:
+            _import_pyarrow()
+            format = "arrow"
+        except ImportError:
+            format = "json"
+        return self.sql(query, freshness_s=freshness_s, format=format).to_pandas()
+
     def sql(
         self, query: str, freshness_s: Optional[float] = None, format: str = "json"
     ) -> Result:
