@@ -198,6 +198,39 @@ pub fn explain(db: &Arc<Database>, text: &str, options: &AnalyticsOptions) -> Re
     })
 }
 
+/// The physical plan query `text` runs by, with the statistics each operator reports
+/// to DataFusion's physical optimizer (which orders joins and picks their build sides
+/// by them): a PufferDB scan reports its exact row count, byte size and each column's
+/// NULL count, taken from the rows the store answered. Planning reads the tables (the
+/// scans are read when planned), at the newest snapshot.
+pub fn explain_physical(
+    db: &Arc<Database>,
+    text: &str,
+    options: &AnalyticsOptions,
+) -> Result<String> {
+    let (query, _) = puffer_query::sql::split_freshness(text)?;
+    let at = db.choose_snapshot(ReadOptions::default())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("no runtime for the query: {e}")))?;
+    runtime.block_on(async {
+        let context = session(db, at, options, &Arc::default())?;
+        let frame = context
+            .sql_with_options(&query, only_queries())
+            .await
+            .map_err(|e| error_of(e, &query))?;
+        let plan = frame
+            .create_physical_plan()
+            .await
+            .map_err(|e| error_of(e, &query))?;
+        let text = datafusion::physical_plan::displayable(plan.as_ref())
+            .set_show_statistics(true)
+            .indent(true)
+            .to_string();
+        Ok(text)
+    })
+}
+
 /// DataFusion told to refuse DDL, DML and statements.
 fn only_queries() -> SQLOptions {
     SQLOptions::new()

@@ -336,6 +336,45 @@ fn the_store_computes_the_aggregates_it_can() {
     }
 }
 
+/// A scan tells DataFusion's physical optimizer its exact row count and each column's
+/// NULL count: against the listings themselves, for filters the store evaluates.
+#[test]
+fn scans_report_exact_row_and_null_counts() {
+    use proptest::strategy::ValueTree;
+    let mut rng = proptest::test_runner::TestRunner::deterministic();
+    let listings: Vec<Listing> = (0..120)
+        .map(|_| listing().new_tree(&mut rng).unwrap().current())
+        .collect();
+    let (_dir, db, _) = load(&listings);
+    for (city, filter) in [
+        (None, "".to_string()),
+        (Some(1), " WHERE city = 'boston'".to_string()),
+    ] {
+        let query = format!("SELECT price, pets FROM listings{filter}");
+        let plan =
+            puffer_analytics::explain_physical(&db, &query, &AnalyticsOptions::default()).unwrap();
+        let scan = plan
+            .lines()
+            .find(|line| line.contains("DataSourceExec"))
+            .unwrap_or_else(|| panic!("no scan in\n{plan}"));
+        let rows: Vec<&Listing> = listings
+            .iter()
+            .filter(|l| city.is_none() || l.0 == city)
+            .collect();
+        let no_price = rows.iter().filter(|l| l.1.is_none()).count();
+        let no_pets = rows.iter().filter(|l| l.3.is_none()).count();
+        assert!(
+            scan.contains(&format!("Rows=Exact({})", rows.len())),
+            "{query}: {scan}"
+        );
+        assert!(
+            scan.contains(&format!("(Col[0]: Null=Exact({no_price})"))
+                && scan.contains(&format!("(Col[1]: Null=Exact({no_pets})")),
+            "{query}: {no_price} and {no_pets} NULLs: {scan}"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
