@@ -20,6 +20,7 @@
 //!
 //! CSV files go to `<out>/`; one JSON object is printed last.
 
+mod chart;
 pub mod data;
 pub mod workload;
 
@@ -92,7 +93,7 @@ pub struct HyperspaceArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Where CSV files go.
+    /// Where the CSV files and the charts (PNG) go.
     #[arg(long, default_value = "target/bench/hyperspace")]
     out_dir: PathBuf,
 }
@@ -301,6 +302,11 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         "workload,oracle,configuration,measured_ops_per_s",
         &oracle_rows,
     )?;
+    // The charts are drawn from the CSV rows, so they show exactly what the files hold;
+    // a machine without a font still gets the files and the figures.
+    if let Err(error) = draw_charts(&args.out_dir, &accuracy_rows, &oracle_rows) {
+        eprintln!("WARNING: the charts were not drawn: {error:#}");
+    }
     let adaptation = if args.skip_adaptation {
         None
     } else {
@@ -714,6 +720,24 @@ fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `model_accuracy.png` and `oracles.png` in `out_dir`, from the rows of the CSV files.
+fn draw_charts(
+    out_dir: &std::path::Path,
+    accuracy_rows: &[String],
+    oracle_rows: &[String],
+) -> anyhow::Result<()> {
+    let points = accuracy_rows
+        .iter()
+        .map(|row| chart::accuracy_point(row))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let bars = oracle_rows
+        .iter()
+        .map(|row| chart::oracle_bar(row))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    chart::draw_accuracy(&out_dir.join("model_accuracy.png"), &points)?;
+    chart::draw_oracles(&out_dir.join("oracles.png"), &bars)
 }
 
 fn write_csv(path: &std::path::Path, header: &str, rows: &[String]) -> anyhow::Result<()> {
