@@ -155,9 +155,7 @@ pub fn run_batches(
         min_snapshot: 0,
         at: None,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(|e| StoreError::Unavailable(format!("no runtime for the query: {e}")))?;
+    let runtime = query_runtime()?;
     let mut tries = 0;
     loop {
         let at = db.choose_snapshot(read)?;
@@ -179,23 +177,7 @@ pub fn run_batches(
 /// where the scans, pushed filters and pushed aggregates are. Planned at the newest
 /// snapshot (on a cluster node, chosen through the broker); no table is read.
 pub fn explain(db: &Arc<Database>, text: &str, options: &AnalyticsOptions) -> Result<String> {
-    let (query, _) = puffer_query::sql::split_freshness(text)?;
-    let at = db.choose_snapshot(ReadOptions::default())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(|e| StoreError::Unavailable(format!("no runtime for the query: {e}")))?;
-    runtime.block_on(async {
-        let context = session(db, at, options, &Arc::default())?;
-        let frame = context
-            .sql_with_options(&query, only_queries())
-            .await
-            .map_err(|e| error_of(e, &query))?;
-        let plan = frame
-            .into_optimized_plan()
-            .map_err(|e| error_of(e, &query))?;
-        let text = plan.display_indent().to_string();
-        Ok(text)
-    })
+    plan_text(db, text, options, Plan::Logical)
 }
 
 /// The physical plan query `text` runs by, with the statistics each operator reports
@@ -208,27 +190,58 @@ pub fn explain_physical(
     text: &str,
     options: &AnalyticsOptions,
 ) -> Result<String> {
+    plan_text(db, text, options, Plan::Physical)
+}
+
+/// Which plan [`plan_text`] shows.
+enum Plan {
+    /// The optimized logical plan.
+    Logical,
+    /// The physical plan, with statistics.
+    Physical,
+}
+
+/// The plan of query `text`, planned at the newest snapshot, as text.
+fn plan_text(
+    db: &Arc<Database>,
+    text: &str,
+    options: &AnalyticsOptions,
+    plan: Plan,
+) -> Result<String> {
     let (query, _) = puffer_query::sql::split_freshness(text)?;
     let at = db.choose_snapshot(ReadOptions::default())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(|e| StoreError::Unavailable(format!("no runtime for the query: {e}")))?;
-    runtime.block_on(async {
+    query_runtime()?.block_on(async {
         let context = session(db, at, options, &Arc::default())?;
         let frame = context
             .sql_with_options(&query, only_queries())
             .await
             .map_err(|e| error_of(e, &query))?;
-        let plan = frame
-            .create_physical_plan()
-            .await
-            .map_err(|e| error_of(e, &query))?;
-        let text = datafusion::physical_plan::displayable(plan.as_ref())
-            .set_show_statistics(true)
-            .indent(true)
-            .to_string();
-        Ok(text)
+        Ok(match plan {
+            Plan::Logical => frame
+                .into_optimized_plan()
+                .map_err(|e| error_of(e, &query))?
+                .display_indent()
+                .to_string(),
+            Plan::Physical => {
+                let physical = frame
+                    .create_physical_plan()
+                    .await
+                    .map_err(|e| error_of(e, &query))?;
+                let shown = datafusion::physical_plan::displayable(physical.as_ref())
+                    .set_show_statistics(true)
+                    .indent(true)
+                    .to_string();
+                shown
+            }
+        })
     })
+}
+
+/// The runtime a query's plan runs on (the calling thread's own).
+fn query_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("no runtime for the query: {e}")).into())
 }
 
 /// DataFusion told to refuse DDL, DML and statements.
