@@ -446,7 +446,9 @@ impl AnswerWriter {
     }
 
     fn text_chunk(&mut self, text: Text) -> Result<Vec<u8>, ApiError> {
-        let mut out = Vec::with_capacity(self.chunk_bytes.min(CHUNK_BYTES) + 1024);
+        // Grown as written: most answers are small, and a chunk's full size allocated
+        // for each of them would cost the hot path for nothing.
+        let mut out = Vec::new();
         if self.stage == Stage::Head {
             self.write_head(&mut out)?;
             self.stage = Stage::Rows;
@@ -473,6 +475,8 @@ impl AnswerWriter {
         const ROWS_PER_TAKE: usize = 256;
         while out.len() < self.chunk_bytes {
             let mut wrote_row = self.wrote_row;
+            // Never more rows than the chunk has bytes (tests cut chunks of one byte,
+            // which then hold one row each).
             let take = ROWS_PER_TAKE.min(self.chunk_bytes);
             let Some(slice) = self.next_rows(take)? else {
                 return Ok(true);
