@@ -40,7 +40,7 @@ if [ ! -x "$python" ]; then
         echo "warning: 'python3 -m venv' failed (is python3-venv installed?); using pip --user" >&2
         python="python3"
         pip_user=(--user)
-        if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+        if python3 -m pip install --help 2>/dev/null | grep -- --break-system-packages >/dev/null; then
             pip_user+=(--break-system-packages)
         fi
     fi
