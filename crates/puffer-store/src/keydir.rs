@@ -100,6 +100,11 @@ fn encode_keys_in_blocks(
 
 /// Reads a little-endian integer of `width` bytes, at most 8, at `position`.
 fn read_le(bytes: &[u8], position: usize, width: usize) -> Option<u64> {
+    // The offset table's usual width, read without a copy of variable length.
+    if width == 4 {
+        let field = bytes.get(position..position.checked_add(4)?)?;
+        return Some(u64::from(u32::from_le_bytes(field.try_into().ok()?)));
+    }
     let field = bytes.get(position..position.checked_add(width)?)?;
     let mut le_bytes = [0; 8];
     le_bytes.get_mut(..width)?.copy_from_slice(field);
@@ -256,10 +261,12 @@ impl KeyDirectory {
             ));
         }
         let mut out = Vec::with_capacity(ranks.len());
+        // One cursor for every block: its key buffer is allocated once.
+        let mut cursor = BlockCursor::new(&[], 0);
         let mut i = 0;
         while i < ranks.len() {
             let block = ranks[i] / self.keys_per_block;
-            let mut cursor = self.block_cursor(block)?;
+            cursor.restart(self.block_bytes(block)?, block);
             // The rank of the key the cursor holds, once it holds one.
             let mut at = block * self.keys_per_block;
             cursor.next_key()?;
@@ -391,6 +398,62 @@ impl KeyDirectory {
     }
 }
 
+/// A directory's keys decoded, side by side: a rank's key is a slice, with nothing to
+/// decode. About the keys' own bytes plus 4 a key (the front-coded directory is smaller),
+/// so a segment holds one only while dense key-only answers are cheap enough otherwise
+/// for decoding to dominate them (see `Segment`'s attribute layers).
+pub struct DecodedKeys {
+    bytes: Vec<u8>,
+    /// `ends[rank]` is where key `rank` ends in `bytes`; it starts where the one before
+    /// ends (or at 0).
+    ends: Vec<u32>,
+}
+
+impl DecodedKeys {
+    /// Decodes every key of `directory`; an error if a block is corrupt or the keys
+    /// exceed the 4 GiB a table of 32-bit ends addresses.
+    pub fn decode(directory: &KeyDirectory) -> Result<DecodedKeys, String> {
+        let mut bytes = Vec::new();
+        let mut ends = Vec::with_capacity(usize::try_from(directory.key_count).unwrap_or(0));
+        for key in directory.iter() {
+            bytes.extend_from_slice(&key?);
+            let end = u32::try_from(bytes.len()).map_err(|_| {
+                "key directory: keys exceed 4 GiB, too many to decode into a table".to_string()
+            })?;
+            ends.push(end);
+        }
+        bytes.shrink_to_fit();
+        Ok(DecodedKeys { bytes, ends })
+    }
+
+    /// Bytes held.
+    pub fn byte_len(&self) -> u64 {
+        (self.bytes.len() + self.ends.len() * std::mem::size_of::<u32>()) as u64
+    }
+
+    /// The keys of `ranks`, in their order (any order, repeats allowed).
+    pub fn keys(&self, ranks: &[u64]) -> Result<Vec<Vec<u8>>, String> {
+        ranks
+            .iter()
+            .map(|&rank| {
+                let key = usize::try_from(rank).ok().and_then(|rank| {
+                    let start = rank.checked_sub(1).map_or(Some(0), |before| {
+                        self.ends.get(before).map(|&end| end as usize)
+                    })?;
+                    let end = *self.ends.get(rank)? as usize;
+                    self.bytes.get(start..end)
+                });
+                key.map(<[u8]>::to_vec).ok_or_else(|| {
+                    format!(
+                        "decoded keys: rank {rank} out of range for {} keys",
+                        self.ends.len()
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
 /// Decodes the keys of one block in order.
 struct BlockCursor<'a> {
     block_bytes: &'a [u8],
@@ -411,8 +474,47 @@ impl<'a> BlockCursor<'a> {
         }
     }
 
+    /// Starts over at the first key of another block, keeping the key buffer.
+    fn restart(&mut self, block_bytes: &'a [u8], block: u64) {
+        self.block_bytes = block_bytes;
+        self.block = block;
+        self.position = 0;
+        self.keys_decoded = 0;
+    }
+
     /// Decodes the next key into `self.key`.
+    #[inline]
     fn next_key(&mut self) -> Result<(), String> {
+        // The common case, read without the general path's checks and loops: a
+        // following key whose two lengths fit in a byte each (the shared prefix of sorted
+        // keys and the suffix are short).
+        if self.keys_decoded > 0 {
+            if let Some(&[shared_len, suffix_len]) = self
+                .block_bytes
+                .get(self.position..self.position + 2)
+                .and_then(|lengths| <&[u8; 2]>::try_from(lengths).ok())
+            {
+                let (shared_len, suffix_len) = (usize::from(shared_len), usize::from(suffix_len));
+                let suffix_start = self.position + 2;
+                if shared_len < 0x80 && suffix_len < 0x80 && shared_len <= self.key.len() {
+                    if let Some(suffix) = self
+                        .block_bytes
+                        .get(suffix_start..suffix_start + suffix_len)
+                    {
+                        self.key.truncate(shared_len);
+                        self.key.extend_from_slice(suffix);
+                        self.position = suffix_start + suffix_len;
+                        self.keys_decoded += 1;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.next_key_checked()
+    }
+
+    /// [`Self::next_key`] for any key: every length and bound checked, errors named.
+    fn next_key_checked(&mut self) -> Result<(), String> {
         if self.keys_decoded == 0 {
             let key_len = self.read_len()?;
             let key = self.take(key_len)?;
@@ -439,6 +541,13 @@ impl<'a> BlockCursor<'a> {
 
     /// Reads a varint length; lengths above the block's size are caught by `take`.
     fn read_len(&mut self) -> Result<usize, String> {
+        // Nearly every length fits in one byte: read it without the loop.
+        if let Some(&byte) = self.block_bytes.get(self.position) {
+            if byte < 0x80 {
+                self.position += 1;
+                return Ok(usize::from(byte));
+            }
+        }
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let Some(&byte) = self.block_bytes.get(self.position) else {
@@ -510,6 +619,39 @@ mod tests {
         }
         assert!(directory.keys(&[3, 2]).is_err(), "ranks out of order");
         assert!(directory.keys(&[n]).is_err(), "rank past the end");
+        let decoded = DecodedKeys::decode(&directory).unwrap();
+        let ranks: Vec<u64> = (0..n).rev().chain([0, 0, 7]).collect();
+        let expected: Vec<Vec<u8>> = ranks.iter().map(|&r| keys[r as usize].clone()).collect();
+        assert_eq!(decoded.keys(&ranks).unwrap(), expected);
+        assert!(decoded.keys(&[n]).is_err(), "rank past the end");
+    }
+
+    /// Lengths of two varint bytes (shared prefixes and suffixes of 128 bytes or more)
+    /// take the checked decoding path; short ones the fast path; both agree.
+    #[test]
+    fn long_shared_prefixes_and_suffixes_decode() {
+        let long = "p".repeat(300);
+        let mut keys: Vec<Vec<u8>> = (0..40u32)
+            .map(|n| match n % 3 {
+                0 => format!("{long}{n:03}").into_bytes(),
+                1 => format!("{long}{n:03}{}", "s".repeat(200)).into_bytes(),
+                _ => format!("{n:03}").into_bytes(),
+            })
+            .collect();
+        keys.sort();
+        let borrowed: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let directory = KeyDirectory::from_bytes(encode_keys(&borrowed).unwrap()).unwrap();
+        let all: Vec<Vec<u8>> = directory.iter().collect::<Result<_, _>>().unwrap();
+        assert_eq!(all, keys);
+        let ranks: Vec<u64> = (0..keys.len() as u64).collect();
+        assert_eq!(directory.keys(&ranks).unwrap(), keys);
+        assert_eq!(
+            DecodedKeys::decode(&directory)
+                .unwrap()
+                .keys(&ranks)
+                .unwrap(),
+            keys
+        );
     }
 
     #[test]

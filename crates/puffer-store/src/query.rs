@@ -738,7 +738,11 @@ pub fn search_text(
                     .and_then(|attribute| stage.attribute_layer(attribute))
                     .filter(|layer| layer.covers(range.start, range.end));
                 if let Some(layer) = layer {
-                    // Every record at once, from the layer: no walk to stop early.
+                    // Every record at once, from the layer: no walk to stop early. The
+                    // answer's size is known, so it is allocated once (growing it by
+                    // doubling copied it about twice over).
+                    let entries = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+                    out.reserve(entries.min(limit.saturating_sub(out.len())));
                     let mut entry = range.start;
                     while entry < range.end {
                         let more = consider(layer.record(entry), &mut out, &mut seen)?;

@@ -11,7 +11,9 @@
 //! ascending) as of checkpoint C. Marks made after the checkpoint live in the log.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwapOption;
 
 use puffer_index::{BuildOptions, TextIndex};
 use serde::{Deserialize, Serialize};
@@ -24,7 +26,7 @@ use crate::container::{decode_sections, encode_sections, find_section};
 use crate::error::{Result, StoreError};
 use crate::fields::{encode_long_fields, LongFields, LONG_FIELD_MIN_BYTES};
 use crate::fs::{write_file_atomic, write_file_atomic_with, Fs, FsWriter};
-use crate::keydir::{encode_keys, KeyDirectory};
+use crate::keydir::{encode_keys, DecodedKeys, KeyDirectory};
 use crate::layer_shelf::LayerShelf;
 use crate::record_cache::RecordCache;
 use crate::schema::{AttrType, StoredRecord};
@@ -67,6 +69,14 @@ pub struct Segment {
     attribute_layers: LayerShelf<AttributeLayer>,
     /// Column layers held, one per attribute at most.
     column_layers: LayerShelf<ColumnLayer>,
+    /// The keys decoded, held exactly while some attribute layer is: a layer makes a
+    /// dense answer cheap enough that decoding its keys from the front-coded directory
+    /// becomes most of its cost (without layers the walks dwarf it).
+    decoded_keys: ArcSwapOption<DecodedKeys>,
+    /// Held while the decoded keys are matched to the attribute layers.
+    decoded_keys_sync: Mutex<()>,
+    /// What the decoded keys take, once asked (one pass over the directory).
+    decoded_keys_cost_bytes: OnceLock<u64>,
 }
 
 /// Entries located at once while an attribute layer is built (bounds the positions held).
@@ -226,6 +236,9 @@ impl Segment {
             record_cache: None,
             attribute_layers: LayerShelf::new(),
             column_layers: LayerShelf::new(),
+            decoded_keys: ArcSwapOption::empty(),
+            decoded_keys_sync: Mutex::new(()),
+            decoded_keys_cost_bytes: OnceLock::new(),
         };
         if let Some(name) = deletions {
             for record in read_deletions(&dir.join(name), facts.records)? {
@@ -337,15 +350,63 @@ impl Segment {
         self.attribute_layers.attributes()
     }
 
-    /// Bytes of the attribute layers held.
+    /// Bytes of the attribute layers held, with the decoded keys they bring.
     pub fn attribute_layer_bytes(&self) -> u64 {
-        self.attribute_layers.bytes()
+        self.attribute_layers.bytes() + self.decoded_key_bytes()
     }
 
-    /// Bytes a layer of `attribute` would take here.
+    /// Bytes of the decoded keys held (0 without attribute layers).
+    pub fn decoded_key_bytes(&self) -> u64 {
+        self.decoded_keys
+            .load()
+            .as_ref()
+            .map_or(0, |keys| keys.byte_len())
+    }
+
+    /// Bytes a layer of `attribute` would take here; the first layer of a segment also
+    /// brings the decoded keys.
     pub fn attribute_layer_cost_bytes(&self, attribute: u16) -> Result<u64> {
         let (start, end) = self.attribute_entries(attribute)?;
-        Ok(AttributeLayer::bytes_for(end - start, self.record_count()))
+        let layer_bytes = AttributeLayer::bytes_for(end - start, self.record_count());
+        let keys_bytes = if self.decoded_keys.load().is_none() {
+            self.decoded_keys_cost_bytes()?
+        } else {
+            0
+        };
+        Ok(layer_bytes + keys_bytes)
+    }
+
+    /// What decoding the keys would take (computed once).
+    fn decoded_keys_cost_bytes(&self) -> Result<u64> {
+        if let Some(&bytes) = self.decoded_keys_cost_bytes.get() {
+            return Ok(bytes);
+        }
+        let mut key_bytes = 0u64;
+        for key in self.keys.iter() {
+            key_bytes += key.map_err(|e| self.corrupt_meta(e))?.len() as u64;
+        }
+        let bytes = key_bytes + self.keys.len() * std::mem::size_of::<u32>() as u64;
+        Ok(*self.decoded_keys_cost_bytes.get_or_init(|| bytes))
+    }
+
+    /// Decodes the keys when the segment holds an attribute layer and drops them when it
+    /// holds none; called after every change to the layers.
+    fn sync_decoded_keys(&self) {
+        let _sync = self
+            .decoded_keys_sync
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let wanted = !self.attribute_layers.attributes().is_empty();
+        let held = self.decoded_keys.load().is_some();
+        if wanted && !held {
+            // A corrupt directory fails to decode: it stays the one that answers, and
+            // reports the corruption to the reads that touch it.
+            if let Ok(keys) = DecodedKeys::decode(&self.keys) {
+                self.decoded_keys.store(Some(Arc::new(keys)));
+            }
+        } else if !wanted && held {
+            self.decoded_keys.store(None);
+        }
     }
 
     /// Builds the layer of `attribute` (one locate of its entries, in chunks) without
@@ -373,12 +434,15 @@ impl Segment {
     /// from now on use it.
     pub fn add_attribute_layer(&self, layer: AttributeLayer) {
         self.attribute_layers.add(layer);
+        self.sync_decoded_keys();
     }
 
     /// Drops the layer of `attribute`; whether there was one. Queries that loaded it
     /// keep it until they end.
     pub fn drop_attribute_layer(&self, attribute: u16) -> bool {
-        self.attribute_layers.remove(attribute)
+        let dropped = self.attribute_layers.remove(attribute);
+        self.sync_decoded_keys();
+        dropped
     }
 
     /// Starts building the layer of `attribute` on a thread of its own, which publishes
@@ -395,6 +459,7 @@ impl Segment {
                 segment
                     .attribute_layers
                     .finish(attribute, built.map_err(|e| e.to_string()));
+                segment.sync_decoded_keys();
             },
             |why| self.attribute_layers.finish(attribute, Err(why)),
         )
@@ -607,7 +672,11 @@ impl TextStage for Segment {
         Segment::column_layer(self, attribute)
     }
     fn keys(&self, records: &[u64]) -> Result<Vec<Vec<u8>>> {
-        self.keys.keys(records).map_err(|e| self.corrupt_meta(e))
+        match self.decoded_keys.load().as_ref() {
+            Some(decoded) => decoded.keys(records),
+            None => self.keys.keys(records),
+        }
+        .map_err(|e| self.corrupt_meta(e))
     }
     fn record(&self, record: u64, types: &[AttrType]) -> Result<StoredRecord> {
         self.decode(record, &self.text(record, false)?, types)

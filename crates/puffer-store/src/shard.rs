@@ -852,7 +852,7 @@ impl Shard {
             )?;
             // Rows without values need only keys: read in record order, each block of
             // the key directory decoded once.
-            let mut keys_only: Vec<u64> = Vec::new();
+            let mut keys_only: Vec<u64> = Vec::with_capacity(matching.len());
             for (record, decoded) in matching {
                 match decoded {
                     Some(r) => found.push(name(&r)),

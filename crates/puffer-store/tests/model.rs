@@ -428,6 +428,15 @@ impl Run {
                     _ => {}
                 }
             }
+            // The decoded keys come and go with the attribute layers.
+            assert_eq!(
+                segment.decoded_key_bytes() > 0,
+                !segment.attribute_layer_attributes().is_empty(),
+                "segment {}: decoded keys of {} bytes with attribute layers {:?}",
+                segment.id,
+                segment.decoded_key_bytes(),
+                segment.attribute_layer_attributes()
+            );
         }
     }
 }
