@@ -11,7 +11,7 @@
 //! ascending) as of checkpoint C. Marks made after the checkpoint live in the log.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
 
@@ -75,8 +75,6 @@ pub struct Segment {
     decoded_keys: ArcSwapOption<DecodedKeys>,
     /// Held while the decoded keys are matched to the attribute layers.
     decoded_keys_sync: Mutex<()>,
-    /// What the decoded keys take, once asked (one pass over the directory).
-    decoded_keys_cost_bytes: OnceLock<u64>,
 }
 
 /// Entries located at once while an attribute layer is built (bounds the positions held).
@@ -238,7 +236,6 @@ impl Segment {
             column_layers: LayerShelf::new(),
             decoded_keys: ArcSwapOption::empty(),
             decoded_keys_sync: Mutex::new(()),
-            decoded_keys_cost_bytes: OnceLock::new(),
         };
         if let Some(name) = deletions {
             for record in read_deletions(&dir.join(name), facts.records)? {
@@ -363,30 +360,13 @@ impl Segment {
             .map_or(0, |keys| keys.byte_len())
     }
 
-    /// Bytes a layer of `attribute` would take here; the first layer of a segment also
-    /// brings the decoded keys.
+    /// Bytes a layer of `attribute` would take here. The decoded keys the first layer
+    /// brings are not in it: they are one table for all the segment's layers, and
+    /// charging each candidate for it would make the manager see several times what
+    /// it costs; they are counted in the segment's memory once held.
     pub fn attribute_layer_cost_bytes(&self, attribute: u16) -> Result<u64> {
         let (start, end) = self.attribute_entries(attribute)?;
-        let layer_bytes = AttributeLayer::bytes_for(end - start, self.record_count());
-        let keys_bytes = if self.decoded_keys.load().is_none() {
-            self.decoded_keys_cost_bytes()?
-        } else {
-            0
-        };
-        Ok(layer_bytes + keys_bytes)
-    }
-
-    /// What decoding the keys would take (computed once).
-    fn decoded_keys_cost_bytes(&self) -> Result<u64> {
-        if let Some(&bytes) = self.decoded_keys_cost_bytes.get() {
-            return Ok(bytes);
-        }
-        let mut key_bytes = 0u64;
-        for key in self.keys.iter() {
-            key_bytes += key.map_err(|e| self.corrupt_meta(e))?.len() as u64;
-        }
-        let bytes = key_bytes + self.keys.len() * std::mem::size_of::<u32>() as u64;
-        Ok(*self.decoded_keys_cost_bytes.get_or_init(|| bytes))
+        Ok(AttributeLayer::bytes_for(end - start, self.record_count()))
     }
 
     /// Decodes the keys when the segment holds an attribute layer and drops them when it
