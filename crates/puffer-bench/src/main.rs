@@ -9,6 +9,16 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Hands the memory a load freed back to the system now. mimalloc returns freed memory
+/// lazily, from whichever thread allocates next: after a load that freed hundreds of
+/// megabytes, the first queries measured paid for it (one query of each run stalled
+/// 20 to 50 ms; with purging off, none did), so a benchmark calls this between loading
+/// an engine and timing it.
+pub(crate) fn return_freed_memory() {
+    // SAFETY: mi_collect takes no pointers and may be called from any thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 mod analytics_bench;
 mod answers_bench;
 mod blowfish;

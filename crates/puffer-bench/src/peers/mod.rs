@@ -233,6 +233,7 @@ impl<'p, Q> Runner<'p, Q> {
             }
         };
         eprintln!("{name}: loaded in {load_seconds:.1} s; querying");
+        crate::return_freed_memory();
         let before = self.mismatches.count;
         let latencies = measure(
             name,
