@@ -67,3 +67,63 @@ fn first_ttf(dir: &std::path::Path, depth_left: u32) -> Option<std::path::PathBu
         .filter(|p| p.is_dir())
         .find_map(|p| first_ttf(p, depth_left - 1))
 }
+
+/// A chart on a bitmap with two linear axes.
+pub type LinearChart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::BitMapBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// One panel of a chart of several: its caption, axes from 0 to `x_max` and `y_max`
+/// (the x axis described by `x_desc`, if given), and a mesh without minor lines.
+pub fn panel<'a, 'b>(
+    area: &'a plotters::drawing::DrawingArea<
+        plotters::backend::BitMapBackend<'b>,
+        plotters::coord::Shift,
+    >,
+    caption: &str,
+    x_max: f64,
+    y_max: f64,
+    x_desc: Option<&str>,
+) -> Result<LinearChart<'a, 'b>> {
+    use plotters::prelude::*;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(8)
+        .x_label_area_size(30)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| anyhow!("{e}"))?;
+    let mut mesh = chart.configure_mesh();
+    if let Some(x_desc) = x_desc {
+        mesh.x_desc(x_desc);
+    }
+    mesh.light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    Ok(chart)
+}
+
+/// Draws the legend of `chart`'s labelled series, boxed, at `position`.
+pub fn draw_legend<'a, DB, CT>(
+    chart: &mut plotters::chart::ChartContext<'a, DB, CT>,
+    position: plotters::chart::SeriesLabelPosition,
+) -> Result<()>
+where
+    DB: plotters::backend::DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

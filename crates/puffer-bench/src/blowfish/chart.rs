@@ -115,11 +115,7 @@ pub fn draw(
     Ok(())
 }
 
-type Chart<'a, 'b> = ChartContext<
-    'a,
-    BitMapBackend<'b>,
-    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
->;
+type Chart<'a, 'b> = crate::plot::LinearChart<'a, 'b>;
 
 fn panel<'b>(
     area: &DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>,
@@ -128,28 +124,9 @@ fn panel<'b>(
     y_max: f64,
     draw: impl FnOnce(&mut Chart<'_, 'b>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 15))
-        .margin(8)
-        .x_label_area_size(30)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .x_desc("time (s)")
-        .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+    let mut chart = crate::plot::panel(area, caption, x_max, y_max, Some("time (s)"))?;
     draw(&mut chart)?;
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    Ok(())
+    crate::plot::draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 /// Averages of the last second at each point (per-tick rates over 100 ms are noisy).

@@ -113,18 +113,7 @@ pub fn draw_accuracy(path: &Path, points: &[AccuracyPoint]) -> anyhow::Result<()
             .map(|p| p.predicted_ops_per_s.max(p.measured_ops_per_s))
             .fold(1.0, f64::max)
             * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption(name, ("sans-serif", 15))
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(55)
-            .build_cartesian_2d(0.0..top, 0.0..top)
-            .map_err(|e| anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+        let mut chart = crate::plot::panel(area, name, top, top, None)?;
         chart
             .draw_series(LineSeries::new(
                 vec![(0.0, 0.0), (top, top)],
@@ -206,13 +195,7 @@ pub fn draw_oracles(path: &Path, bars: &[OracleBar]) -> anyhow::Result<()> {
             .label(oracle.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+    crate::plot::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()
         .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
     Ok(())

@@ -177,12 +177,5 @@ fn draw_latencies(
         area.draw(&Text::new(*class, at, ("sans-serif", 14)))
             .map_err(|e| anyhow!("{e}"))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    Ok(())
+    crate::plot::draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
