@@ -43,6 +43,8 @@ const ENGINES: [&str; 5] = [
     "postgres",
     "ripgrep",
 ];
+/// Most `--rounds`.
+const MAX_ROUNDS: usize = 15;
 
 #[derive(clap::Args)]
 pub struct PeersArgs {
@@ -72,6 +74,10 @@ pub struct PeersArgs {
     /// Query classes to run, comma-separated (default: all), e.g. `len3-limit100,eq`.
     #[arg(long, value_delimiter = ',')]
     classes: Vec<String>,
+    /// Timed passes over the queries; a query's time is the median of its passes (a
+    /// query over 100 ms is timed once).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 impl PeersArgs {
@@ -103,6 +109,11 @@ impl PeersArgs {
 
 pub fn run(args: &PeersArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.queries >= 1, "--queries must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_ROUNDS).contains(&args.rounds),
+        "--rounds must be between 1 and {MAX_ROUNDS}, got {}",
+        args.rounds
+    );
     for engine in &args.skip {
         anyhow::ensure!(
             ENGINES.contains(&engine.as_str()),
@@ -195,16 +206,22 @@ struct Outcome {
 struct Runner<'p, Q> {
     planned: &'p [Planned<Q>],
     row_of_key: Option<&'p HashMap<Vec<u8>, u32>>,
+    rounds: usize,
     engines: Vec<EngineReport>,
     skipped: Vec<(&'static str, String)>,
     mismatches: Mismatches,
 }
 
 impl<'p, Q> Runner<'p, Q> {
-    fn new(planned: &'p [Planned<Q>], row_of_key: Option<&'p HashMap<Vec<u8>, u32>>) -> Self {
+    fn new(
+        planned: &'p [Planned<Q>],
+        row_of_key: Option<&'p HashMap<Vec<u8>, u32>>,
+        rounds: usize,
+    ) -> Self {
         Runner {
             planned,
             row_of_key,
+            rounds,
             engines: Vec::new(),
             skipped: Vec::new(),
             mismatches: Mismatches::default(),
@@ -240,6 +257,7 @@ impl<'p, Q> Runner<'p, Q> {
             &mut engine,
             self.planned,
             self.row_of_key,
+            self.rounds,
             &mut self.mismatches,
         );
         let sizes = engine
@@ -303,7 +321,7 @@ fn run_text(args: &PeersArgs, path: &Path, work_dir: &Path) -> anyhow::Result<Ou
     std::fs::write(&corpus_file, &corpus.text)
         .with_context(|| format!("writing {}", corpus_file.display()))?;
 
-    let mut runner = Runner::new(&planned, None);
+    let mut runner = Runner::new(&planned, None, args.rounds);
     if args.wants("pufferdb") {
         runner.run(
             "pufferdb",
@@ -384,7 +402,7 @@ fn run_records(args: &PeersArgs, work_dir: &Path) -> anyhow::Result<Outcome> {
         args.seed,
     )?)?;
 
-    let mut runner = Runner::new(&planned, Some(&table.row_of_key));
+    let mut runner = Runner::new(&planned, Some(&table.row_of_key), args.rounds);
     if args.wants("pufferdb") {
         runner.run("pufferdb", "puffer-store shard, one compacted segment (SA/ISA rate 32), every attribute searchable", || puffer::load_records(&table, work_dir))?;
     }
@@ -475,6 +493,7 @@ fn summary(args: &PeersArgs, outcome: &Outcome, mismatches: &Mismatches) -> serd
         "documents": outcome.documents,
         "documents_kind": outcome.documents_kind,
         "seed": args.seed,
+        "rounds": args.rounds,
         "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "selective_max_rows": measure::SELECTIVE_MAX_ROWS,
         "query_classes": answers,
