@@ -17,8 +17,9 @@
 //! Like attribute layers (`attr_layer`), column layers are added and dropped at run
 //! time while queries run (a segment's list of layers is swapped whole; a query keeps
 //! the layer it loaded), are built whole on a thread of their own from the segment's
-//! own fields, are counted in the replica's footprint, and live in memory only: a
-//! reopened or compacted segment gets them again from the replica's target set. Deleted
+//! own fields and are counted in the replica's footprint. Unlike attribute layers they
+//! live in memory only (no file is saved): a reopened or compacted segment gets them
+//! again from the replica's target set. Deleted
 //! records keep their values here; readers check deletions as for every other read.
 
 use puffer_index::bits::{packed_get, width_for, BitWriter};

@@ -8,7 +8,10 @@
 //!
 //! plus, once records in it are deleted, `seg-NNNNNN.del-C`: a container (magic
 //! `PUFFSDEL`, version 1) whose section 1 lists the deleted record numbers (u64 LE,
-//! ascending) as of checkpoint C. Marks made after the checkpoint live in the log.
+//! ascending) as of checkpoint C. Marks made after the checkpoint live in the log;
+//!
+//! plus, for each attribute whose layer was ever built here, `seg-NNNNNN.attr-A`
+//! (`attr_layer.rs`), loaded instead of built when the layer is wanted again.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -18,14 +21,14 @@ use arc_swap::ArcSwapOption;
 use puffer_index::{BuildOptions, TextIndex};
 use serde::{Deserialize, Serialize};
 
-use crate::attr_layer::AttributeLayer;
+use crate::attr_layer::{AttributeLayer, LayerShape};
 use crate::bounds::{encode_bounds, RecordBounds};
 use crate::codec::{self, Place, MARK};
 use crate::column_layer::ColumnLayer;
 use crate::container::{decode_sections, encode_sections, find_section};
 use crate::error::{Result, StoreError};
 use crate::fields::{encode_long_fields, LongFields, LONG_FIELD_MIN_BYTES};
-use crate::fs::{write_file_atomic, write_file_atomic_with, Fs, FsWriter};
+use crate::fs::{write_file_atomic, write_file_atomic_with, Fs, FsWriter, RealFs};
 use crate::keydir::{encode_keys, DecodedKeys, KeyDirectory};
 use crate::layer_shelf::LayerShelf;
 use crate::record_cache::RecordCache;
@@ -75,6 +78,8 @@ pub struct Segment {
     decoded_keys: ArcSwapOption<DecodedKeys>,
     /// Held while the decoded keys are matched to the attribute layers.
     decoded_keys_sync: Mutex<()>,
+    /// Writes the attribute layer files.
+    fs: Arc<dyn Fs>,
 }
 
 /// Entries located at once while an attribute layer is built (bounds the positions held).
@@ -117,6 +122,21 @@ pub fn meta_file_name(id: u64) -> String {
 /// The deletions file of segment `id` as of checkpoint `checkpoint`.
 pub fn deletions_file_name(id: u64, checkpoint: u64) -> String {
     format!("seg-{id:06}.del-{checkpoint}")
+}
+
+/// The file of segment `id`'s layer of attribute `attribute`.
+pub fn attribute_layer_file_name(id: u64, attribute: u16) -> String {
+    format!("seg-{id:06}.attr-{attribute}")
+}
+
+/// The segment whose attribute layer file `name` is, if it is one.
+pub fn attribute_layer_file_segment(name: &str) -> Option<u64> {
+    let (segment, attribute) = name.strip_prefix("seg-")?.split_once(".attr-")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(segment) || !digits(attribute) || attribute.parse::<u16>().is_err() {
+        return None;
+    }
+    segment.parse().ok()
 }
 
 impl Segment {
@@ -236,6 +256,7 @@ impl Segment {
             column_layers: LayerShelf::new(),
             decoded_keys: ArcSwapOption::empty(),
             decoded_keys_sync: Mutex::new(()),
+            fs: Arc::new(RealFs),
         };
         if let Some(name) = deletions {
             for record in read_deletions(&dir.join(name), facts.records)? {
@@ -280,6 +301,13 @@ impl Segment {
     /// which is why entries are keyed by segment id).
     pub fn with_record_cache(mut self, cache: Option<Arc<RecordCache>>) -> Segment {
         self.record_cache = cache;
+        self
+    }
+
+    /// The segment writing its layer files through `fs` (the shard's; the operating
+    /// system's by default).
+    pub fn with_fs(mut self, fs: Arc<dyn Fs>) -> Segment {
+        self.fs = fs;
         self
     }
 
@@ -410,6 +438,59 @@ impl Segment {
         ))
     }
 
+    /// What the layer of `attribute` must be here (for checking a layer file).
+    fn attribute_layer_shape(&self, attribute: u16) -> Result<LayerShape> {
+        let (first_entry, end_entry) = self.attribute_entries(attribute)?;
+        Ok(LayerShape {
+            attribute,
+            first_entry,
+            end_entry,
+            records: self.record_count(),
+        })
+    }
+
+    /// Saves `layer` beside the segment (replacing an older file), durably.
+    pub fn save_attribute_layer(&self, layer: &AttributeLayer) -> Result<()> {
+        let path = self
+            .dir
+            .join(attribute_layer_file_name(self.id, layer.attribute()));
+        write_file_atomic(
+            self.fs.as_ref(),
+            &path,
+            &layer.to_file_bytes(self.record_count()),
+        )
+        .map_err(|e| StoreError::io(&path, e))
+    }
+
+    /// The layer of `attribute` saved beside the segment; `None` when there is no file.
+    /// A file that is not this segment's layer of `attribute`, or is damaged, is an
+    /// error (`StoreError::Corrupt`).
+    pub fn load_attribute_layer(&self, attribute: u16) -> Result<Option<AttributeLayer>> {
+        let path = self.dir.join(attribute_layer_file_name(self.id, attribute));
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io(&path, e)),
+        };
+        let shape = self.attribute_layer_shape(attribute)?;
+        AttributeLayer::from_file_bytes(&bytes, shape)
+            .map(Some)
+            .map_err(|detail| StoreError::corrupt(&path, detail))
+    }
+
+    /// The layer of `attribute` from its file when that is intact, else built (and then
+    /// saved: a save that fails, on a full disk say, only means the next open builds it
+    /// again). A damaged file is replaced, not reported: the build gives the right
+    /// layer, and the file is only ever a copy of it.
+    fn load_or_build_attribute_layer(&self, attribute: u16) -> Result<AttributeLayer> {
+        if let Ok(Some(layer)) = self.load_attribute_layer(attribute) {
+            return Ok(layer);
+        }
+        let layer = self.build_attribute_layer(attribute)?;
+        let _ = self.save_attribute_layer(&layer);
+        Ok(layer)
+    }
+
     /// Publishes `layer` (replacing a layer of the same attribute): queries that start
     /// from now on use it.
     pub fn add_attribute_layer(&self, layer: AttributeLayer) {
@@ -425,8 +506,9 @@ impl Segment {
         dropped
     }
 
-    /// Starts building the layer of `attribute` on a thread of its own, which publishes
-    /// it when done; false when the segment holds it, is building it, or failed to.
+    /// Starts loading (from its file) or building the layer of `attribute` on a thread
+    /// of its own, which publishes it when done; false when the segment holds it, is
+    /// building it, or failed to.
     pub fn start_attribute_layer(self: &Arc<Self>, attribute: u16) -> bool {
         if !self.attribute_layers.begin(attribute) {
             return false;
@@ -435,7 +517,7 @@ impl Segment {
         self.spawn_build(
             format!("attr-layer-{}-{attribute}", self.id),
             move || {
-                let built = segment.build_attribute_layer(attribute);
+                let built = segment.load_or_build_attribute_layer(attribute);
                 segment
                     .attribute_layers
                     .finish(attribute, built.map_err(|e| e.to_string()));

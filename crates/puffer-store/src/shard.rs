@@ -3,7 +3,7 @@
 //! background thread seals log tables into sorted batches and compacts them into
 //! segments. Queries read one snapshot across the stages their freshness bound needs.
 //!
-//! Directory layout: `MANIFEST`, `wal/<first seq>.wal`, `seg-NNNNNN.{idx,meta,del-C}`.
+//! Directory layout: `MANIFEST`, `wal/<first seq>.wal`, `seg-NNNNNN.{idx,meta,del-C,attr-A}`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -444,7 +444,11 @@ impl Shard {
         let mut segments = Vec::new();
         for entry in &manifest.segments {
             let segment = Segment::open(dir, entry.id, entry.deletions.as_deref())?;
-            segments.push(Arc::new(segment.with_record_cache(record_cache.clone())));
+            segments.push(Arc::new(
+                segment
+                    .with_record_cache(record_cache.clone())
+                    .with_fs(fs.clone()),
+            ));
         }
         let scus = if own_log || wal_dir.exists() {
             wal::replay(&wal_dir, manifest.checkpoint)?
@@ -1759,7 +1763,9 @@ impl Shared {
                 self.stop_unless_disk_full(format!("writing segment {id} failed: {e}"), e)
             })?;
             Some(Arc::new(
-                segment.with_record_cache(self.record_cache.clone()),
+                segment
+                    .with_record_cache(self.record_cache.clone())
+                    .with_fs(self.fs.clone()),
             ))
         };
         drop(records);
@@ -1839,12 +1845,16 @@ impl Shared {
             live.push(segment::meta_file_name(entry.id));
             live.extend(entry.deletions.clone());
         }
+        let live_ids: Vec<u64> = manifest.segments.iter().map(|e| e.id).collect();
         let entries = std::fs::read_dir(&self.dir).map_err(|e| StoreError::io(&self.dir, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| StoreError::io(&self.dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let ours = name.starts_with("seg-") || name.starts_with('.');
-            if ours && !live.contains(&name) && entry.path().is_file() {
+            // A live segment's layer files live with it.
+            let live_layer = segment::attribute_layer_file_segment(&name)
+                .is_some_and(|id| live_ids.contains(&id));
+            if ours && !live_layer && !live.contains(&name) && entry.path().is_file() {
                 self.fs
                     .remove(&entry.path())
                     .map_err(|e| StoreError::io(entry.path(), e))?;
