@@ -32,6 +32,7 @@ const DEPLOYMENT: Deployment = Deployment {
 /// 140 000 hotels as in §4.1, α as the paper measured; β and T_max of a plausible node.
 const CALIBRATION: Calibration = Calibration {
     beta_s_per_object: 5e-8,
+    region_cost_s: 0.0,
     alpha: 2.3,
     max_throughput_ops_per_s: 40_000.0,
     objects: 140_000,

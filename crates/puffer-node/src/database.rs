@@ -1275,9 +1275,7 @@ impl Database {
                 subspace.table, subspace.table
             )));
         }
-        if let Some(predicate) = request.predicate() {
-            self.profile_search(&here, predicate);
-        }
+        self.profile_search(&here, request);
         if let Some((subspace, regions)) = self.subspace_route(&here, request) {
             // Several regions at once: on a thread that may wait.
             return match wait {

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use puffer_adapt::hyperspace::{
     AttributeId, AttributeSet, Calibration, Configuration, Constraint, Profiler, ProfilerConfig,
-    SearchShape, Subspace, MAX_IN_VALUES, RANGE_FRACTION_DENOMINATOR,
+    RowProbe, SearchRows, SearchShape, Subspace, MAX_IN_VALUES, MAX_ROW_PROBES,
+    RANGE_FRACTION_DENOMINATOR,
 };
 use puffer_query::{QueryError, Result};
 use puffer_store::{Predicate, Record, Schema, Value, WriteOp};
@@ -132,14 +133,22 @@ pub(crate) struct TableTuning {
     /// Values of numeric attributes at a sample of records, sorted: a range's width as
     /// a fraction of its attribute.
     pub(crate) numbers: HashMap<AttributeId, Vec<f64>>,
+    /// The page (limit) the last search of each shape asked for (`None`: all rows);
+    /// at most [`MAX_PAGES_TRACKED`] shapes, forgotten all at once beyond.
+    pub(crate) pages: HashMap<SearchShape, Option<u64>>,
     pub(crate) view: TableTuningView,
 }
+
+/// Most shapes whose page a table's tuning remembers (as many as the profiler tracks,
+/// four times over: shapes it has forgotten may come back).
+pub(crate) const MAX_PAGES_TRACKED: usize = 1024;
 
 impl TableTuning {
     pub(crate) fn new(config: ProfilerConfig) -> Result<TableTuning> {
         Ok(TableTuning {
             profiler: Profiler::new(config).map_err(config_error)?,
             numbers: HashMap::new(),
+            pages: HashMap::new(),
             view: TableTuningView::default(),
         })
     }
@@ -266,6 +275,136 @@ fn range_constraint(
     }
 }
 
+/// Probes a search shape gets from a [`RowSample`] (at most the model's bound).
+pub const ROW_PROBES: usize = 64;
+const _: () = assert!(ROW_PROBES <= MAX_ROW_PROBES);
+
+/// Sampled records of a table, each searched attribute's value as a comparable key:
+/// what [`RowSample::search_rows`] counts.
+pub struct RowSample {
+    records: usize,
+    /// Per attribute, each record's value (`None`: the record lacks it).
+    values: HashMap<AttributeId, Vec<Option<String>>>,
+}
+
+impl RowSample {
+    /// The values of `attributes` (ids of `schema`) in `records`.
+    pub fn new(records: &[Record], schema: &Schema, attributes: &AttributeSet) -> RowSample {
+        let values = attributes
+            .iter()
+            .filter_map(|&id| {
+                let name = &schema.attributes.get(usize::from(id))?.name;
+                let column = records
+                    .iter()
+                    .map(|record| record.values.get(name).map(value_key))
+                    .collect();
+                Some((id, column))
+            })
+            .collect();
+        RowSample {
+            records: records.len(),
+            values,
+        }
+    }
+
+    /// What searches of `shape` asking for `page_rows` find, estimated from the sample:
+    /// up to [`ROW_PROBES`] sampled records that have every attribute the search fixes
+    /// by value (equality or `IN`), evenly spaced, each taken as one search with its
+    /// values (values are asked as often as records hold them). Per probe:
+    /// - an equality's share is the sampled records with the probe's value; an `IN` of
+    ///   `n` values, `n` times that; a range's, its width (the share of sampled values
+    ///   inside it);
+    /// - the matched share is the sampled records with all the probe's values, times
+    ///   the `IN` counts and the ranges' widths (taken as independent of the rest).
+    ///
+    /// When no sampled record has them all (or the sample is empty), one probe says the
+    /// search finds nothing. An attribute the sample lacks (not in the set it was made
+    /// with) counts as found in no record.
+    pub fn search_rows(&self, shape: &SearchShape, page_rows: Option<u64>) -> SearchRows {
+        let n = self.records.max(1) as f64;
+        let mut valued: Vec<(AttributeId, f64)> = Vec::new();
+        let mut ranges: Vec<(AttributeId, f64)> = Vec::new();
+        for (&id, &constraint) in &shape.attributes {
+            match constraint {
+                Constraint::Equality => valued.push((id, 1.0)),
+                Constraint::In { values } => valued.push((id, f64::from(values))),
+                Constraint::Range { fraction_ppm } => ranges.push((
+                    id,
+                    f64::from(fraction_ppm) / f64::from(RANGE_FRACTION_DENOMINATOR),
+                )),
+            }
+        }
+        let range_share: f64 = ranges.iter().map(|(_, share)| share).product();
+        let column = |id: AttributeId| self.values.get(&id);
+        let has_all = |record: usize| {
+            valued
+                .iter()
+                .all(|(id, _)| column(*id).is_some_and(|values| values[record].is_some()))
+        };
+        let having: Vec<usize> = (0..self.records).filter(|&r| has_all(r)).collect();
+        if having.is_empty() {
+            let attribute_shares = valued
+                .iter()
+                .map(|(id, _)| (*id, 0.0))
+                .chain(ranges.iter().copied())
+                .collect();
+            return SearchRows {
+                page_rows,
+                probes: vec![RowProbe {
+                    matched_share: 0.0,
+                    attribute_shares,
+                }],
+            };
+        }
+        // Records by value, per valued attribute, and by all their values together.
+        let mut by_value: Vec<HashMap<&str, u64>> = vec![HashMap::new(); valued.len()];
+        for (counts, (id, _)) in by_value.iter_mut().zip(&valued) {
+            for value in column(*id).into_iter().flatten().flatten() {
+                *counts.entry(value.as_str()).or_default() += 1;
+            }
+        }
+        let tuple = |record: usize| -> Vec<&str> {
+            valued
+                .iter()
+                .filter_map(|(id, _)| column(*id)?[record].as_deref())
+                .collect()
+        };
+        let mut by_tuple: HashMap<Vec<&str>, u64> = HashMap::new();
+        for &record in &having {
+            *by_tuple.entry(tuple(record)).or_default() += 1;
+        }
+        let in_factor: f64 = valued.iter().map(|(_, values)| values).product();
+        let probes = ROW_PROBES.min(having.len());
+        let probes = (0..probes)
+            .map(|i| {
+                let record = having[i * having.len() / probes];
+                let values = tuple(record);
+                let attribute_shares = valued
+                    .iter()
+                    .zip(&by_value)
+                    .zip(&values)
+                    .map(|(((id, in_values), counts), value)| {
+                        let found = counts.get(value).copied().unwrap_or(0) as f64;
+                        (*id, (in_values * found / n).min(1.0))
+                    })
+                    .chain(ranges.iter().copied())
+                    .collect();
+                let together = by_tuple.get(&values).copied().unwrap_or(0) as f64;
+                RowProbe {
+                    matched_share: (together / n * in_factor * range_share).min(1.0),
+                    attribute_shares,
+                }
+            })
+            .collect();
+        SearchRows { page_rows, probes }
+    }
+}
+
+/// A value as a key that compares as the value does (floats by their exact digits).
+fn value_key(value: &Value) -> String {
+    format!("{value:?}")
+}
+
 /// The attributes (ids of `schema`) whose values `op` changes in a record that was
 /// `before`: all it sets for a new record, those that differ (or appear or vanish)
 /// for a replaced one, every one the record had for a delete. `None` for a schema
@@ -370,6 +509,7 @@ pub(crate) fn constraint_name(constraint: Constraint) -> String {
 pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration {
     Calibration {
         beta_s_per_object: measured.beta_s_per_object,
+        region_cost_s: measured.region_cost_s,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
         objects: objects.max(1),
@@ -380,8 +520,12 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
 /// --calibrate` (never assumed).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct MeasuredCalibration {
-    /// `β`: seconds per object a search scans.
+    /// `β`: seconds per object a search reads (locates and checks).
     pub beta_s_per_object: f64,
+    /// Seconds per region a search asks (0 when not measured: the paper's model, which
+    /// has no such term).
+    #[serde(default)]
+    pub region_cost_s: f64,
     /// `α`: a moved copy's cost against one overwritten in place.
     pub alpha: f64,
     /// `T_max`: updates per second with a chain of length 1.
@@ -392,5 +536,135 @@ impl MeasuredCalibration {
     /// Checks the parameters (as the model would).
     pub fn check(&self) -> Result<()> {
         calibration(self, 1).check().map_err(config_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use puffer_store::{AttrType, Attribute};
+
+    fn schema() -> Schema {
+        let attribute = |name: &str| Attribute {
+            name: name.into(),
+            attr_type: AttrType::Int,
+        };
+        Schema::new("id", vec![attribute("a"), attribute("b"), attribute("c")]).unwrap()
+    }
+
+    /// Records with values of `a`, `b`, `c` from small ranges (so they repeat), each
+    /// missing where the value is `None`.
+    fn records(values: &[[Option<i64>; 3]]) -> Vec<Record> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let mut record = Record::new(format!("k{i}"));
+                for (name, value) in ["a", "b", "c"].iter().zip(row) {
+                    if let Some(v) = value {
+                        record = record.with(name, Value::Int(*v));
+                    }
+                }
+                record
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Every probe's shares are what a scan of the sample counts for the values of
+        /// some sampled record that has all the search's attributes.
+        #[test]
+        fn probes_count_what_a_scan_of_the_sample_counts(
+            rows in proptest::collection::vec(
+                proptest::array::uniform3(proptest::option::weighted(0.8, 0..4i64)),
+                0..150,
+            ),
+            searched in proptest::collection::btree_set(0u16..3, 1..=3),
+            in_values in 1u32..4,
+            use_in in any::<bool>(),
+            range_ppm in 1u32..=1_000_000,
+            use_range in any::<bool>(),
+        ) {
+            let schema = schema();
+            let records = records(&rows);
+            let sample = RowSample::new(&records, &schema, &AttributeSet::from([0, 1, 2]));
+            let mut shape = SearchShape::equalities(searched.iter().copied());
+            let first = *searched.iter().next().unwrap();
+            if use_in {
+                shape.attributes.insert(first, Constraint::In { values: in_values });
+            }
+            let last = *searched.iter().next_back().unwrap();
+            if use_range && last != first {
+                shape.attributes.insert(last, Constraint::Range { fraction_ppm: range_ppm });
+            }
+            let estimate = sample.search_rows(&shape, Some(7));
+            prop_assert_eq!(estimate.page_rows, Some(7));
+            prop_assert!(!estimate.probes.is_empty() && estimate.probes.len() <= ROW_PROBES);
+            let name = |id: u16| ["a", "b", "c"][usize::from(id)];
+            let valued: Vec<u16> = shape
+                .attributes
+                .iter()
+                .filter(|(_, c)| !matches!(c, Constraint::Range { .. }))
+                .map(|(id, _)| *id)
+                .collect();
+            let having: Vec<&Record> = records
+                .iter()
+                .filter(|r| valued.iter().all(|id| r.values.contains_key(name(*id))))
+                .collect();
+            let n = records.len().max(1) as f64;
+            let width = f64::from(range_ppm) / 1e6;
+            let factor = |id: u16| match shape.attributes[&id] {
+                Constraint::In { values } => f64::from(values),
+                _ => 1.0,
+            };
+            let ranged = |id: u16| matches!(shape.attributes[&id], Constraint::Range { .. });
+            if having.is_empty() {
+                prop_assert_eq!(estimate.probes.len(), 1);
+                prop_assert_eq!(estimate.probes[0].matched_share, 0.0);
+                for (id, share) in &estimate.probes[0].attribute_shares {
+                    prop_assert_eq!(*share, if ranged(*id) { width } else { 0.0 });
+                }
+                return Ok(());
+            }
+            prop_assert_eq!(estimate.probes.len(), having.len().min(ROW_PROBES));
+            for probe in &estimate.probes {
+                // Some record with all the values gives exactly these shares.
+                let explained = having.iter().any(|source| {
+                    let same = |r: &Record, id: u16| r.values.get(name(id)) == source.values.get(name(id));
+                    let shares_match = valued.iter().all(|&id| {
+                        let found = records.iter().filter(|r| same(r, id)).count() as f64;
+                        let expected = (factor(id) * found / n).min(1.0);
+                        (probe.attribute_shares[&id] - expected).abs() < 1e-12
+                    });
+                    let together = records
+                        .iter()
+                        .filter(|r| valued.iter().all(|&id| same(r, id)))
+                        .count() as f64;
+                    let range_factor = if shape.attributes.keys().any(|id| ranged(*id)) { width } else { 1.0 };
+                    let in_factor: f64 = valued.iter().map(|&id| factor(id)).product();
+                    let matched = (together / n * in_factor * range_factor).min(1.0);
+                    shares_match && (probe.matched_share - matched).abs() < 1e-12
+                });
+                prop_assert!(explained, "probe {:?} matches no sampled record", probe);
+                for (id, share) in &probe.attribute_shares {
+                    if ranged(*id) {
+                        prop_assert_eq!(*share, width);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_sample_finds_nothing() {
+        let sample = RowSample::new(&[], &schema(), &AttributeSet::from([0, 1]));
+        let estimate = sample.search_rows(&SearchShape::equalities([0, 1]), None);
+        assert_eq!(estimate.probes.len(), 1);
+        assert_eq!(estimate.probes[0].matched_share, 0.0);
+        assert_eq!(
+            estimate.probes[0].attribute_shares,
+            BTreeMap::from([(0, 0.0), (1, 0.0)])
+        );
     }
 }

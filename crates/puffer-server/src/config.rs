@@ -92,6 +92,9 @@ pub struct HyperspaceConfig {
     pub alpha: Option<f64>,
     /// See `beta_s_per_object`.
     pub max_throughput_ops_per_s: Option<f64>,
+    /// Seconds a search spends per region it asks, as the calibration measured it
+    /// (optional with the three above; 0 without it, as in the paper's model).
+    pub region_cost_s: Option<f64>,
 }
 
 impl Default for HyperspaceConfig {
@@ -106,6 +109,7 @@ impl Default for HyperspaceConfig {
             beta_s_per_object: None,
             alpha: None,
             max_throughput_ops_per_s: None,
+            region_cost_s: None,
         }
     }
 }
@@ -166,10 +170,17 @@ impl HyperspaceConfig {
             self.alpha,
             self.max_throughput_ops_per_s,
         ) {
+            (None, None, None) if self.region_cost_s.is_some() => {
+                return Err(invalid(
+                    "region_cost_s needs beta_s_per_object, alpha and max_throughput_ops_per_s"
+                        .into(),
+                ))
+            }
             (None, None, None) => None,
             (Some(beta_s_per_object), Some(alpha), Some(max_throughput_ops_per_s)) => {
                 let measured = puffer_node::hyperspace::MeasuredCalibration {
                     beta_s_per_object,
+                    region_cost_s: self.region_cost_s.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,
                 };

@@ -2519,7 +2519,7 @@ fn route_request(client: &Client, method: &str, path: &str, table: &str) -> Repl
             Some(json!({"attributes": ["qty"], "regions": 4}))
         }
         ("put", "/v1/admin/hyperspace/calibration") => Some(
-            json!({"beta_s_per_object": 1e-6, "alpha": 1.0, "max_throughput_ops_per_s": 1000.0}),
+            json!({"beta_s_per_object": 1e-6, "region_cost_s": 1e-5, "alpha": 1.0, "max_throughput_ops_per_s": 1000.0}),
         ),
         _ => None,
     };

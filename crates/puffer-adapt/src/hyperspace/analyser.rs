@@ -252,6 +252,7 @@ mod tests {
                 .map(|attributes| SearchFrequency {
                     shape: SearchShape::equalities(attributes.iter().copied()),
                     frequency: 1.0,
+                    rows: None,
                 })
                 .collect(),
             updates: vec![],

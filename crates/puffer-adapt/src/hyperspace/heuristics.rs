@@ -118,6 +118,7 @@ pub(crate) mod tests {
                 .map(|(attributes, percentage)| SearchFrequency {
                     shape: SearchShape::equalities(attributes.iter().copied()),
                     frequency: 0.5 * percentage / 100.0,
+                    rows: None,
                 })
                 .collect(),
             updates: [PRICE, RATINGS]
@@ -192,6 +193,7 @@ pub(crate) mod tests {
                 .map(|attribute| SearchFrequency {
                     shape: SearchShape::equalities([attribute]),
                     frequency: f64::from(10 - attribute),
+                    rows: None,
                 })
                 .collect(),
             updates: vec![],

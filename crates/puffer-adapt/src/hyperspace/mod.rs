@@ -17,7 +17,10 @@
 //! 3. [`predicted_throughput_ops_per_s`] evaluates equations 1 to 4 (§3) for one
 //!    configuration with a measured [`Calibration`]; [`rank_configurations`] orders the
 //!    candidates; [`alpha_from_update_runs`] is equation 5 (§4.3) and
-//!    [`beta_from_search_runs`] the same inversion of equation 2 for `β`.
+//!    [`search_costs_from_runs`] the same inversion of equation 2 for `β` and the
+//!    per-region cost. A search's cost is charged by the objects it reads: with
+//!    [`SearchRows`] (estimated by the caller from a sample of its records), what a
+//!    compressed index locates and checks; without, every object of its regions.
 //! 4. [`decide`] (the configurator, §5.1) switches only when the best candidate beats the
 //!    current configuration by a margin.
 //!
@@ -46,9 +49,10 @@ pub use analyser::{candidate_configurations, AnalyserConfig};
 pub use configurator::{decide, ConfiguratorDecision, DecisionReason, DEFAULT_SWITCH_MARGIN};
 pub use heuristics::{dominant, hyperspace, no_subspace, subspaces_all};
 pub use model::{
-    alpha_from_update_runs, beta_from_search_runs, predicted_throughput_ops_per_s,
-    rank_configurations, Calibration, RankedConfiguration, SearchFrequency, SearchRun,
-    UpdateFrequency, UpdateRun, WorkloadProfile,
+    alpha_from_update_runs, objects_read, predicted_throughput_ops_per_s, rank_configurations,
+    search_costs_from_runs, Calibration, RankedConfiguration, RowProbe, SearchCosts,
+    SearchFrequency, SearchRows, SearchRun, UpdateFrequency, UpdateRun, WorkloadProfile,
+    MAX_ROW_PROBES,
 };
 pub use model::{search_cost_s, update_chain_length, update_cost_s};
 pub use profiler::{Profiler, ProfilerConfig};

@@ -2,11 +2,21 @@
 //! from parameters measured on the deployment ([`Calibration`]).
 //!
 //! As implemented, for a configuration with subspaces `S`, `K` copies per subspace:
-//! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · (O / grid) · β` seconds, where
-//!   `regions` is equation 1 in the subspace the search is routed to
-//!   ([`route_search`](super::route_search)), `grid` that subspace's region count and `O`
-//!   the object count. The paper writes `O / R`; the grid is `R` whenever `R` is a perfect
-//!   power, and otherwise the real number of objects per region.
+//! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · c_region + read(Q_i) · β`
+//!   seconds, where `regions` is equation 1 in the subspace the search is routed to
+//!   ([`route_search`](super::route_search)) and `read` the objects the search reads there:
+//!   - without row estimates, every object of the regions asked, `regions · O / grid`
+//!     (the paper's equation 2; `grid` is the subspace's region count, `R` whenever `R`
+//!     is a perfect power);
+//!   - with [`SearchRows`] (estimated from a sample of the table), what a compressed
+//!     index reads instead of a scan: the candidates of the search's most selective
+//!     constraint in the regions asked, cut to the share its page needs (see
+//!     [`objects_read`]). A store that scans its regions is the first case; this one
+//!     answers from a suffix array, and its cost follows the rows it locates and
+//!     checks, not the rows stored.
+//!
+//!   `c_region` is each region's fixed cost (a request, a backward search per segment);
+//!   the paper has none (0).
 //! - Update `U_j` (equation 4): `cost(U_j) = (1 + K(1 + |N| + 2α|M|)) / T_max` seconds,
 //!   with `M` the subspaces of `S` having an attribute `U_j` changes and `N` the others;
 //!   the first `1` is the fetch by key before the update, the `1` inside is the key
@@ -20,17 +30,24 @@
 //! `K (1 + |N|) T_real`); [`alpha_from_update_runs`] inverts equation 4 exactly, so a
 //! throughput predicted with the returned `α` reproduces the measured one.
 
+use std::collections::BTreeMap;
+
 use super::{
-    check_update_attributes, regions::route_search_unchecked, AttributeSet, Configuration,
-    SearchShape, MAX_REPLICAS, MAX_SUBSPACES,
+    check_update_attributes, regions::route_search_unchecked, AttributeId, AttributeSet,
+    Configuration, Constraint, SearchRoute, SearchShape, MAX_REPLICAS, MAX_SUBSPACES,
+    RANGE_FRACTION_DENOMINATOR,
 };
 use crate::{config_error, ConfigError};
 
 /// Parameters of the deployment, measured on it (§4.3); never assumed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Calibration {
-    /// `β`: seconds one server spends on one object a search scans (> 0).
+    /// `β`: seconds a search spends on one object it reads (> 0): scans in the paper,
+    /// locates and checks here.
     pub beta_s_per_object: f64,
+    /// `c_region`: seconds a search spends on each region it asks, whatever it reads
+    /// there (>= 0; the paper has no such term: 0).
+    pub region_cost_s: f64,
     /// `α`: cost of rewriting an object in a subspace whose coordinates the update moves
     /// (a delete on the old server and a write on the new), relative to an overwrite in
     /// place (>= 0; the paper measured 2.3).
@@ -48,6 +65,12 @@ impl Calibration {
             return Err(config_error(
                 "beta_s_per_object",
                 format!("{} is not a finite positive number", self.beta_s_per_object),
+            ));
+        }
+        if !(self.region_cost_s.is_finite() && self.region_cost_s >= 0.0) {
+            return Err(config_error(
+                "region_cost_s",
+                format!("{} is not a finite non-negative number", self.region_cost_s),
             ));
         }
         if !(self.alpha.is_finite() && self.alpha >= 0.0) {
@@ -79,6 +102,63 @@ pub struct SearchFrequency {
     pub shape: SearchShape,
     /// Its weight among all operations (any non-negative scale; the model normalises).
     pub frequency: f64,
+    /// What searches of this shape find, if estimated; without it the model charges
+    /// every object of the regions asked (the paper's equation 2).
+    pub rows: Option<SearchRows>,
+}
+
+/// Most probes a [`SearchRows`] holds: enough for a mean over a skewed distribution of
+/// values, few enough that ranking thousands of candidates stays in milliseconds.
+pub const MAX_ROW_PROBES: usize = 256;
+
+/// What searches of one shape find, estimated from a sample of the table's records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchRows {
+    /// The most rows one search asks for (its limit; `None`: all of them).
+    pub page_rows: Option<u64>,
+    /// Searches of the shape as they might be asked, each with the values of one sampled
+    /// record (1..=[`MAX_ROW_PROBES`]); the model charges their mean.
+    pub probes: Vec<RowProbe>,
+}
+
+/// What one search finds, as shares of the table's records (each in `0..=1`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowProbe {
+    /// Records matching the whole search.
+    pub matched_share: f64,
+    /// Per constrained attribute, records matching its constraint alone (an attribute
+    /// missing here finds no candidates of its own: the search cannot start from it).
+    pub attribute_shares: BTreeMap<AttributeId, f64>,
+}
+
+impl SearchRows {
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.probes.is_empty() || self.probes.len() > MAX_ROW_PROBES {
+            return Err(config_error(
+                "search_rows",
+                format!(
+                    "{} probes is not in 1..={MAX_ROW_PROBES}",
+                    self.probes.len()
+                ),
+            ));
+        }
+        if self.page_rows == Some(0) {
+            return Err(config_error("search_rows", "a page of 0 rows"));
+        }
+        for probe in &self.probes {
+            for share in
+                std::iter::once(&probe.matched_share).chain(probe.attribute_shares.values())
+            {
+                if !(0.0..=1.0).contains(share) {
+                    return Err(config_error(
+                        "search_rows",
+                        format!("share {share} is not in 0..=1"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An update's changed attributes and how often it occurs.
@@ -117,6 +197,9 @@ impl WorkloadProfile {
         let mut total = 0.0;
         for search in &self.searches {
             search.shape.check()?;
+            if let Some(rows) = &search.rows {
+                rows.check()?;
+            }
             check_frequency(search.frequency)?;
             total += search.frequency;
         }
@@ -145,26 +228,103 @@ fn check_frequency(frequency: f64) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Seconds one search of `shape` costs in `configuration` (equation 2).
+/// Seconds one search of `shape` costs in `configuration` (equation 2), finding what
+/// `rows` says (see the module docs).
 pub fn search_cost_s(
     configuration: &Configuration,
     shape: &SearchShape,
+    rows: Option<&SearchRows>,
     calibration: &Calibration,
 ) -> Result<f64, ConfigError> {
     calibration.check()?;
     shape.check()?;
-    Ok(search_cost_unchecked(configuration, shape, calibration))
+    if let Some(rows) = rows {
+        rows.check()?;
+    }
+    Ok(search_cost_unchecked(
+        configuration,
+        shape,
+        rows,
+        calibration,
+    ))
 }
 
 fn search_cost_unchecked(
     configuration: &Configuration,
     shape: &SearchShape,
+    rows: Option<&SearchRows>,
     calibration: &Calibration,
 ) -> f64 {
     let route = route_search_unchecked(configuration, shape);
-    route.regions_contacted as f64
-        * (calibration.objects as f64 / route.grid_regions as f64)
-        * calibration.beta_s_per_object
+    let read = objects_read(configuration, &route, shape, rows, calibration.objects);
+    route.regions_contacted as f64 * calibration.region_cost_s
+        + read * calibration.beta_s_per_object
+}
+
+/// Objects a search of `shape` reads on `route` in a table of `objects`, the mean over
+/// `rows`' probes:
+/// - candidates: the fewest that one constraint finds in the regions asked. A
+///   constraint on a dimension of the routed subspace finds all its rows there (the
+///   regions asked are exactly those its values fall in); one on another attribute
+///   finds its share of the regions asked (its values taken as independent of the
+///   cut); the key's equality or `IN` finds one record per value; with no constraint
+///   the search reads the regions asked whole;
+/// - the page: each region stops once it has found the page (`page_rows`), so a
+///   search whose matches exceed a page in every region asked reads only the page's
+///   share of its candidates (matches taken as spread evenly over those regions).
+///
+/// Without `rows`, every object of the regions asked (the paper's equation 2).
+pub fn objects_read(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    rows: Option<&SearchRows>,
+    objects: u64,
+) -> f64 {
+    let objects = objects as f64;
+    let asked = route.regions_contacted as f64;
+    let fraction = asked / route.grid_regions as f64;
+    let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
+        return fraction * objects;
+    };
+    let subspace = route
+        .subspace_index
+        .checked_sub(1)
+        .and_then(|index| configuration.subspaces().get(index));
+    let key_candidates = match shape.key {
+        Some(Constraint::Equality) => 1.0,
+        Some(Constraint::In { values }) => f64::from(values),
+        Some(Constraint::Range { fraction_ppm }) => {
+            f64::from(fraction_ppm) / f64::from(RANGE_FRACTION_DENOMINATOR) * objects * fraction
+        }
+        None => f64::INFINITY,
+    };
+    let total: f64 = rows
+        .probes
+        .iter()
+        .map(|probe| {
+            let candidates = probe
+                .attribute_shares
+                .iter()
+                .filter(|(attribute, _)| shape.attributes.contains_key(attribute))
+                .map(|(&attribute, &share)| {
+                    if subspace.is_some_and(|s| s.contains(attribute)) {
+                        share * objects
+                    } else {
+                        share * objects * fraction
+                    }
+                })
+                .fold(key_candidates.min(objects * fraction), f64::min);
+            let matched = probe.matched_share * objects;
+            match rows.page_rows {
+                Some(page) if matched > page as f64 * asked => {
+                    candidates * (page as f64 * asked / matched)
+                }
+                _ => candidates,
+            }
+        })
+        .sum();
+    total / rows.probes.len() as f64
 }
 
 /// The weighted chain length `K(1 + |N| + 2α|M|)` of an update changing `attributes`
@@ -241,7 +401,13 @@ fn throughput_unchecked(
         .searches
         .iter()
         .map(|search| {
-            search.frequency * search_cost_unchecked(configuration, &search.shape, calibration)
+            search.frequency
+                * search_cost_unchecked(
+                    configuration,
+                    &search.shape,
+                    search.rows.as_ref(),
+                    calibration,
+                )
         })
         .sum();
     let update_cost: f64 = profile
@@ -361,51 +527,89 @@ pub fn alpha_from_update_runs(
     Ok(alpha)
 }
 
-/// One calibration run of searches alone (§4.3): the objects each search scanned (its
-/// regions asked times the objects per region) and the throughput measured.
+/// One calibration run of searches alone (§4.3): what each search asked and read, and
+/// the throughput measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchRun {
-    /// Objects one search scans, `regions · O / grid` (> 0).
-    pub objects_scanned: f64,
+    /// Regions one search asks (>= 0).
+    pub regions_asked: f64,
+    /// Objects one search reads ([`objects_read`]; >= 0).
+    pub objects_read: f64,
     /// `T_real`, searches per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// `β` from calibration runs of searches (equation 2 inverted): each run gives
-/// `1 / T_real = β · objects scanned`, and `β` is the least-squares solution of those
-/// equations (a single run gives `1 / (T_real · objects scanned)`).
-pub fn beta_from_search_runs(runs: &[SearchRun]) -> Result<f64, ConfigError> {
-    let mut weighted_sum = 0.0;
-    let mut weight_square_sum = 0.0;
-    for run in runs {
-        for (name, value) in [
-            ("objects scanned", run.objects_scanned),
-            ("measured throughput", run.measured_throughput_ops_per_s),
-        ] {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(config_error(
-                    "search_runs",
-                    format!("{name} {value} is not a finite positive number"),
-                ));
-            }
-        }
-        weighted_sum += run.objects_scanned / run.measured_throughput_ops_per_s;
-        weight_square_sum += run.objects_scanned * run.objects_scanned;
-    }
+/// A search's two costs, from [`search_costs_from_runs`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchCosts {
+    /// `c_region`, seconds per region asked (>= 0).
+    pub region_cost_s: f64,
+    /// `β`, seconds per object read (> 0).
+    pub beta_s_per_object: f64,
+}
+
+/// `c_region` and `β` from calibration runs of searches (equation 2 inverted): each run
+/// gives `1 / T_real = regions · c_region + read · β`. The two are the least-squares
+/// solution of those equations in relative terms (each run's residual divided by its
+/// cost, so a slow run does not outweigh the fast ones: the model's error is judged
+/// relative), neither below 0: a negative `c_region` is taken as 0 and `β` fitted alone.
+/// Runs that leave `β` at 0 or below say nothing about it and are refused.
+pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
             "search_runs",
             "no run: nothing to estimate beta from",
         ));
     }
-    let beta = weighted_sum / weight_square_sum;
-    if !(beta.is_finite() && beta > 0.0) {
+    // Rows (regions · T, read · T) against 1: the normal equations of the relative fit.
+    let (mut rr, mut ro, mut oo, mut r1, mut o1) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for run in runs {
+        for (name, value) in [
+            ("regions asked", run.regions_asked),
+            ("objects read", run.objects_read),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(config_error(
+                    "search_runs",
+                    format!("{name} {value} is not a finite non-negative number"),
+                ));
+            }
+        }
+        let measured = run.measured_throughput_ops_per_s;
+        if !(measured.is_finite() && measured > 0.0) {
+            return Err(config_error(
+                "search_runs",
+                format!("measured throughput {measured} is not a finite positive number"),
+            ));
+        }
+        let (r, o) = (run.regions_asked * measured, run.objects_read * measured);
+        rr += r * r;
+        ro += r * o;
+        oo += o * o;
+        r1 += r;
+        o1 += o;
+    }
+    let determinant = rr * oo - ro * ro;
+    let both = (determinant > 1e-12 * rr * oo).then(|| {
+        (
+            (r1 * oo - o1 * ro) / determinant,
+            (o1 * rr - r1 * ro) / determinant,
+        )
+    });
+    let (region_cost_s, beta_s_per_object) = match both {
+        Some((region, beta)) if region >= 0.0 => (region, beta),
+        _ => (0.0, o1 / oo),
+    };
+    if !(beta_s_per_object.is_finite() && beta_s_per_object > 0.0) {
         return Err(config_error(
             "search_runs",
-            format!("the runs give beta = {beta}, not a finite positive number"),
+            format!("the runs give beta = {beta_s_per_object}, not a finite positive number"),
         ));
     }
-    Ok(beta)
+    Ok(SearchCosts {
+        region_cost_s,
+        beta_s_per_object,
+    })
 }
 
 fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
@@ -441,6 +645,7 @@ mod tests {
     fn calibration() -> Calibration {
         Calibration {
             beta_s_per_object: 1e-6,
+            region_cost_s: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
             objects: 140_000,
@@ -480,6 +685,7 @@ mod tests {
         // R = 16 everywhere, K = 2, O = 1600, β = 1 ms, T_max = 1000, α = 2.
         let calibration = Calibration {
             beta_s_per_object: 1e-3,
+            region_cost_s: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
             objects: 1600,
@@ -499,11 +705,13 @@ mod tests {
                 SearchFrequency {
                     shape: SearchShape::equalities([0]),
                     frequency: 2.0,
+                    rows: None,
                 },
                 // <3>: nothing indexes it, all 1600 objects.
                 SearchFrequency {
                     shape: SearchShape::equalities([3]),
                     frequency: 1.0,
+                    rows: None,
                 },
             ],
             updates: vec![UpdateFrequency {
@@ -522,7 +730,13 @@ mod tests {
             "{predicted} {expected}"
         );
         assert_eq!(
-            search_cost_s(&configuration, &SearchShape::equalities([0]), &calibration).unwrap(),
+            search_cost_s(
+                &configuration,
+                &SearchShape::equalities([0]),
+                None,
+                &calibration
+            )
+            .unwrap(),
             search_zero
         );
     }
@@ -533,9 +747,19 @@ mod tests {
         // subspace fully fixes scans O / R.
         let configuration = Configuration::new([Subspace::new([0], 64).unwrap()], 64, 1).unwrap();
         let calibration = calibration();
-        let full = search_cost_s(&configuration, &SearchShape::equalities([5]), &calibration);
+        let full = search_cost_s(
+            &configuration,
+            &SearchShape::equalities([5]),
+            None,
+            &calibration,
+        );
         assert!((full.unwrap() - 140_000.0 * 1e-6).abs() < 1e-12);
-        let one = search_cost_s(&configuration, &SearchShape::equalities([0]), &calibration);
+        let one = search_cost_s(
+            &configuration,
+            &SearchShape::equalities([0]),
+            None,
+            &calibration,
+        );
         assert!((one.unwrap() - 140_000.0 / 64.0 * 1e-6).abs() < 1e-12);
     }
 
@@ -565,30 +789,125 @@ mod tests {
     }
 
     #[test]
-    fn beta_round_trips_through_equation_two() {
-        let calibration = calibration();
+    fn search_costs_round_trip_through_equation_two() {
+        let calibration = Calibration {
+            region_cost_s: 2e-4,
+            ..calibration()
+        };
         let configuration =
             Configuration::new([Subspace::new([0, 1], 64).unwrap()], 64, 1).unwrap();
-        let runs: Vec<SearchRun> = [vec![0], vec![0, 1], vec![5]]
+        let rows = rows_of(Some(100), &[(0.05, &[(0, 0.2), (1, 0.1), (5, 0.3)])]);
+        let runs: Vec<SearchRun> = [vec![0], vec![0, 1], vec![5], vec![1, 5]]
             .into_iter()
             .map(|attributes| {
                 let shape = SearchShape::equalities(attributes);
                 let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
                 SearchRun {
-                    objects_scanned: route.scanned_fraction() * calibration.objects as f64,
+                    regions_asked: route.regions_contacted as f64,
+                    objects_read: objects_read(
+                        &configuration,
+                        &route,
+                        &shape,
+                        Some(&rows),
+                        calibration.objects,
+                    ),
                     measured_throughput_ops_per_s: 1.0
-                        / search_cost_s(&configuration, &shape, &calibration).unwrap(),
+                        / search_cost_s(&configuration, &shape, Some(&rows), &calibration).unwrap(),
                 }
             })
             .collect();
-        let beta = beta_from_search_runs(&runs).unwrap();
-        assert!((beta / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
-        assert!(beta_from_search_runs(&[]).is_err());
-        let bad = SearchRun {
-            objects_scanned: 0.0,
-            ..runs[0]
+        let costs = search_costs_from_runs(&runs).unwrap();
+        assert!((costs.beta_s_per_object / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
+        assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
+        // Runs that ask one region each say nothing apart about the region's cost: it is
+        // 0 and beta carries it; runs with no object read say nothing about beta.
+        let one = SearchRun {
+            regions_asked: 1.0,
+            objects_read: 10.0,
+            measured_throughput_ops_per_s: 100.0,
         };
-        assert!(beta_from_search_runs(&[bad]).is_err());
+        let costs = search_costs_from_runs(&[one, one]).unwrap();
+        assert_eq!(costs.region_cost_s, 0.0);
+        assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
+        let nothing_read = SearchRun {
+            objects_read: 0.0,
+            ..one
+        };
+        assert!(search_costs_from_runs(&[nothing_read]).is_err());
+        assert!(search_costs_from_runs(&[]).is_err());
+        let bad = SearchRun {
+            measured_throughput_ops_per_s: 0.0,
+            ..one
+        };
+        assert!(search_costs_from_runs(&[bad]).is_err());
+    }
+
+    /// Row estimates with one probe per `(matched, attribute shares)`.
+    fn rows_of(page_rows: Option<u64>, probes: &[(f64, &[(AttributeId, f64)])]) -> SearchRows {
+        SearchRows {
+            page_rows,
+            probes: probes
+                .iter()
+                .map(|(matched, shares)| RowProbe {
+                    matched_share: *matched,
+                    attribute_shares: shares.iter().copied().collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn objects_read_by_hand() {
+        // O = 1600; subspace <0, 1> of 16 regions (4 by 4); key subspace of 4 regions.
+        let configuration = Configuration::new([Subspace::new([0, 1], 16).unwrap()], 4, 1).unwrap();
+        let read = |attributes: &[AttributeId], rows: &SearchRows| {
+            let shape = SearchShape::equalities(attributes.iter().copied());
+            let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
+            objects_read(&configuration, &route, &shape, Some(rows), 1600)
+        };
+        // <0, 5>: routed to 4 of 16 regions. Attribute 0 finds its 160 rows there,
+        // attribute 5 a quarter of its 80: 20 candidates. 4 matches: no page cut.
+        let probe = rows_of(Some(100), &[(4.0 / 1600.0, &[(0, 0.1), (5, 0.05)])]);
+        assert!((read(&[0, 5], &probe) - 20.0).abs() < 1e-9);
+        // <0>: 160 candidates, 160 matches, a page of 10 in each of 4 regions: 40.
+        let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
+        assert!((read(&[0], &probe) - 40.0).abs() < 1e-9);
+        // Without a page, all 160.
+        let probe = rows_of(None, &[(0.1, &[(0, 0.1)])]);
+        assert!((read(&[0], &probe) - 160.0).abs() < 1e-9);
+        // <5>: the key subspace, all 4 regions: 80 candidates; the mean of two probes.
+        let probes = rows_of(None, &[(0.05, &[(5, 0.05)]), (0.0, &[(5, 0.15)])]);
+        assert!((read(&[5], &probes) - 160.0).abs() < 1e-9);
+        // <5> with no share for 5 (nothing starts from it): the whole table.
+        let probe = rows_of(None, &[(0.05, &[])]);
+        assert!((read(&[5], &probe) - 1600.0).abs() < 1e-9);
+        // Without rows: the regions asked whole (the paper's equation 2).
+        let shape = SearchShape::equalities([0]);
+        let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
+        assert_eq!(
+            objects_read(&configuration, &route, &shape, None, 1600),
+            400.0
+        );
+        // The cost: 4 regions at 1 ms and 40 objects at 0.1 ms.
+        let calibration = Calibration {
+            beta_s_per_object: 1e-4,
+            region_cost_s: 1e-3,
+            alpha: 1.0,
+            max_throughput_ops_per_s: 1000.0,
+            objects: 1600,
+        };
+        let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
+        let cost = search_cost_s(&configuration, &shape, Some(&probe), &calibration).unwrap();
+        assert!((cost - 8e-3).abs() < 1e-12, "{cost}");
+        let bad = rows_of(Some(10), &[(1.5, &[(0, 0.1)])]);
+        assert!(search_cost_s(&configuration, &shape, Some(&bad), &calibration).is_err());
+        assert!(search_cost_s(
+            &configuration,
+            &shape,
+            Some(&rows_of(None, &[])),
+            &calibration
+        )
+        .is_err());
     }
 
     #[test]
@@ -621,6 +940,7 @@ mod tests {
             searches: vec![SearchFrequency {
                 shape: SearchShape::default(),
                 frequency: 1.0,
+                rows: None,
             }],
             updates: vec![],
         };
@@ -640,6 +960,7 @@ mod tests {
             searches: vec![SearchFrequency {
                 shape: SearchShape::default(),
                 frequency: -1.0,
+                rows: None,
             }],
             updates: vec![],
         };
@@ -655,6 +976,7 @@ mod tests {
             searches: vec![SearchFrequency {
                 shape: SearchShape::equalities([0]),
                 frequency: 1.0,
+                rows: None,
             }],
             updates: vec![],
         };
@@ -702,8 +1024,8 @@ mod tests {
             let calibration = Calibration { alpha, ..calibration() };
             let shape = SearchShape::equalities(searched);
             prop_assert!(
-                search_cost_s(&after, &shape, &calibration).unwrap()
-                    <= search_cost_s(&before, &shape, &calibration).unwrap()
+                search_cost_s(&after, &shape, None, &calibration).unwrap()
+                    <= search_cost_s(&before, &shape, None, &calibration).unwrap()
             );
             prop_assert!(
                 update_cost_s(&after, &updated, &calibration).unwrap()

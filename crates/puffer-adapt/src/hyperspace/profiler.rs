@@ -161,6 +161,7 @@ impl Profiler {
                 .map(|(shape, count)| SearchFrequency {
                     shape,
                     frequency: share(count),
+                    rows: None,
                 })
                 .collect(),
             updates: updates

@@ -4,8 +4,10 @@
 //!
 //! 1. **Calibration** (`--calibrate`, or when `calibration.json` is missing): `T_max` from
 //!    updates on the key subspace alone, `α` from update runs that move copies in some
-//!    subspaces and leave others (equation 5, inverted exactly), `β` from search runs
-//!    scanning different shares of the table (equation 2 inverted). Written to
+//!    subspaces and leave others (equation 5, inverted exactly), `β` and the cost of a
+//!    region from search runs asking different numbers of regions and reading different
+//!    numbers of rows (equation 2 inverted, the rows estimated as the configurator
+//!    estimates them). Written to
 //!    `<out>/calibration.json` and given to the database.
 //! 2. **Model accuracy** (Table 2, Figure 6): for each of workloads A, B, C at 90/10, 50/50
 //!    and 10/90 searches to updates, the model's 5 best candidates and 5 others at random,
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use puffer_adapt::hyperspace::{
-    self as model, candidate_configurations, rank_configurations, search_cost_s, AnalyserConfig,
+    self as model, candidate_configurations, rank_configurations, route_search, AnalyserConfig,
     Calibration, Configuration, Deployment, SearchRun, SearchShape, UpdateRun, WorkloadProfile,
 };
 use puffer_node::hyperspace::{HyperspaceOptions, MeasuredCalibration};
@@ -47,7 +49,7 @@ use serde_json::json;
 use crate::stats::round;
 use workload::{
     kendall_tau, label, measure, profile, run_series, workloads, Mix, Operations, Workload, MIXES,
-    TABLE, UPDATED,
+    PAGE_ROWS, TABLE, UPDATED,
 };
 
 #[derive(clap::Args)]
@@ -179,6 +181,14 @@ impl Bench {
         )
     }
 
+    /// `profile` with the rows its searches find, estimated as the configurator does
+    /// (from a sample of the table), each asking for a page of [`PAGE_ROWS`].
+    fn with_rows(&self, mut profile: WorkloadProfile) -> anyhow::Result<WorkloadProfile> {
+        self.db
+            .estimate_search_rows(TABLE, &mut profile, &|_| Some(PAGE_ROWS as u64))?;
+        Ok(profile)
+    }
+
     fn operations(
         &self,
         workload: &Workload,
@@ -260,8 +270,11 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     };
     bench.db.set_hyperspace_calibration(measured)?;
     println!(
-        "calibration: beta {:.3e} s/object, alpha {:.3}, T_max {:.0} ops/s",
-        measured.beta_s_per_object, measured.alpha, measured.max_throughput_ops_per_s
+        "calibration: beta {:.3e} s/object, region cost {:.3e} s, alpha {:.3}, T_max {:.0} ops/s",
+        measured.beta_s_per_object,
+        measured.region_cost_s,
+        measured.alpha,
+        measured.max_throughput_ops_per_s
     );
     if args.calibrate_only {
         println!(
@@ -378,7 +391,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         (vec![sub(&["price", "locality"]), sub(&["region"])], 1, 1),
     ];
     let mut update_runs = Vec::new();
-    let mut rows = Vec::new();
+    let mut rows_out = Vec::new();
     for (subspaces, untouched, modified) in update_cases {
         bench.configure(&subspaces)?;
         let measured =
@@ -387,7 +400,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             "calibration: updates of price, {}: {measured:.0} ops/s",
             label(&subspaces)
         );
-        rows.push(json!({"kind": "update", "configuration": label(&subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(measured, 1)}));
+        rows_out.push(json!({"kind": "update", "configuration": label(&subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(measured, 1)}));
         update_runs.push(UpdateRun {
             replicas: 1,
             untouched_subspaces: untouched,
@@ -404,20 +417,18 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             (0.0, Some(e.reason))
         }
     };
-    // β: searches of one class, scanning different shares of the table.
-    let search_cases: [(Vec<&'static str>, Subspaces); 4] = [
+    // β and the region's cost: searches of one class at a time, asking different
+    // numbers of regions and reading different numbers of objects.
+    let search_cases: [(Vec<&'static str>, Subspaces); 7] = [
         (vec!["locality"], Vec::new()),
         (vec!["locality"], vec![sub(&["locality"])]),
         (vec!["locality"], vec![sub(&["locality", "price"])]),
         (vec!["region", "price"], vec![sub(&["region", "price"])]),
+        (vec!["region", "price"], Vec::new()),
+        (vec!["locality", "price", "pets", "pool"], Vec::new()),
+        (vec!["postcode", "ratings"], Vec::new()),
     ];
     let objects = bench.records.len() as u64;
-    let unit = Calibration {
-        beta_s_per_object: 1.0,
-        alpha: 1.0,
-        max_throughput_ops_per_s: 1.0,
-        objects,
-    };
     let mut search_runs = Vec::new();
     for (attributes, subspaces) in search_cases {
         bench.configure(&subspaces)?;
@@ -429,23 +440,32 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             bench.measure_median(bench.operations(&workload, searches_only, &UPDATED)?, 13)?;
         let configuration = model_configuration(&subspaces, bench.args.shards)?;
         let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
-        let scanned = search_cost_s(&configuration, &shape, &unit)
+        let route = route_search(&configuration, &shape)
             .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+        let rows = bench
+            .with_rows(profile(&workload, searches_only))?
+            .searches
+            .remove(0)
+            .rows;
+        let read = model::objects_read(&configuration, &route, &shape, rows.as_ref(), objects);
+        let asked = route.regions_contacted as f64;
         eprintln!(
-            "calibration: searches of {attributes:?}, {}: {measured:.0} ops/s, {scanned:.0} objects scanned",
+            "calibration: searches of {attributes:?}, {}: {measured:.0} ops/s, {asked} regions asked, {read:.0} objects read",
             label(&subspaces)
         );
-        rows.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "objects_scanned": round(scanned, 1), "measured_ops_per_s": round(measured, 1)}));
+        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "regions_asked": asked, "objects_read": round(read, 1), "measured_ops_per_s": round(measured, 1)}));
         search_runs.push(SearchRun {
-            objects_scanned: scanned,
+            regions_asked: asked,
+            objects_read: read,
             measured_throughput_ops_per_s: measured,
         });
     }
-    let beta = model::beta_from_search_runs(&search_runs)
+    let costs = model::search_costs_from_runs(&search_runs)
         .map_err(|e| anyhow::anyhow!("beta: {}: {}", e.setting, e.reason))?;
     bench.configure(&Vec::new())?;
     let measured = MeasuredCalibration {
-        beta_s_per_object: beta,
+        beta_s_per_object: costs.beta_s_per_object,
+        region_cost_s: costs.region_cost_s,
         alpha,
         max_throughput_ops_per_s: max_throughput,
     };
@@ -453,7 +473,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         "parameters": measured,
         "key_only_update_ops_per_s": round(key_only, 1),
         "alpha_note": alpha_note,
-        "runs": rows,
+        "runs": rows_out,
         "clients": bench.args.clients,
         "seconds": bench.args.seconds,
         "listings": objects,
@@ -485,7 +505,7 @@ fn evaluate(
     oracle_rows: &mut Vec<String>,
 ) -> anyhow::Result<serde_json::Value> {
     let name = format!("{}-{}", workload.name, mix.name);
-    let profile: WorkloadProfile = profile(workload, mix);
+    let profile: WorkloadProfile = bench.with_rows(profile(workload, mix))?;
     let deployment = bench.deployment();
     let error = |e: puffer_adapt::ConfigError| anyhow::anyhow!("{}: {}", e.setting, e.reason);
     let candidates = candidate_configurations(

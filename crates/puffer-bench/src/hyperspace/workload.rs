@@ -119,6 +119,7 @@ pub fn profile(workload: &Workload, mix: Mix) -> WorkloadProfile {
             .map(|(attributes, weight)| SearchFrequency {
                 shape: SearchShape::equalities(attributes.iter().map(|a| id(a))),
                 frequency: mix.search_share * weight / total,
+                rows: None,
             })
             .collect(),
         updates: UPDATED

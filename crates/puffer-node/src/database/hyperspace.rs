@@ -8,23 +8,24 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use puffer_adapt::hyperspace::{
-    candidate_configurations, decide, rank_configurations, AnalyserConfig, Configuration,
-    DecisionReason, Deployment, RankedConfiguration,
+    candidate_configurations, decide, rank_configurations, AnalyserConfig, AttributeSet,
+    Configuration, DecisionReason, Deployment, RankedConfiguration, SearchShape, WorkloadProfile,
 };
 use puffer_query::Result;
-use puffer_store::{AttrType, Predicate, Query, ReadOptions, WriteOp};
+use puffer_store::{AttrType, Predicate, Query, ReadOptions, Record, WriteOp};
 
 use super::Database;
 use crate::hyperspace::{
     calibration, changed_attributes, config_error, configuration_of, constraint_name, names,
     search_shape, view_of, HyperspaceOptions, MeasuredCalibration, RankedView, Reconfiguration,
-    TableTuning, TableTuningView, MAX_RANKING_SHOWN,
+    RowSample, TableTuning, TableTuningView, MAX_PAGES_TRACKED, MAX_RANKING_SHOWN,
 };
+use crate::message::ReadRequest;
 use crate::subspace::Current;
 use crate::table::Table;
 
-/// Records sampled for the widths of ranges.
-const RANGE_SAMPLE_RECORDS: usize = 4096;
+/// Records sampled for the widths of ranges and the rows searches find.
+const SAMPLE_RECORDS: usize = 4096;
 
 /// The database's profiles and configurator state.
 pub(crate) struct Tuning {
@@ -74,16 +75,31 @@ impl Database {
         plain && (self.tuning.options.auto || !self.subspaces_of(table.name()).is_empty())
     }
 
-    /// Counts a search or count of `table` with `predicate` in its profile.
-    pub(super) fn profile_search(&self, table: &Table, predicate: &Predicate) {
+    /// Counts a search or count of `table` (`request`) in its profile, and the page
+    /// it asks for.
+    pub(super) fn profile_search(&self, table: &Table, request: &ReadRequest) {
+        let Some(predicate) = request.predicate() else {
+            return;
+        };
         if !self.profiling(table) {
             return;
         }
+        let page_rows = match request {
+            ReadRequest::Search { query } | ReadRequest::Columns { query } => {
+                query.limit.map(|rows| rows as u64)
+            }
+            _ => None,
+        };
         let schema = table.schema();
         // A shape the profiler refuses (too many attributes) is not counted.
         let _ = self.tuning.with_table(table.uid(), |tuning, now| {
             let shape = search_shape(predicate, &schema, &tuning.numbers);
-            tuning.profiler.record_search(now, &shape, 1)
+            tuning.profiler.record_search(now, &shape, 1)?;
+            if tuning.pages.len() >= MAX_PAGES_TRACKED && !tuning.pages.contains_key(&shape) {
+                tuning.pages.clear();
+            }
+            tuning.pages.insert(shape, page_rows);
+            Ok::<(), puffer_adapt::ConfigError>(())
         });
     }
 
@@ -193,10 +209,13 @@ impl Database {
         let table = self.table(name)?;
         let schema = table.schema();
         self.sample_numbers(&table)?;
-        let profile = self
-            .tuning
-            .with_table(table.uid(), |tuning, now| tuning.profiler.profile(now))?
-            .map_err(config_error)?;
+        let (profile, pages) = self.tuning.with_table(table.uid(), |tuning, now| {
+            (tuning.profiler.profile(now), tuning.pages.clone())
+        })?;
+        let mut profile = profile.map_err(config_error)?;
+        self.estimate_search_rows(name, &mut profile, &|shape| {
+            pages.get(shape).copied().flatten()
+        })?;
         let record = |decision: String, ranking: Vec<RankedView>, current: Option<f64>| {
             self.tuning.with_table(table.uid(), |tuning, _| {
                 tuning.view.decision = Some(decision);
@@ -350,6 +369,53 @@ impl Database {
         Ok(())
     }
 
+    /// Gives every search of `profile` (on table `table`) the rows it finds, estimated
+    /// from a sample of the table's records ([`RowSample::search_rows`]), each asking
+    /// for the page `page_rows` gives its shape. The model then charges the rows a
+    /// search reads rather than the objects of its regions.
+    pub fn estimate_search_rows(
+        &self,
+        table: &str,
+        profile: &mut WorkloadProfile,
+        page_rows: &dyn Fn(&SearchShape) -> Option<u64>,
+    ) -> Result<()> {
+        let table = self.table(table)?;
+        let schema = table.schema();
+        let searched: AttributeSet = profile
+            .searches
+            .iter()
+            .flat_map(|search| search.shape.attributes.keys().copied())
+            .collect();
+        if profile.searches.is_empty() {
+            return Ok(());
+        }
+        let records = self.sample_records(
+            &table,
+            &names(&searched.iter().copied().collect::<Vec<_>>(), &schema),
+        )?;
+        let sample = RowSample::new(&records, &schema, &searched);
+        for search in &mut profile.searches {
+            search.rows = Some(sample.search_rows(&search.shape, page_rows(&search.shape)));
+        }
+        Ok(())
+    }
+
+    /// Up to [`SAMPLE_RECORDS`] records of `table` with the attributes `attributes`
+    /// (the first in key order: no scan of the whole table each pass).
+    fn sample_records(&self, table: &Table, attributes: &[String]) -> Result<Vec<Record>> {
+        if attributes.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(table
+            .search(&Query {
+                predicate: Predicate::All,
+                projection: Some(attributes.to_vec()),
+                limit: Some(SAMPLE_RECORDS),
+                read: ReadOptions::default(),
+            })?
+            .rows)
+    }
+
     /// Samples the numeric attributes of `table` (for the widths of ranges).
     fn sample_numbers(&self, table: &Table) -> Result<()> {
         let schema = table.schema();
@@ -368,14 +434,10 @@ impl Database {
         if numeric.is_empty() {
             return Ok(());
         }
-        let rows = table
-            .search(&Query {
-                predicate: Predicate::All,
-                projection: Some(numeric.iter().map(|(_, n)| n.clone()).collect()),
-                limit: Some(RANGE_SAMPLE_RECORDS),
-                read: ReadOptions::default(),
-            })?
-            .rows;
+        let rows = self.sample_records(
+            table,
+            &numeric.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>(),
+        )?;
         let mut numbers: HashMap<u16, Vec<f64>> = HashMap::new();
         for (id, name) in &numeric {
             let mut values: Vec<f64> = rows
