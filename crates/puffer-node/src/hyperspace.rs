@@ -6,7 +6,7 @@
 //! Attributes are the schema's attribute ids, so a shape stays valid while attributes
 //! are added (ids are never reused).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::time::Duration;
 
@@ -317,6 +317,9 @@ impl RowSample {
     /// - the matched share is the sampled records with all the probe's values, times
     ///   the `IN` counts and the ranges' widths (taken as independent of the rest).
     ///
+    /// - per sampled attribute the search leaves free, the distinct values (a missing
+    ///   value is one) among the sampled records with all the probe's values.
+    ///
     /// When no sampled record has them all (or the sample is empty), one probe says the
     /// search finds nothing. An attribute the sample lacks (not in the set it was made
     /// with) counts as found in no record.
@@ -353,6 +356,7 @@ impl RowSample {
                 probes: vec![RowProbe {
                     matched_share: 0.0,
                     attribute_shares,
+                    free_values: BTreeMap::new(),
                 }],
             };
         }
@@ -369,10 +373,17 @@ impl RowSample {
                 .filter_map(|(id, _)| column(*id)?[record].as_deref())
                 .collect()
         };
-        let mut by_tuple: HashMap<Vec<&str>, u64> = HashMap::new();
+        let mut by_tuple: HashMap<Vec<&str>, Vec<usize>> = HashMap::new();
         for &record in &having {
-            *by_tuple.entry(tuple(record)).or_default() += 1;
+            by_tuple.entry(tuple(record)).or_default().push(record);
         }
+        // Sampled attributes the search leaves free (a subspace may cut them).
+        let free: Vec<(AttributeId, &Vec<Option<String>>)> = self
+            .values
+            .iter()
+            .filter(|(id, _)| !shape.attributes.contains_key(id))
+            .map(|(id, column)| (*id, column))
+            .collect();
         let in_factor: f64 = valued.iter().map(|(_, values)| values).product();
         let probes = ROW_PROBES.min(having.len());
         let probes = (0..probes)
@@ -389,10 +400,20 @@ impl RowSample {
                     })
                     .chain(ranges.iter().copied())
                     .collect();
-                let together = by_tuple.get(&values).copied().unwrap_or(0) as f64;
+                let matching = by_tuple.get(&values).map_or(&[][..], Vec::as_slice);
+                let free_values = free
+                    .iter()
+                    .map(|(id, column)| {
+                        let distinct: HashSet<Option<&str>> =
+                            matching.iter().map(|&r| column[r].as_deref()).collect();
+                        (*id, (distinct.len() as u32).max(1))
+                    })
+                    .collect();
+                let together = matching.len() as f64;
                 RowProbe {
                     matched_share: (together / n * in_factor * range_share).min(1.0),
                     attribute_shares,
+                    free_values,
                 }
             })
             .collect();
@@ -644,7 +665,22 @@ mod tests {
                     let range_factor = if shape.attributes.keys().any(|id| ranged(*id)) { width } else { 1.0 };
                     let in_factor: f64 = valued.iter().map(|&id| factor(id)).product();
                     let matched = (together / n * in_factor * range_factor).min(1.0);
-                    shares_match && (probe.matched_share - matched).abs() < 1e-12
+                    let free_match = (0u16..3)
+                        .filter(|id| !shape.attributes.contains_key(id))
+                        .all(|id| {
+                            let distinct: Vec<Option<&Value>> = {
+                                let mut seen = Vec::new();
+                                for r in records.iter().filter(|r| valued.iter().all(|&v| same(r, v))) {
+                                    let value = r.values.get(name(id));
+                                    if !seen.contains(&value) {
+                                        seen.push(value);
+                                    }
+                                }
+                                seen
+                            };
+                            probe.free_values.get(&id) == Some(&(distinct.len().max(1) as u32))
+                        });
+                    shares_match && free_match && (probe.matched_share - matched).abs() < 1e-12
                 });
                 prop_assert!(explained, "probe {:?} matches no sampled record", probe);
                 for (id, share) in &probe.attribute_shares {

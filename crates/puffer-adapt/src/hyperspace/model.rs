@@ -129,6 +129,11 @@ pub struct RowProbe {
     /// Per constrained attribute, records matching its constraint alone (an attribute
     /// missing here finds no candidates of its own: the search cannot start from it).
     pub attribute_shares: BTreeMap<AttributeId, f64>,
+    /// Per unconstrained attribute, how many distinct values the matching records hold
+    /// (>= 1): a subspace dimension the search leaves free holds its matches in at most
+    /// that many parts, whatever the regions asked (a city, given its neighbourhood, is
+    /// one). An attribute missing here is taken to spread matches over every part.
+    pub free_values: BTreeMap<AttributeId, u32>,
 }
 
 impl SearchRows {
@@ -146,6 +151,12 @@ impl SearchRows {
             return Err(config_error("search_rows", "a page of 0 rows"));
         }
         for probe in &self.probes {
+            if probe.free_values.values().any(|&values| values == 0) {
+                return Err(config_error(
+                    "search_rows",
+                    "an attribute with 0 distinct values among the matches",
+                ));
+            }
             for share in
                 std::iter::once(&probe.matched_share).chain(probe.attribute_shares.values())
             {
@@ -270,8 +281,10 @@ fn search_cost_unchecked(
 ///   cut); the key's equality or `IN` finds one record per value; with no constraint
 ///   the search reads the regions asked whole;
 /// - the page: each region stops once it has found the page (`page_rows`), so a
-///   search whose matches exceed a page in every region asked reads only the page's
-///   share of its candidates (matches taken as spread evenly over those regions).
+///   search whose matches exceed a page in every region holding them reads only the
+///   page's share of its candidates. The regions holding matches are those asked, less
+///   the parts of each free dimension of the subspace that no match's value falls in
+///   ([`RowProbe::free_values`]); matches are taken as spread evenly over them.
 ///
 /// Without `rows`, every object of the regions asked (the paper's equation 2).
 pub fn objects_read(
@@ -299,10 +312,25 @@ pub fn objects_read(
         }
         None => f64::INFINITY,
     };
+    let parts = subspace.map_or(1, |s| {
+        super::parts_per_dimension(s.regions(), s.attributes().len())
+    });
     let total: f64 = rows
         .probes
         .iter()
         .map(|probe| {
+            // Regions asked that hold matches: a free dimension's parts beyond its
+            // matches' distinct values hold none (key regions: keys are all distinct).
+            let holding = subspace.map_or(asked, |s| {
+                s.attributes()
+                    .iter()
+                    .filter(|attribute| !shape.attributes.contains_key(attribute))
+                    .filter_map(|attribute| probe.free_values.get(attribute))
+                    .fold(asked, |regions, &values| {
+                        regions * f64::from(values.min(parts)) / f64::from(parts)
+                    })
+                    .max(1.0)
+            });
             let candidates = probe
                 .attribute_shares
                 .iter()
@@ -317,8 +345,8 @@ pub fn objects_read(
                 .fold(key_candidates.min(objects * fraction), f64::min);
             let matched = probe.matched_share * objects;
             match rows.page_rows {
-                Some(page) if matched > page as f64 * asked => {
-                    candidates * (page as f64 * asked / matched)
+                Some(page) if matched > page as f64 * holding => {
+                    candidates * (page as f64 * holding / matched)
                 }
                 _ => candidates,
             }
@@ -851,6 +879,7 @@ mod tests {
                 .map(|(matched, shares)| RowProbe {
                     matched_share: *matched,
                     attribute_shares: shares.iter().copied().collect(),
+                    free_values: BTreeMap::new(),
                 })
                 .collect(),
         }
@@ -872,6 +901,26 @@ mod tests {
         // <0>: 160 candidates, 160 matches, a page of 10 in each of 4 regions: 40.
         let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
         assert!((read(&[0], &probe) - 40.0).abs() < 1e-9);
+        // Its matches hold one value of attribute 1: one region of the 4 holds them all,
+        // and stops at the page of 10.
+        let mut one_value = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
+        one_value.probes[0].free_values.insert(1, 1);
+        assert!((read(&[0], &one_value) - 10.0).abs() < 1e-9);
+        // Two values: two regions; more values than parts: all four.
+        one_value.probes[0].free_values.insert(1, 2);
+        assert!((read(&[0], &one_value) - 20.0).abs() < 1e-9);
+        one_value.probes[0].free_values.insert(1, 9);
+        assert!((read(&[0], &one_value) - 40.0).abs() < 1e-9);
+        one_value.probes[0].free_values.insert(1, 0);
+        let shape = SearchShape::equalities([0]);
+        let unit = Calibration {
+            beta_s_per_object: 1.0,
+            region_cost_s: 0.0,
+            alpha: 1.0,
+            max_throughput_ops_per_s: 1.0,
+            objects: 1600,
+        };
+        assert!(search_cost_s(&configuration, &shape, Some(&one_value), &unit).is_err());
         // Without a page, all 160.
         let probe = rows_of(None, &[(0.1, &[(0, 0.1)])]);
         assert!((read(&[0], &probe) - 160.0).abs() < 1e-9);

@@ -213,8 +213,10 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let options = DatabaseOptions {
         // Layers fixed (the layer manager off): only the subspaces change between runs.
+        // Workers per replica as a server has them (one per core): with one, every
+        // search of a popular value queues on its region's single thread, a bottleneck
+        // of the benchmark's making that no model of the store should have to predict.
         node: NodeConfig {
-            workers_per_replica: 1,
             automatic: false,
             ..NodeConfig::default()
         },
