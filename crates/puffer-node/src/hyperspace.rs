@@ -279,6 +279,9 @@ fn range_constraint(
 pub const ROW_PROBES: usize = 64;
 const _: () = assert!(ROW_PROBES <= MAX_ROW_PROBES);
 
+/// Matching records a probe counts the distinct values of free attributes in.
+pub const MAX_FREE_VALUE_RECORDS: usize = 256;
+
 /// Sampled records of a table, each searched attribute's value as a comparable key:
 /// what [`RowSample::search_rows`] counts.
 pub struct RowSample {
@@ -318,7 +321,8 @@ impl RowSample {
     ///   the `IN` counts and the ranges' widths (taken as independent of the rest).
     ///
     /// - per sampled attribute the search leaves free, the distinct values (a missing
-    ///   value is one) among the sampled records with all the probe's values.
+    ///   value is one) among the sampled records with all the probe's values (the
+    ///   first [`MAX_FREE_VALUE_RECORDS`] of them).
     ///
     /// When no sampled record has them all (or the sample is empty), one probe says the
     /// search finds nothing. An attribute the sample lacks (not in the set it was made
@@ -401,11 +405,15 @@ impl RowSample {
                     .chain(ranges.iter().copied())
                     .collect();
                 let matching = by_tuple.get(&values).map_or(&[][..], Vec::as_slice);
+                // The first matches only: a count matters only while it is below a
+                // dimension's parts, and probes of popular values would otherwise
+                // read thousands of records each.
+                let counted = &matching[..matching.len().min(MAX_FREE_VALUE_RECORDS)];
                 let free_values = free
                     .iter()
                     .map(|(id, column)| {
                         let distinct: HashSet<Option<&str>> =
-                            matching.iter().map(|&r| column[r].as_deref()).collect();
+                            counted.iter().map(|&r| column[r].as_deref()).collect();
                         (*id, (distinct.len() as u32).max(1))
                     })
                     .collect();
@@ -594,7 +602,8 @@ mod tests {
 
     proptest! {
         /// Every probe's shares are what a scan of the sample counts for the values of
-        /// some sampled record that has all the search's attributes.
+        /// some sampled record that has all the search's attributes (samples smaller
+        /// than [`MAX_FREE_VALUE_RECORDS`], so every match is counted).
         #[test]
         fn probes_count_what_a_scan_of_the_sample_counts(
             rows in proptest::collection::vec(
@@ -689,6 +698,21 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn free_values_are_counted_in_the_first_matches() {
+        // 1,000 records with a = 1; b cycles through 3 values, c is distinct each time.
+        let rows: Vec<[Option<i64>; 3]> =
+            (0..1000).map(|i| [Some(1), Some(i % 3), Some(i)]).collect();
+        let records = records(&rows);
+        let sample = RowSample::new(&records, &schema(), &AttributeSet::from([0, 1, 2]));
+        let estimate = sample.search_rows(&SearchShape::equalities([0]), None);
+        for probe in &estimate.probes {
+            assert_eq!(probe.matched_share, 1.0);
+            assert_eq!(probe.free_values[&1], 3);
+            assert_eq!(probe.free_values[&2], MAX_FREE_VALUE_RECORDS as u32);
         }
     }
 
