@@ -603,13 +603,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
                 ));
             }
         }
-        let measured = run.measured_throughput_ops_per_s;
-        if !(measured.is_finite() && measured > 0.0) {
-            return Err(config_error(
-                "search_runs",
-                format!("measured throughput {measured} is not a finite positive number"),
-            ));
-        }
+        let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
         let (r, o) = (run.regions_asked * measured, run.objects_read * measured);
         rr += r * r;
         ro += r * o;
@@ -654,14 +648,18 @@ fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
             format!("{subspaces} subspaces is more than {MAX_SUBSPACES}"),
         ));
     }
-    let measured = run.measured_throughput_ops_per_s;
+    check_measured("update_runs", run.measured_throughput_ops_per_s).map(|_| ())
+}
+
+/// A calibration run's measured throughput, refused unless finite and positive.
+fn check_measured(setting: &'static str, measured: f64) -> Result<f64, ConfigError> {
     if !(measured.is_finite() && measured > 0.0) {
         return Err(config_error(
-            "update_runs",
+            setting,
             format!("measured throughput {measured} is not a finite positive number"),
         ));
     }
-    Ok(())
+    Ok(measured)
 }
 
 #[cfg(test)]

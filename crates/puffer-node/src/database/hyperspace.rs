@@ -208,14 +208,20 @@ impl Database {
     pub fn tune_table(&self, name: &str) -> Result<bool> {
         let table = self.table(name)?;
         let schema = table.schema();
-        self.sample_numbers(&table)?;
         let (profile, pages) = self.tuning.with_table(table.uid(), |tuning, now| {
             (tuning.profiler.profile(now), tuning.pages.clone())
         })?;
         let mut profile = profile.map_err(config_error)?;
-        self.estimate_search_rows(name, &mut profile, &|shape| {
+        // One sample per pass: the numeric attributes (for the widths of ranges) and
+        // the searched ones (for the rows searches find).
+        let numeric = numeric_attributes(&schema);
+        let searched = searched_attributes(&profile);
+        let sampled: AttributeSet = numeric.iter().chain(&searched).copied().collect();
+        let records = self.sample_records(&table, &sampled)?;
+        self.set_numbers(&table, &numeric, &records)?;
+        fill_search_rows(&records, &schema, &searched, &mut profile, &|shape| {
             pages.get(shape).copied().flatten()
-        })?;
+        });
         let record = |decision: String, ranking: Vec<RankedView>, current: Option<f64>| {
             self.tuning.with_table(table.uid(), |tuning, _| {
                 tuning.view.decision = Some(decision);
@@ -381,66 +387,37 @@ impl Database {
     ) -> Result<()> {
         let table = self.table(table)?;
         let schema = table.schema();
-        let searched: AttributeSet = profile
-            .searches
-            .iter()
-            .flat_map(|search| search.shape.attributes.keys().copied())
-            .collect();
-        if profile.searches.is_empty() {
-            return Ok(());
-        }
-        let records = self.sample_records(
-            &table,
-            &names(&searched.iter().copied().collect::<Vec<_>>(), &schema),
-        )?;
-        let sample = RowSample::new(&records, &schema, &searched);
-        for search in &mut profile.searches {
-            search.rows = Some(sample.search_rows(&search.shape, page_rows(&search.shape)));
-        }
+        let searched = searched_attributes(profile);
+        let records = self.sample_records(&table, &searched)?;
+        fill_search_rows(&records, &schema, &searched, profile, page_rows);
         Ok(())
     }
 
     /// Up to [`SAMPLE_RECORDS`] records of `table` with the attributes `attributes`
     /// (the first in key order: no scan of the whole table each pass).
-    fn sample_records(&self, table: &Table, attributes: &[String]) -> Result<Vec<Record>> {
+    fn sample_records(&self, table: &Table, attributes: &AttributeSet) -> Result<Vec<Record>> {
         if attributes.is_empty() {
             return Ok(Vec::new());
         }
+        let ids: Vec<u16> = attributes.iter().copied().collect();
         Ok(table
             .search(&Query {
                 predicate: Predicate::All,
-                projection: Some(attributes.to_vec()),
+                projection: Some(names(&ids, &table.schema())),
                 limit: Some(SAMPLE_RECORDS),
                 read: ReadOptions::default(),
             })?
             .rows)
     }
 
-    /// Samples the numeric attributes of `table` (for the widths of ranges).
-    fn sample_numbers(&self, table: &Table) -> Result<()> {
+    /// Keeps the sampled values of the numeric attributes `numeric` of `table`, sorted
+    /// (for the widths of ranges).
+    fn set_numbers(&self, table: &Table, numeric: &AttributeSet, records: &[Record]) -> Result<()> {
         let schema = table.schema();
-        let numeric: Vec<(u16, String)> = schema
-            .attributes
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| {
-                matches!(
-                    a.attr_type,
-                    AttrType::Int | AttrType::Float | AttrType::Timestamp
-                )
-            })
-            .map(|(id, a)| (id as u16, a.name.clone()))
-            .collect();
-        if numeric.is_empty() {
-            return Ok(());
-        }
-        let rows = self.sample_records(
-            table,
-            &numeric.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>(),
-        )?;
         let mut numbers: HashMap<u16, Vec<f64>> = HashMap::new();
-        for (id, name) in &numeric {
-            let mut values: Vec<f64> = rows
+        for &id in numeric {
+            let name = &schema.attributes[usize::from(id)].name;
+            let mut values: Vec<f64> = records
                 .iter()
                 .filter_map(|r| match r.values.get(name)? {
                     puffer_store::Value::Int(i) | puffer_store::Value::Timestamp(i) => {
@@ -451,10 +428,51 @@ impl Database {
                 })
                 .collect();
             values.sort_unstable_by(f64::total_cmp);
-            numbers.insert(*id, values);
+            numbers.insert(id, values);
         }
         self.tuning
             .with_table(table.uid(), |tuning, _| tuning.numbers = numbers)
+    }
+}
+
+/// The numeric attributes of `schema` (ints, floats, timestamps).
+fn numeric_attributes(schema: &puffer_store::Schema) -> AttributeSet {
+    (0u16..)
+        .zip(&schema.attributes)
+        .filter(|(_, a)| {
+            matches!(
+                a.attr_type,
+                AttrType::Int | AttrType::Float | AttrType::Timestamp
+            )
+        })
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// The attributes the searches of `profile` constrain.
+fn searched_attributes(profile: &WorkloadProfile) -> AttributeSet {
+    profile
+        .searches
+        .iter()
+        .flat_map(|search| search.shape.attributes.keys().copied())
+        .collect()
+}
+
+/// Gives every search of `profile` the rows it finds in `records` (a sample holding
+/// at least the attributes `searched`), asking for the page `page_rows` gives it.
+fn fill_search_rows(
+    records: &[Record],
+    schema: &puffer_store::Schema,
+    searched: &AttributeSet,
+    profile: &mut WorkloadProfile,
+    page_rows: &dyn Fn(&SearchShape) -> Option<u64>,
+) {
+    if profile.searches.is_empty() {
+        return;
+    }
+    let sample = RowSample::new(records, schema, searched);
+    for search in &mut profile.searches {
+        search.rows = Some(sample.search_rows(&search.shape, page_rows(&search.shape)));
     }
 }
 
