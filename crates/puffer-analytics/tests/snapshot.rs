@@ -160,6 +160,15 @@ impl puffer_node::remote::Remote for ThroughDataNode {
         Some(chosen)
     }
 
+    fn read_regions(
+        &self,
+        _subspace: &str,
+        _request: &puffer_node::ReadRequest,
+        _regions: &[u32],
+    ) -> puffer_query::Result<puffer_node::ReadAnswer> {
+        panic!("the test's tables have no subspaces, yet regions were read")
+    }
+
     fn lead(
         &self,
         _request: puffer_node::remote::LeaderRequest,

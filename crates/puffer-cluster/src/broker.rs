@@ -300,6 +300,45 @@ impl Broker {
         }
     }
 
+    /// Answers a search or count of subspace `subspace` from its regions `regions`
+    /// (shards) only, as [`Broker::read`] does a table's, each row with the table's
+    /// key.
+    pub fn read_regions(
+        &self,
+        subspace: &str,
+        request: &ReadRequest,
+        regions: &[u32],
+    ) -> Result<ReadAnswer> {
+        let entry = self.entry(subspace)?;
+        if entry.subspace_of.is_none() {
+            return Err(QueryError::Invalid(format!(
+                "{subspace} is not a subspace: it has no regions to read"
+            )));
+        }
+        if matches!(
+            request,
+            ReadRequest::Get { .. } | ReadRequest::GetRaw { .. }
+        ) {
+            return Err(QueryError::Invalid(
+                "a subspace's regions answer searches and counts, not gets".into(),
+            ));
+        }
+        if regions.is_empty() || regions.iter().any(|&r| r >= entry.layout.shards) {
+            return Err(QueryError::Invalid(format!(
+                "regions {regions:?} asked of {subspace}, which has {} (0 to {})",
+                entry.layout.shards,
+                entry.layout.shards.saturating_sub(1)
+            )));
+        }
+        match self.read_tries(&entry, request, regions) {
+            Err(error) if puffer_node::shards::is_not_held(&error) => {
+                self.take_on_somewhere(&entry, regions)?;
+                self.read_tries(&entry, request, regions)
+            }
+            answer => answer,
+        }
+    }
+
     /// The data nodes not skipped after a failure now.
     fn usable_nodes(&self) -> Vec<Arc<DataNode>> {
         let now = Instant::now();
@@ -623,6 +662,13 @@ impl Broker {
         }
         if let Some(failure) = failure {
             return Err(failure);
+        }
+        if entry.subspace_of.is_some() {
+            // Keys as the table has them before the merge, which orders by key.
+            answers = answers
+                .into_iter()
+                .map(puffer_node::subspace::with_table_keys)
+                .collect();
         }
         if answers.len() == 1 {
             return Ok(answers.pop().expect("one answer"));

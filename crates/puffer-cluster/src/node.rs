@@ -825,6 +825,7 @@ fn watch(parts: WatchParts) {
     let mut tables_at = Instant::now();
     let mut progress_at = Instant::now();
     let mut reported = None;
+    let mut unfinished_subspaces = false;
     while !parts.stop.load(Ordering::Acquire) {
         if parts.holds_data && progress_at.elapsed() >= PROGRESS_INTERVAL {
             progress_at = Instant::now();
@@ -881,7 +882,13 @@ fn watch(parts: WatchParts) {
                 parts.shipper.lead(leadership);
                 parts.database.set_following(false);
                 parts.leads.store(true, Ordering::Release);
+                unfinished_subspaces = true;
             }
+        }
+        if unfinished_subspaces && parts.leads.load(Ordering::Acquire) {
+            // A subspace build is the leader's and ended with the last one: what it
+            // left unready goes (etcd away: tried again at the next tick).
+            unfinished_subspaces = parts.database.drop_unfinished_subspaces().is_err();
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -21,6 +21,10 @@ use crate::rpc::client::NodeClient;
 
 /// How long the ingest leader's address is used before it is looked up again.
 pub const LEADER_TTL: Duration = Duration::from_secs(5);
+/// Deadline of a leader request that may take long (building a subspace): below the
+/// longest call a node serves ([`crate::rpc::server::MAX_CALL_TIME`]), so that the
+/// caller hears the node's own answer when it runs out.
+pub const LONG_LEAD_DEADLINE: Duration = Duration::from_secs(50);
 
 /// Reads through a broker, writes to the leader.
 pub struct ClusterRemote {
@@ -100,6 +104,16 @@ impl ClusterRemote {
         self.broker.as_ref().is_some_and(Broker::wants_placement)
     }
 
+    /// `request`, at least at the newest SCU written through here when it asks for
+    /// the newest data (a node reads its own writes).
+    fn own_writes(&self, request: &ReadRequest) -> ReadRequest {
+        let written = self.written.load(Ordering::Acquire);
+        match request.read_options().freshness {
+            None if written > 0 => request.at_least(written),
+            _ => request.clone(),
+        }
+    }
+
     /// A client of the ingest leader (looked up in etcd when not known or old).
     fn leader_client(&self) -> Result<NodeClient> {
         if let Some((_, client, at)) = &*self.leader.lock().unwrap_or_else(PoisonError::into_inner)
@@ -147,13 +161,7 @@ impl Remote for ClusterRemote {
                 "this node holds every shard and reads its own data; it has no broker".into(),
             ))
         })?;
-        let written = self.written.load(Ordering::Acquire);
-        // A read asking for the newest data sees what was written through here.
-        let request = match request.read_options().freshness {
-            None if written > 0 => request.at_least(written),
-            _ => request.clone(),
-        };
-        broker.read(table, &request)
+        broker.read(table, &self.own_writes(request))
     }
 
     fn choose_snapshot(&self, read: ReadOptions) -> Option<Result<u64>> {
@@ -165,8 +173,30 @@ impl Remote for ClusterRemote {
         Some(broker.common_snapshot(read.min_snapshot.max(written)))
     }
 
+    fn read_regions(
+        &self,
+        subspace: &str,
+        request: &ReadRequest,
+        regions: &[u32],
+    ) -> Result<ReadAnswer> {
+        let broker = self.broker.as_ref().ok_or_else(|| {
+            QueryError::from(StoreError::Unavailable(
+                "this node holds every shard and reads its own data; it has no broker".into(),
+            ))
+        })?;
+        broker.read_regions(subspace, &self.own_writes(request), regions)
+    }
+
     fn lead(&self, request: LeaderRequest) -> Result<LeaderResponse> {
-        let answer = self.leader_client()?.lead(&request);
+        let client = self.leader_client()?;
+        let client = if request.is_long() {
+            NodeClient::new(client.address(), LONG_LEAD_DEADLINE).map_err(|e| {
+                StoreError::Unavailable(format!("the ingest leader at {}: {e}", client.address()))
+            })?
+        } else {
+            client
+        };
+        let answer = client.lead(&request);
         match &answer {
             Ok(LeaderResponse::Written { seq }) => {
                 self.written.fetch_max(*seq, Ordering::AcqRel);

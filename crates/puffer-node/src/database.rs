@@ -859,6 +859,20 @@ impl Database {
                 self.drop_table_here(&name)?;
                 Ok(LeaderResponse::Done)
             }
+            LeaderRequest::AddSubspace {
+                table,
+                attributes,
+                regions,
+            } => {
+                self.check_not_following("add a subspace")?;
+                let name = self.add_subspace(&table, &attributes, regions)?;
+                Ok(LeaderResponse::SubspaceAdded { name })
+            }
+            LeaderRequest::DropSubspace { table, name } => {
+                self.check_not_following("drop a subspace")?;
+                self.drop_subspace(&table, &name)?;
+                Ok(LeaderResponse::Done)
+            }
         }
     }
 
@@ -928,7 +942,13 @@ impl Database {
         }
         let tables_dir = self.dir.join("tables");
         for entry in listed {
-            if tables.contains_key(&entry.name) {
+            if let Some(here) = tables.get(&entry.name) {
+                // A subspace built since: ready here too (the catalog is the switch).
+                if let (Some(listed), Some(held)) = (&entry.subspace_of, here.subspace_of()) {
+                    if listed.ready && !held.ready {
+                        here.set_subspace_ready(listed.ready_at);
+                    }
+                }
                 continue;
             }
             let table = adopt(
@@ -1280,7 +1300,7 @@ impl Database {
             // Several regions at once: on a thread that may wait.
             return match wait {
                 Wait::Never => Ok(None),
-                Wait::Allowed => subspace.read_regions(request, &regions).map(Some),
+                Wait::Allowed => self.read_regions(&subspace, request, &regions).map(Some),
             };
         }
         if let Some(partitioning) = here.partition() {

@@ -51,6 +51,31 @@ pub enum LeaderRequest {
         /// Its name.
         name: String,
     },
+    /// Adds a subspace to a table and builds it (see [`crate::Database::add_subspace`]);
+    /// answered once it is ready.
+    AddSubspace {
+        /// The table.
+        table: String,
+        /// The subspace's attributes.
+        attributes: Vec<String>,
+        /// Its regions, at most.
+        regions: u32,
+    },
+    /// Drops a table's subspace.
+    DropSubspace {
+        /// The table.
+        table: String,
+        /// The subspace's name.
+        name: String,
+    },
+}
+
+impl LeaderRequest {
+    /// Whether the leader may take long over it (a subspace is built from a read of
+    /// its whole table), so that the call waits longer than a write's.
+    pub fn is_long(&self) -> bool {
+        matches!(self, LeaderRequest::AddSubspace { .. })
+    }
 }
 
 /// The leader's answer.
@@ -63,6 +88,11 @@ pub enum LeaderResponse {
     },
     /// The table change is done (in the catalog).
     Done,
+    /// The subspace is built and ready (in the catalog).
+    SubspaceAdded {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// Where a cluster node sends what it does not do itself.
@@ -73,6 +103,17 @@ pub trait Remote: Send + Sync + std::fmt::Debug {
     /// Answers `request` on table `table` from the nodes that hold it, complete or
     /// not at all.
     fn read(&self, table: &str, request: &ReadRequest) -> Result<ReadAnswer>;
+
+    /// Answers a search or count of subspace `subspace` from its regions `regions`
+    /// only (see [`crate::subspace`]), on the nodes that hold them, complete or not at
+    /// all, each row with the table's key (the region taken off before the regions'
+    /// answers are merged).
+    fn read_regions(
+        &self,
+        subspace: &str,
+        request: &ReadRequest,
+        regions: &[u32],
+    ) -> Result<ReadAnswer>;
 
     /// The snapshot a read of several tables at once reads at (see
     /// [`crate::Database::choose_snapshot`]) where some reads go elsewhere: one that

@@ -79,6 +79,11 @@ pub struct SubspaceOf {
     pub grid: Grid,
     /// Whether every record is in it (reads use it only then).
     pub ready: bool,
+    /// The first snapshot at which it holds every record (0 until it is ready): a read
+    /// at an older one goes to the table. On a cluster, a node may read at a snapshot
+    /// older than the one at which the build finished.
+    #[serde(default)]
+    pub ready_at: u64,
 }
 
 /// The name of subspace `number` of `table`.
@@ -345,6 +350,18 @@ pub fn region_of_stored_key(stored: &[u8]) -> u32 {
 /// The table's key of a key stored in a subspace.
 pub fn key_of_stored(stored: &[u8]) -> &[u8] {
     stored.get(REGION_PREFIX_BYTES..).unwrap_or_default()
+}
+
+/// A region's answer with the table's keys in its rows (the region prefix taken off):
+/// done to each region's answer before they are merged, so that a limited search keeps
+/// the rows a read of the table would.
+pub fn with_table_keys(mut answer: crate::message::ReadAnswer) -> crate::message::ReadAnswer {
+    if let crate::message::ReadAnswer::Rows(result) = &mut answer {
+        for row in &mut result.rows {
+            row.key = key_of_stored(&row.key).to_vec();
+        }
+    }
+    answer
 }
 
 /// A key's record before and after the operations of a batch so far.

@@ -309,12 +309,14 @@ impl Table {
         self.subspace_of.read().expect("subspace lock").clone()
     }
 
-    /// Marks a subspace ready (its catalog entry says so already).
-    pub(crate) fn set_subspace_ready(&self) {
+    /// Marks a subspace ready from snapshot `ready_at` on (its catalog entry says so
+    /// already).
+    pub(crate) fn set_subspace_ready(&self, ready_at: u64) {
         let mut current = self.subspace_of.write().expect("subspace lock");
         if let Some(subspace) = current.as_ref() {
             *current = Some(Arc::new(crate::subspace::SubspaceOf {
                 ready: true,
+                ready_at,
                 ..(**subspace).clone()
             }));
         }
@@ -755,14 +757,11 @@ impl Table {
         };
         self.at_one_snapshot(request.read_options(), |at| {
             let request = request.at(at);
-            let mut answers = self.read_shards(&request, &shards)?;
-            for answer in &mut answers {
-                if let ReadAnswer::Rows(result) = answer {
-                    for row in &mut result.rows {
-                        row.key = crate::subspace::key_of_stored(&row.key).to_vec();
-                    }
-                }
-            }
+            let answers = self.read_shards(&request, &shards)?;
+            let answers = answers
+                .into_iter()
+                .map(crate::subspace::with_table_keys)
+                .collect();
             merged(&request, answers)
         })
     }

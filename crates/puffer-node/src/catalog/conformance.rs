@@ -119,6 +119,7 @@ fn rules(harness: &mut dyn Harness) {
             }],
         },
         ready: false,
+        ready_at: 0,
     };
     let copy = TableEntry {
         subspace_of: Some(unready.clone()),
@@ -128,6 +129,7 @@ fn rules(harness: &mut dyn Harness) {
     assert_eq!(catalog.table("t__ss1").unwrap(), Some(copy.clone()));
     let ready = crate::subspace::SubspaceOf {
         ready: true,
+        ready_at: 42,
         ..unready.clone()
     };
     catalog.set_subspace("t__ss1", 17, &ready).unwrap();

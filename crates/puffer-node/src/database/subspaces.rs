@@ -9,6 +9,7 @@ use puffer_store::{Predicate, Query, ReadOptions, Record, StoreError, WriteOp};
 
 use super::{Database, TableRoles};
 use crate::message::ReadRequest;
+use crate::remote::{LeaderRequest, LeaderResponse};
 use crate::subspace::{self, SubspaceOf, MAX_SUBSPACES_PER_TABLE};
 use crate::table::{Table, TableLayout};
 
@@ -104,7 +105,9 @@ impl Database {
     /// Where a search or count of `table` reads fewest: the ready subspace whose regions
     /// matching the predicate are the smallest share of its grid (then the fewest
     /// regions, then the first by name), with those regions; `None` when none prunes
-    /// anything, or the request is a get, or this node is part of a cluster.
+    /// anything, or the request is a get. A subspace is passed over for a read at a
+    /// snapshot older than the one it was ready at, and, where this node reads it
+    /// itself, until this node has applied that snapshot.
     pub(super) fn subspace_route(
         &self,
         table: &Table,
@@ -120,13 +123,21 @@ impl Database {
             | ReadRequest::Columns { .. }
             | ReadRequest::Aggregate { .. } => return None,
         };
-        if self.options.remote.is_some() {
-            return None;
-        }
         let key_name = table.schema().key.clone();
+        let asked_at = request.read_options().at;
+        let reads_elsewhere = self
+            .options
+            .remote
+            .as_ref()
+            .is_some_and(|remote| remote.reads_elsewhere());
+        let published = self.published();
         let mut best: Option<(Arc<Table>, Vec<u32>, u32)> = None;
         for copy in self.subspaces_of(table.name()) {
-            let Some(of) = copy.subspace_of().filter(|s| s.ready) else {
+            let Some(of) = copy.subspace_of().filter(|s| {
+                s.ready
+                    && asked_at.is_none_or(|at| at >= s.ready_at)
+                    && (reads_elsewhere || published >= s.ready_at)
+            }) else {
                 continue;
             };
             let regions = of.regions_for(predicate, &key_name)?;
@@ -149,19 +160,56 @@ impl Database {
         best.map(|(copy, regions, _)| (copy, regions))
     }
 
+    /// A search or count of subspace `copy` from its regions `regions`: here where this
+    /// node holds them all, else where they are held.
+    pub(super) fn read_regions(
+        &self,
+        copy: &Table,
+        request: &ReadRequest,
+        regions: &[u32],
+    ) -> Result<crate::message::ReadAnswer> {
+        let of = copy.subspace_of();
+        let request = request.at_least(of.map_or(0, |s| s.ready_at));
+        match &self.options.remote {
+            Some(remote) if remote.reads_elsewhere() || !regions.iter().all(|&r| copy.holds(r)) => {
+                // No region matches: the first answers (nothing), as here.
+                let regions = if regions.is_empty() {
+                    &[0][..]
+                } else {
+                    regions
+                };
+                remote.read_regions(copy.name(), &request, regions)
+            }
+            _ => copy.read_regions(&request, regions),
+        }
+    }
+
     /// Adds a subspace to table `table` over `attributes`, cut into at most `regions`
     /// regions, each with as many replicas as the table's shards: cuts from the
     /// records at one snapshot, the subspace made (writes keep it from then on), every
     /// record of a later snapshot copied in under its key's lock, then marked ready in
     /// the catalog, the one switch. Reads and writes go on meanwhile. Returns the
     /// subspace's name.
+    ///
+    /// On a cluster node that follows, the ingest leader builds it (it holds every
+    /// record); this node then takes the catalog's tables in, so that its own reads
+    /// use the subspace at once.
     pub fn add_subspace(&self, table: &str, attributes: &[String], regions: u32) -> Result<String> {
-        self.check_not_following("add a subspace")?;
-        if self.options.remote.is_some() {
-            return Err(QueryError::Invalid(
-                "subspaces are not available on a cluster yet; add them on a single node".into(),
-            ));
+        if let Some(remote) = self.handing_on() {
+            let request = LeaderRequest::AddSubspace {
+                table: table.to_string(),
+                attributes: attributes.to_vec(),
+                regions,
+            };
+            return match remote.lead(request)? {
+                LeaderResponse::SubspaceAdded { name } => {
+                    self.sync_tables()?;
+                    Ok(name)
+                }
+                other => Err(unexpected_answer("adding a subspace", &other)),
+            };
         }
+        self.check_not_following("add a subspace")?;
         let base = self.table(table)?;
         if base.partition().is_some() || base.chunk_of().is_some() || base.subspace_of().is_some() {
             return Err(QueryError::Invalid(format!(
@@ -199,6 +247,7 @@ impl Database {
             attributes: attributes.to_vec(),
             grid,
             ready: false,
+            ready_at: 0,
         };
         {
             // No write is under way while it appears: each one after it keeps it.
@@ -223,9 +272,15 @@ impl Database {
             let _ = self.drop_subspace(table, &name);
             return Err(e);
         }
-        let ready = SubspaceOf { ready: true, ..of };
+        // Every copy made so far is published: a read at this snapshot or later finds
+        // every record in it.
+        let ready = SubspaceOf {
+            ready: true,
+            ready_at: self.published(),
+            ..of
+        };
         self.catalog.set_subspace(&name, copy.uid(), &ready)?;
-        copy.set_subspace_ready();
+        copy.set_subspace_ready(ready.ready_at);
         Ok(name)
     }
 
@@ -289,6 +344,16 @@ impl Database {
     /// Drops subspace `name` of table `table`; reads go to the table or its other
     /// subspaces from then on.
     pub fn drop_subspace(&self, table: &str, name: &str) -> Result<()> {
+        if let Some(remote) = self.handing_on() {
+            let request = LeaderRequest::DropSubspace {
+                table: table.to_string(),
+                name: name.to_string(),
+            };
+            return match remote.lead(request)? {
+                LeaderResponse::Done => self.sync_tables(),
+                other => Err(unexpected_answer("dropping a subspace", &other)),
+            };
+        }
         self.check_not_following("drop a subspace")?;
         let copy = self.table(name)?;
         if copy.subspace_of().is_none_or(|s| s.table != table) {
@@ -307,9 +372,11 @@ impl Database {
     }
 
     /// Drops the subspaces a crash left unfinished (not ready: a build cut short) or
-    /// without their table.
-    pub(super) fn drop_unfinished_subspaces(&self) -> Result<()> {
-        if self.options.following {
+    /// without their table. Done when a single node opens, and by a cluster node when
+    /// it becomes the ingest leader (a build is the leader's, and ends with it); a
+    /// node that follows does nothing.
+    pub fn drop_unfinished_subspaces(&self) -> Result<()> {
+        if self.committer.is_following() {
             return Ok(());
         }
         let unfinished: Vec<(String, String)> = {
@@ -346,4 +413,11 @@ fn every_record(table: &Table, projection: Option<Vec<String>>) -> Result<Vec<Re
         )));
     }
     Ok(result.rows)
+}
+
+/// The error for a leader's answer that does not fit the request.
+fn unexpected_answer(doing: &str, answer: &LeaderResponse) -> QueryError {
+    QueryError::Store(StoreError::Unavailable(format!(
+        "the leader answered {doing} with {answer:?}"
+    )))
 }
