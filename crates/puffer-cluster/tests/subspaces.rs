@@ -13,12 +13,15 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
+use puffer_adapt::hyperspace::SearchShape;
 use puffer_cluster::etcd::{Candidate, Etcd, MemberCard, Membership, Role};
 use puffer_cluster::remote::ClusterRemote;
 use puffer_cluster::rpc::server::RpcServer;
 use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
 use puffer_cluster::DeepStorage;
+use puffer_node::hyperspace::{HyperspaceOptions, MeasuredCalibration};
 use puffer_node::remote::Remote;
+use puffer_node::remote::{LeaderRequest, ServedSearches, MAX_SENT_SHAPES};
 use puffer_node::{Database, DatabaseOptions, ReadAnswer, ReadRequest, TableLayout, Wait};
 use puffer_query::QueryError;
 use puffer_store::{
@@ -193,114 +196,167 @@ struct DataNode {
     rpc: RpcServer,
 }
 
+/// An etcd, an ingest leader with its gRPC service holding table `rooms` (4 shards)
+/// with 40 random batches written, two data nodes following the log, and a node
+/// without data (`front`) that reads through its broker and hands writes and table
+/// changes to the leader; every database with `hyperspace`.
+struct Cluster {
+    _server: puffer_cluster::etcd::LocalEtcd,
+    _dir: tempfile::TempDir,
+    log: ClusterLog,
+    _member: Membership,
+    _leader_rpc: RpcServer,
+    leader: Arc<Database>,
+    data: Vec<DataNode>,
+    remote: Arc<ClusterRemote>,
+    front: Database,
+    rng: StdRng,
+    model: Model,
+}
+
+impl Cluster {
+    /// `None` (after a loud skip) without an etcd binary.
+    fn start(test: &str, hyperspace: HyperspaceOptions) -> Option<Cluster> {
+        let (server, dir) = common::etcd_or_skip(test)?;
+        let etcd = Etcd::connect(&server.config("subspaces").unwrap()).unwrap();
+        let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+        let log = ClusterLog::new(etcd.clone(), deep);
+        let options = || DatabaseOptions {
+            hyperspace: hyperspace.clone(),
+            ..common::node_options(&etcd)
+        };
+        let leader_rpc_address = format!(
+            "127.0.0.1:{}",
+            puffer_cluster::etcd::local::free_port().unwrap()
+        );
+        let card = MemberCard {
+            node_id: "ingest".into(),
+            roles: vec![Role::Ingest],
+            http_address: "127.0.0.1:1".into(),
+            rpc_address: Some(leader_rpc_address.clone()),
+            lease: 0,
+        };
+        let member = Membership::join(&etcd, card, TTL).unwrap();
+        let leadership = Candidate::stand_in(
+            &etcd,
+            etcd.keys().ingest_election(),
+            "ingest",
+            member.lease(),
+        )
+        .wait_elected(Duration::from_secs(10))
+        .expect("the ingest leader is elected");
+        let leader = Arc::new(
+            Database::open_with(
+                dir.path().join("leader"),
+                DatabaseOptions {
+                    shipper: Some(Arc::new(LeaderShipper::new(log.clone(), leadership))),
+                    ..options()
+                },
+            )
+            .unwrap(),
+        );
+        let leader_rpc =
+            RpcServer::start(leader.clone(), leader_rpc_address.parse().unwrap()).unwrap();
+        let layout = TableLayout {
+            shards: 4,
+            replicas: 1,
+        };
+        leader.create_table_with("rooms", schema(), layout).unwrap();
+        let mut rng = StdRng::seed_from_u64(19);
+        let mut model = Model::new();
+        for _ in 0..40 {
+            let ops = random_batch(&mut rng, &mut model);
+            leader.write_batch(vec![("rooms".into(), ops)]).unwrap();
+        }
+        let data: Vec<DataNode> = (0..2)
+            .map(|i| {
+                let database = Arc::new(
+                    Database::open_with(
+                        dir.path().join(format!("data{i}")),
+                        DatabaseOptions {
+                            following: true,
+                            ..options()
+                        },
+                    )
+                    .unwrap(),
+                );
+                log.catch_up(&database).unwrap();
+                let rpc =
+                    RpcServer::start(database.clone(), "127.0.0.1:0".parse().unwrap()).unwrap();
+                DataNode { database, rpc }
+            })
+            .collect();
+        let remote = Arc::new(ClusterRemote::new(
+            etcd.clone(),
+            true,
+            false,
+            Duration::from_secs(5),
+        ));
+        let addresses: Vec<(String, String)> = data
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (format!("data{i}"), node.rpc.address().to_string()))
+            .collect();
+        remote.broker().unwrap().set_data_nodes(&addresses).unwrap();
+        let front = Database::open_with(
+            dir.path().join("front"),
+            DatabaseOptions {
+                following: true,
+                remote: Some(remote.clone() as Arc<dyn Remote>),
+                ..options()
+            },
+        )
+        .unwrap();
+        front.sync_tables().unwrap();
+        Some(Cluster {
+            _server: server,
+            _dir: dir,
+            log,
+            _member: member,
+            _leader_rpc: leader_rpc,
+            leader,
+            data,
+            remote,
+            front,
+            rng,
+            model,
+        })
+    }
+
+    /// What a data node's follower thread does: the log, and the catalog's tables (a
+    /// drop writes no SCU).
+    fn catch_up(&self) {
+        for node in &self.data {
+            self.log.catch_up(&node.database).unwrap();
+            node.database.sync_tables().unwrap();
+        }
+    }
+}
+
 #[test]
 fn subspaces_on_a_cluster_agree_with_a_model_and_read_only_their_regions() {
     let test = "subspaces_on_a_cluster_agree_with_a_model_and_read_only_their_regions";
-    let Some((server, dir)) = common::etcd_or_skip(test) else {
+    let Some(cluster) = Cluster::start(test, HyperspaceOptions::default()) else {
         return;
     };
-    let etcd = Etcd::connect(&server.config("subspaces").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep);
-
-    // The ingest leader, with its gRPC service (writes and subspaces are handed to it).
-    let leader_rpc_address = format!(
-        "127.0.0.1:{}",
-        puffer_cluster::etcd::local::free_port().unwrap()
+    let (leader, data, remote, front) = (
+        &*cluster.leader,
+        &cluster.data,
+        &cluster.remote,
+        &cluster.front,
     );
-    let card = MemberCard {
-        node_id: "ingest".into(),
-        roles: vec![Role::Ingest],
-        http_address: "127.0.0.1:1".into(),
-        rpc_address: Some(leader_rpc_address.clone()),
-        lease: 0,
-    };
-    let member = Membership::join(&etcd, card, TTL).unwrap();
-    let leadership = Candidate::stand_in(
-        &etcd,
-        etcd.keys().ingest_election(),
-        "ingest",
-        member.lease(),
-    )
-    .wait_elected(Duration::from_secs(10))
-    .expect("the ingest leader is elected");
-    let leader = Arc::new(
-        Database::open_with(
-            dir.path().join("leader"),
-            DatabaseOptions {
-                shipper: Some(Arc::new(LeaderShipper::new(log.clone(), leadership))),
-                ..common::node_options(&etcd)
-            },
-        )
-        .unwrap(),
-    );
-    let _leader_rpc =
-        RpcServer::start(leader.clone(), leader_rpc_address.parse().unwrap()).unwrap();
-    let layout = TableLayout {
-        shards: 4,
-        replicas: 1,
-    };
-    leader.create_table_with("rooms", schema(), layout).unwrap();
-    let mut rng = StdRng::seed_from_u64(19);
-    let mut model = Model::new();
-    for _ in 0..40 {
-        let ops = random_batch(&mut rng, &mut model);
-        leader.write_batch(vec![("rooms".into(), ops)]).unwrap();
-    }
-
-    // Two data nodes following the log, and a node without data that reads through
-    // its broker and hands writes and table changes to the leader.
-    let data: Vec<DataNode> = (0..2)
-        .map(|i| {
-            let database = Arc::new(common::follower(
-                &etcd,
-                &dir.path().join(format!("data{i}")),
-            ));
-            log.catch_up(&database).unwrap();
-            let rpc = RpcServer::start(database.clone(), "127.0.0.1:0".parse().unwrap()).unwrap();
-            DataNode { database, rpc }
-        })
-        .collect();
-    let remote = Arc::new(ClusterRemote::new(
-        etcd.clone(),
-        true,
-        false,
-        Duration::from_secs(5),
-    ));
-    let addresses: Vec<(String, String)> = data
-        .iter()
-        .enumerate()
-        .map(|(i, node)| (format!("data{i}"), node.rpc.address().to_string()))
-        .collect();
-    remote.broker().unwrap().set_data_nodes(&addresses).unwrap();
-    let front = Database::open_with(
-        dir.path().join("front"),
-        DatabaseOptions {
-            following: true,
-            remote: Some(remote.clone() as Arc<dyn Remote>),
-            ..common::node_options(&etcd)
-        },
-    )
-    .unwrap();
-    front.sync_tables().unwrap();
-    // What a data node's follower thread does: the log, and the catalog's tables
-    // (a drop writes no SCU).
-    let catch_up = |data: &[DataNode]| {
-        for node in data {
-            log.catch_up(&node.database).unwrap();
-            node.database.sync_tables().unwrap();
-        }
-    };
-    agrees(&front, &model, &mut rng, "front, no subspace");
+    let (mut rng, mut model) = (cluster.rng.clone(), cluster.model.clone());
+    let catch_up = || cluster.catch_up();
+    agrees(front, &model, &mut rng, "front, no subspace");
 
     // Added through the node without data: built by the leader, ready everywhere.
     let name = front
         .add_subspace("rooms", &["city".into(), "price".into()], 16)
         .unwrap();
-    catch_up(&data);
+    catch_up();
     for (who, db) in [
-        ("leader", &*leader),
-        ("front", &front),
+        ("leader", leader),
+        ("front", front),
         ("data0", &*data[0].database),
     ] {
         let described = db.describe_subspaces("rooms");
@@ -321,8 +377,8 @@ fn subspaces_on_a_cluster_agree_with_a_model_and_read_only_their_regions() {
         let ops = random_batch(&mut rng, &mut model);
         front.write_batch(vec![("rooms".into(), ops)]).unwrap();
         if step % 5 == 4 {
-            catch_up(&data);
-            agrees(&front, &model, &mut rng, &format!("front, step {step}"));
+            catch_up();
+            agrees(front, &model, &mut rng, &format!("front, step {step}"));
             agrees(
                 &data[1].database,
                 &model,
@@ -351,7 +407,7 @@ fn subspaces_on_a_cluster_agree_with_a_model_and_read_only_their_regions() {
     );
     let expected: Vec<&Record> = model.values().filter(|r| holds(&predicate, r)).collect();
     assert_eq!(
-        search(&front, &predicate, None).iter().collect::<Vec<_>>(),
+        search(front, &predicate, None).iter().collect::<Vec<_>>(),
         expected
     );
     let (table_after, regions_after) = (
@@ -389,16 +445,120 @@ fn subspaces_on_a_cluster_agree_with_a_model_and_read_only_their_regions() {
 
     // Dropped through the node without data: searches read the table again, and agree.
     front.drop_subspace("rooms", &name).unwrap();
-    catch_up(&data);
+    catch_up();
     assert!(front.describe_subspaces("rooms").is_empty());
     assert!(data[0].database.describe_subspaces("rooms").is_empty());
     let before = reads_by_shard(&nodes, "rooms");
     assert_eq!(
-        search(&front, &predicate, None).iter().collect::<Vec<_>>(),
+        search(front, &predicate, None).iter().collect::<Vec<_>>(),
         expected
     );
     let after = reads_by_shard(&nodes, "rooms");
     assert_ne!(before, after, "the table was not read after the drop");
-    agrees(&front, &model, &mut rng, "front, after the drop");
-    drop(member);
+    agrees(front, &model, &mut rng, "front, after the drop");
+}
+
+#[test]
+fn the_leaders_configurator_hears_the_searches_other_nodes_served() {
+    let test = "the_leaders_configurator_hears_the_searches_other_nodes_served";
+    let hyperspace = HyperspaceOptions {
+        auto: true,
+        ..HyperspaceOptions::default()
+    };
+    let Some(mut cluster) = Cluster::start(test, hyperspace) else {
+        return;
+    };
+    cluster
+        .leader
+        .set_hyperspace_calibration(MeasuredCalibration {
+            beta_s_per_object: 4e-6,
+            region_cost_s: 2.5e-4,
+            alpha: 0.4,
+            max_throughput_ops_per_s: 10_000.0,
+        })
+        .unwrap();
+    // Searches served by the node without data (and one by the leader itself): each
+    // city's records, some limited to a page of 5.
+    for i in 0..40 {
+        let city = Value::str(CITIES[i % CITIES.len()]);
+        let page = (i % 4 == 0).then_some(5);
+        let found = search(&cluster.front, &Predicate::Eq("city".into(), city), page);
+        assert!(page.is_none_or(|p| found.len() <= p));
+    }
+    search(
+        &cluster.leader,
+        &Predicate::Eq("city".into(), Value::str("Faro")),
+        None,
+    );
+    // The front node's pass sends them; the leader counts them as its own.
+    cluster.front.tune_tables();
+    let front_status = cluster.front.hyperspace_status("rooms").unwrap();
+    let decision = front_status.decision.unwrap_or_default();
+    assert!(decision.contains("40 searches sent"), "{decision}");
+    let status = cluster.leader.hyperspace_status("rooms").unwrap();
+    let searches: Vec<u64> = status.profile.searches.iter().map(|(_, n)| *n).collect();
+    assert_eq!(searches, vec![41], "{:?}", status.profile.searches);
+    // A second pass sends nothing more.
+    cluster.front.tune_tables();
+    let status = cluster.leader.hyperspace_status("rooms").unwrap();
+    assert_eq!(status.profile.searches[0].1, 41);
+
+    // The leader's pass builds a subspace on city (its only candidate: with no
+    // updates, it asks one region where the table asks four).
+    cluster.leader.tune_tables();
+    let built = cluster.leader.describe_subspaces("rooms");
+    assert_eq!(
+        built.len(),
+        1,
+        "{built:?}: {:?}",
+        cluster.leader.hyperspace_status("rooms").unwrap().decision
+    );
+    assert_eq!(built[0].attributes, vec!["city".to_string()]);
+    assert!(built[0].ready);
+    cluster.catch_up();
+    cluster.front.sync_tables().unwrap();
+    assert_eq!(cluster.front.describe_subspaces("rooms"), built);
+    let mut rng = cluster.rng.clone();
+    agrees(
+        &cluster.front,
+        &cluster.model,
+        &mut rng,
+        "front, configured",
+    );
+    // Writes go on through the front node and keep the subspace.
+    for _ in 0..10 {
+        let ops = random_batch(&mut cluster.rng, &mut cluster.model);
+        cluster
+            .front
+            .write_batch(vec![("rooms".into(), ops)])
+            .unwrap();
+    }
+    cluster.catch_up();
+    agrees(&cluster.front, &cluster.model, &mut rng, "front, written");
+
+    // Bad reports are refused: a stale uid, too many shapes.
+    let uid = cluster.leader.table("rooms").unwrap().uid();
+    let stale = LeaderRequest::Searches {
+        table: "rooms".into(),
+        uid: uid + 1000,
+        searches: Vec::new(),
+    };
+    assert!(matches!(
+        cluster.leader.lead(stale),
+        Err(QueryError::UnknownTable(_))
+    ));
+    let one = ServedSearches {
+        shape: SearchShape::default(),
+        count: 1,
+        page_rows: None,
+    };
+    let many = LeaderRequest::Searches {
+        table: "rooms".into(),
+        uid,
+        searches: vec![one; MAX_SENT_SHAPES + 1],
+    };
+    assert!(matches!(
+        cluster.leader.lead(many),
+        Err(QueryError::Limit(_))
+    ));
 }

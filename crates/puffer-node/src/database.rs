@@ -873,6 +873,15 @@ impl Database {
                 self.drop_subspace(&table, &name)?;
                 Ok(LeaderResponse::Done)
             }
+            LeaderRequest::Searches {
+                table,
+                uid,
+                searches,
+            } => {
+                self.check_not_following("take searches served elsewhere")?;
+                self.take_served_searches(&table, uid, &searches)?;
+                Ok(LeaderResponse::Done)
+            }
         }
     }
 

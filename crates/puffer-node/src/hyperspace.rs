@@ -136,6 +136,12 @@ pub(crate) struct TableTuning {
     /// The page (limit) the last search of each shape asked for (`None`: all rows);
     /// at most [`MAX_PAGES_TRACKED`] shapes, forgotten all at once beyond.
     pub(crate) pages: HashMap<SearchShape, Option<u64>>,
+    /// On a cluster node that does not lead: the searches served since they were last
+    /// sent to the leader, by shape (count, last page); at most
+    /// [`crate::remote::MAX_SENT_SHAPES`] shapes, the searches of others only counted.
+    pub(crate) unsent: HashMap<SearchShape, (u64, Option<u64>)>,
+    /// Searches not sent for want of room in `unsent`, since the last send.
+    pub(crate) unsent_dropped: u64,
     pub(crate) view: TableTuningView,
 }
 
@@ -149,6 +155,8 @@ impl TableTuning {
             profiler: Profiler::new(config).map_err(config_error)?,
             numbers: HashMap::new(),
             pages: HashMap::new(),
+            unsent: HashMap::new(),
+            unsent_dropped: 0,
             view: TableTuningView::default(),
         })
     }

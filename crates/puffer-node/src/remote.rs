@@ -68,6 +68,31 @@ pub enum LeaderRequest {
         /// The subspace's name.
         name: String,
     },
+    /// Searches a node served since it last sent them, for the leader's profile (the
+    /// configurator runs where every write passes).
+    Searches {
+        /// The table.
+        table: String,
+        /// Its uid as the sender knows it.
+        uid: u64,
+        /// Each shape with its count, at most [`MAX_SENT_SHAPES`].
+        searches: Vec<ServedSearches>,
+    },
+}
+
+/// Most search shapes one [`LeaderRequest::Searches`] carries (as many as the profiler
+/// tracks).
+pub const MAX_SENT_SHAPES: usize = 256;
+
+/// Searches of one shape a node served.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServedSearches {
+    /// Their shape.
+    pub shape: puffer_adapt::hyperspace::SearchShape,
+    /// How many.
+    pub count: u64,
+    /// The page the last one asked for (`None`: every row).
+    pub page_rows: Option<u64>,
 }
 
 impl LeaderRequest {

@@ -95,7 +95,9 @@ pub const MAX_IN_VALUES: u32 = 1 << 20;
 pub const RANGE_FRACTION_DENOMINATOR: u32 = 1_000_000;
 
 /// How a search constrains one attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Constraint {
     /// `attribute = value`: one part of the dimension.
     Equality,
@@ -141,7 +143,18 @@ impl Constraint {
 
 /// What a search constrains, and how: the predicate's shape without its values. Equation 1
 /// only needs the shape, and shapes repeat, so the profiler counts them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct SearchShape {
     /// The constraint on the primary key, if any.
     pub key: Option<Constraint>,

@@ -4,14 +4,14 @@
 //! [`HyperspaceOptions::interval`](crate::hyperspace::HyperspaceOptions)).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use puffer_adapt::hyperspace::{
     candidate_configurations, decide, rank_configurations, AnalyserConfig, AttributeSet,
     Configuration, DecisionReason, Deployment, RankedConfiguration, SearchShape, WorkloadProfile,
 };
-use puffer_query::Result;
+use puffer_query::{QueryError, Result};
 use puffer_store::{AttrType, Predicate, Query, ReadOptions, Record, WriteOp};
 
 use super::Database;
@@ -21,6 +21,7 @@ use crate::hyperspace::{
     RowSample, TableTuning, TableTuningView, MAX_PAGES_TRACKED, MAX_RANKING_SHOWN,
 };
 use crate::message::ReadRequest;
+use crate::remote::{LeaderRequest, Remote, ServedSearches, MAX_SENT_SHAPES};
 use crate::subspace::Current;
 use crate::table::Table;
 
@@ -91,10 +92,24 @@ impl Database {
             _ => None,
         };
         let schema = table.schema();
+        let sends = self.handing_on().is_some();
         // A shape the profiler refuses (too many attributes) is not counted.
         let _ = self.tuning.with_table(table.uid(), |tuning, now| {
             let shape = search_shape(predicate, &schema, &tuning.numbers);
             tuning.profiler.record_search(now, &shape, 1)?;
+            if sends {
+                let room = tuning.unsent.len() < MAX_SENT_SHAPES;
+                match tuning.unsent.get_mut(&shape) {
+                    Some((count, page)) => {
+                        *count += 1;
+                        *page = page_rows;
+                    }
+                    None if room => {
+                        tuning.unsent.insert(shape.clone(), (1, page_rows));
+                    }
+                    None => tuning.unsent_dropped += 1,
+                }
+            }
             if tuning.pages.len() >= MAX_PAGES_TRACKED && !tuning.pages.contains_key(&shape) {
                 tuning.pages.clear();
             }
@@ -177,12 +192,106 @@ impl Database {
         })
     }
 
+    /// Counts searches another node served on table `table` (uid `uid`) in its
+    /// profile: the cluster's configurator runs on the ingest leader, where every
+    /// write passes, and hears of the searches from the nodes that served them.
+    pub(super) fn take_served_searches(
+        &self,
+        table: &str,
+        uid: u64,
+        searches: &[ServedSearches],
+    ) -> Result<()> {
+        let table = self.table(table)?;
+        if table.uid() != uid {
+            return Err(QueryError::UnknownTable(format!(
+                "{} with uid {uid} (it was dropped; the table of that name now has uid {})",
+                table.name(),
+                table.uid()
+            )));
+        }
+        if searches.len() > MAX_SENT_SHAPES {
+            return Err(QueryError::Limit(format!(
+                "at most {MAX_SENT_SHAPES} search shapes are sent at once; got {}",
+                searches.len()
+            )));
+        }
+        if !self.profiling(&table) {
+            return Ok(());
+        }
+        self.tuning.with_table(table.uid(), |tuning, now| {
+            for served in searches {
+                tuning
+                    .profiler
+                    .record_search(now, &served.shape, served.count)
+                    .map_err(config_error)?;
+                if tuning.pages.len() >= MAX_PAGES_TRACKED
+                    && !tuning.pages.contains_key(&served.shape)
+                {
+                    tuning.pages.clear();
+                }
+                tuning.pages.insert(served.shape.clone(), served.page_rows);
+            }
+            Ok(())
+        })?
+    }
+
+    /// On a cluster node that does not lead: the widths of ranges from a sample of
+    /// the table (read where it is held), and the searches served since the last pass
+    /// sent to the leader, whose configurator decides.
+    fn send_searches(&self, table: &Table, remote: &Arc<dyn Remote>) -> Result<()> {
+        let schema = table.schema();
+        let numeric = numeric_attributes(&schema);
+        let records = self.sample_records(table, &numeric)?;
+        self.set_numbers(table, &numeric, &records)?;
+        let (unsent, dropped) = self.tuning.with_table(table.uid(), |tuning, _| {
+            (
+                std::mem::take(&mut tuning.unsent),
+                std::mem::take(&mut tuning.unsent_dropped),
+            )
+        })?;
+        let searches: Vec<ServedSearches> = unsent
+            .into_iter()
+            .map(|(shape, (count, page_rows))| ServedSearches {
+                shape,
+                count,
+                page_rows,
+            })
+            .collect();
+        let sent: u64 = searches.iter().map(|s| s.count).sum();
+        if !searches.is_empty() {
+            // Failing (no leader now), these counts are lost: a profile is statistics,
+            // and the next pass sends what comes after.
+            remote.lead(LeaderRequest::Searches {
+                table: table.name().to_string(),
+                uid: table.uid(),
+                searches,
+            })?;
+        }
+        self.tuning.with_table(table.uid(), |tuning, _| {
+            tuning.view.decision = Some(format!(
+                "the ingest leader configures this table: {sent} searches sent to it at \
+                 the last pass{}",
+                if dropped > 0 {
+                    format!(", {dropped} not sent (more than {MAX_SENT_SHAPES} shapes)")
+                } else {
+                    String::new()
+                }
+            ));
+        })
+    }
+
     /// One configurator pass over every profiled table (see [`Database::tune_table`]);
-    /// a table's failure is recorded in its status and does not stop the others.
+    /// a table's failure is recorded in its status and does not stop the others. On
+    /// a cluster node that does not lead, the pass sends the searches it served to
+    /// the leader instead.
     pub fn tune_tables(&self) {
         for table in self.all_tables() {
             if self.profiling(&table) {
-                if let Err(e) = self.tune_table(table.name()) {
+                let passed = match self.handing_on() {
+                    Some(remote) => self.send_searches(&table, remote),
+                    None => self.tune_table(table.name()).map(|_| ()),
+                };
+                if let Err(e) = passed {
                     let _ = self.tuning.with_table(table.uid(), |tuning, _| {
                         tuning.view.decision = Some(format!("failed: {e}"));
                     });
@@ -400,14 +509,22 @@ impl Database {
             return Ok(Vec::new());
         }
         let ids: Vec<u16> = attributes.iter().copied().collect();
-        Ok(table
-            .search(&Query {
+        let request = ReadRequest::Search {
+            query: Query {
                 predicate: Predicate::All,
                 projection: Some(names(&ids, &table.schema())),
                 limit: Some(SAMPLE_RECORDS),
                 read: ReadOptions::default(),
-            })?
-            .rows)
+            },
+        };
+        // Where the table is held (elsewhere on a node without its data), and not
+        // profiled: the sample is not a search served.
+        match self.read_one(table, &request, crate::Wait::Allowed)? {
+            Some(crate::message::ReadAnswer::Rows(result)) => Ok(result.rows),
+            other => Err(QueryError::Store(puffer_store::StoreError::Unavailable(
+                format!("a sample of {} answered {other:?}", table.name()),
+            ))),
+        }
     }
 
     /// Keeps the sampled values of the numeric attributes `numeric` of `table`, sorted
