@@ -137,11 +137,9 @@ pub(crate) struct TableTuning {
     /// at most [`MAX_PAGES_TRACKED`] shapes, forgotten all at once beyond.
     pub(crate) pages: HashMap<SearchShape, Option<u64>>,
     /// On a cluster node that does not lead: the searches served since they were last
-    /// sent to the leader, by shape (count, last page); at most
-    /// [`crate::remote::MAX_SENT_SHAPES`] shapes, the searches of others only counted.
-    pub(crate) unsent: HashMap<SearchShape, (u64, Option<u64>)>,
-    /// Searches not sent for want of room in `unsent`, since the last send.
-    pub(crate) unsent_dropped: u64,
+    /// sent to the leader, in a window of their own as long as the profile's (so a
+    /// send carries no search older than the leader's window), as bounded as it.
+    pub(crate) unsent: Profiler,
     pub(crate) view: TableTuningView,
 }
 
@@ -155,8 +153,7 @@ impl TableTuning {
             profiler: Profiler::new(config).map_err(config_error)?,
             numbers: HashMap::new(),
             pages: HashMap::new(),
-            unsent: HashMap::new(),
-            unsent_dropped: 0,
+            unsent: Profiler::new(config).map_err(config_error)?,
             view: TableTuningView::default(),
         })
     }

@@ -1,6 +1,9 @@
 //! `puffer-bench hyperspace`: the evaluation of "Optimizing Hyperspace Hashing via
 //! Analytical Modelling and Adaptation" on the Inside Airbnb listings, embedded (one
-//! node, the database in this process).
+//! node, the database in this process) or, with `--cluster`, on a loopback cluster
+//! ([`cluster`]: an ingest leader, data nodes and a node without data that the clients
+//! use, every one in this process over loopback TCP; calibrated on it, files in
+//! `<out>/cluster/`).
 //!
 //! 1. **Calibration** (`--calibrate`, or when `calibration.json` is missing): `T_max` from
 //!    updates on the key subspace alone, `α` from update runs that move copies in some
@@ -23,6 +26,7 @@
 //! CSV files go to `<out>/`; one JSON object is printed last.
 
 mod chart;
+mod cluster;
 pub mod data;
 pub mod workload;
 
@@ -52,7 +56,7 @@ use workload::{
     PAGE_ROWS, TABLE, UPDATED,
 };
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct HyperspaceArgs {
     /// Inside Airbnb listings files (`<city>-listings.csv.gz`).
     #[arg(long, num_args = 1.., default_values = [
@@ -95,6 +99,13 @@ pub struct HyperspaceArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run on a loopback cluster (etcd, an ingest leader, data nodes and a node
+    /// without data, in this process) instead of one embedded node.
+    #[arg(long)]
+    cluster: bool,
+    /// Data nodes of the loopback cluster.
+    #[arg(long, default_value_t = 2)]
+    data_nodes: usize,
     /// Where the CSV files and the charts (PNG) go.
     #[arg(long, default_value = "target/bench/hyperspace")]
     out_dir: PathBuf,
@@ -124,7 +135,10 @@ fn subspaces_of(configuration: &Configuration) -> Subspaces {
 
 struct Bench {
     args: HyperspaceArgs,
+    /// Where the clients' operations go: the one node, or the cluster's front node.
     db: Arc<Database>,
+    /// The loopback cluster, with `--cluster`.
+    cluster: Option<cluster::Loopback>,
     records: Arc<Vec<puffer_store::Record>>,
     _dir: tempfile::TempDir,
 }
@@ -138,18 +152,51 @@ impl Bench {
         }
     }
 
+    /// Where the configurator decides: the one node, or the cluster's ingest leader.
+    fn decider(&self) -> &Database {
+        self.cluster.as_ref().map_or(&*self.db, |c| &*c.leader)
+    }
+
+    /// Every database holding the table's records.
+    fn holders(&self) -> Vec<&Database> {
+        self.cluster
+            .as_ref()
+            .map_or_else(|| vec![&*self.db], cluster::Loopback::holders)
+    }
+
+    /// On a cluster, waits until every node has what the leader published.
+    fn settle(&self) -> anyhow::Result<()> {
+        self.cluster
+            .as_ref()
+            .map_or(Ok(()), cluster::Loopback::settle)
+    }
+
     /// Gives the table `subspaces`, every copy compacted into segments (the steady
-    /// state a configuration runs in, not the log tables a build leaves).
+    /// state a configuration runs in, not the log tables a build leaves) on every
+    /// node holding it.
     fn configure(&self, subspaces: &Subspaces) -> anyhow::Result<f64> {
         let started = Instant::now();
         self.db
             .set_subspaces(TABLE, subspaces)
             .with_context(|| format!("configure {}", label(subspaces)))?;
-        self.db.table(TABLE)?.compact_all()?;
-        for subspace in self.db.describe_subspaces(TABLE) {
-            self.db.table(&subspace.name)?.compact_all()?;
+        self.settle()?;
+        for db in self.holders() {
+            db.table(TABLE)?.compact_all()?;
+            for subspace in db.describe_subspaces(TABLE) {
+                db.table(&subspace.name)?.compact_all()?;
+            }
         }
         Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// One configurator pass, as the database's owner runs it: on a cluster, the
+    /// front node sends the searches it served to the leader, which decides.
+    fn tune(&self) -> anyhow::Result<()> {
+        if self.cluster.is_some() {
+            self.db.tune_tables();
+        }
+        self.decider().tune_table(TABLE)?;
+        self.settle()
     }
 
     /// The median of three runs (the calibration's few runs carry every prediction).
@@ -208,6 +255,11 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let mut args = args.clone();
+    if args.cluster {
+        args.out_dir = args.out_dir.join("cluster");
+    }
+    let args = &args;
     std::fs::create_dir_all(&args.out_dir)?;
     let records = Arc::new(data::load(&args.inputs)?);
     let dir = tempfile::tempdir()?;
@@ -234,32 +286,42 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         },
         ..DatabaseOptions::default()
     };
-    let db = Arc::new(Database::open_with(dir.path(), options)?);
-    db.create_table_with(
-        TABLE,
-        data::schema(),
-        TableLayout {
-            shards: args.shards,
-            replicas: 1,
-        },
-    )?;
-    let load_started = Instant::now();
-    for batch in records.chunks(2000) {
-        let ops = batch.iter().cloned().map(WriteOp::Put).collect();
-        workload::write_retrying(&db, ops)?;
-    }
-    db.table(TABLE)?.compact_all()?;
-    eprintln!(
-        "loaded {} listings in {:.1} s",
-        records.len(),
-        load_started.elapsed().as_secs_f64()
-    );
+    let (db, cluster) = if args.cluster {
+        let cluster = cluster::Loopback::start(dir.path(), &options, args.data_nodes)?;
+        (cluster.front.clone(), Some(cluster))
+    } else {
+        (Arc::new(Database::open_with(dir.path(), options)?), None)
+    };
     let bench = Bench {
-        args: clone_args(args),
+        args: args.clone(),
         db,
+        cluster,
         records,
         _dir: dir,
     };
+    let layout = TableLayout {
+        shards: args.shards,
+        replicas: 1,
+    };
+    // Loaded through the node that numbers SCUs (on a cluster, the leader).
+    let loader = bench.decider();
+    loader.create_table_with(TABLE, data::schema(), layout)?;
+    let load_started = Instant::now();
+    for batch in bench.records.chunks(2000) {
+        let ops = batch.iter().cloned().map(WriteOp::Put).collect();
+        workload::write_retrying(loader, ops)?;
+    }
+    bench.configure(&Vec::new())?;
+    eprintln!(
+        "loaded {} listings in {:.1} s{}",
+        bench.records.len(),
+        load_started.elapsed().as_secs_f64(),
+        if args.cluster {
+            format!(" (loopback cluster: {} data nodes)", args.data_nodes)
+        } else {
+            String::new()
+        }
+    );
     let calibration_path = args.out_dir.join("calibration.json");
     let measured = match std::fs::read(&calibration_path) {
         Ok(bytes) if !(args.calibrate || args.calibrate_only) => serde_json::from_slice::<
@@ -270,7 +332,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} does not hold a calibration", calibration_path.display()))?,
         _ => calibrate(&bench, &calibration_path)?,
     };
-    bench.db.set_hyperspace_calibration(measured)?;
+    bench.decider().set_hyperspace_calibration(measured)?;
     println!(
         "calibration: beta {:.3e} s/object, region cost {:.3e} s, alpha {:.3}, T_max {:.0} ops/s",
         measured.beta_s_per_object,
@@ -332,6 +394,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         "{}",
         json!({
             "experiment": "hyperspace",
+            "deployment": if args.cluster { format!("loopback cluster, {} data nodes", args.data_nodes) } else { "embedded".to_string() },
             "dataset": format!("Inside Airbnb, {} listings", bench.records.len()),
             "clients": args.clients,
             "seconds": args.seconds,
@@ -343,23 +406,6 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         })
     );
     Ok(())
-}
-
-fn clone_args(args: &HyperspaceArgs) -> HyperspaceArgs {
-    HyperspaceArgs {
-        inputs: args.inputs.clone(),
-        calibrate: args.calibrate,
-        calibrate_only: args.calibrate_only,
-        clients: args.clients,
-        seconds: args.seconds,
-        warm_seconds: args.warm_seconds,
-        regions: args.regions,
-        shards: args.shards,
-        sample: args.sample,
-        skip_adaptation: args.skip_adaptation,
-        seed: args.seed,
-        out_dir: args.out_dir.clone(),
-    }
 }
 
 /// The calibration runs (§4.3) and the parameters they give.
@@ -601,7 +647,7 @@ fn evaluate(
         300,
         None,
     )?;
-    bench.db.tune_table(TABLE)?;
+    bench.tune()?;
     let chosen: Subspaces = bench
         .db
         .describe_subspaces(TABLE)
@@ -659,12 +705,19 @@ fn adapt(bench: &Bench) -> anyhow::Result<serde_json::Value> {
     let started_unix_ms = unix_ms();
     let tuner = {
         let (db, stop) = (bench.db.clone(), stop.clone());
+        let leader = bench.cluster.as_ref().map(|c| c.leader.clone());
         std::thread::spawn(move || {
             let mut seen: Vec<puffer_node::hyperspace::Reconfiguration> = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(2));
+                // On a cluster the front node sends its searches, the leader decides.
                 db.tune_tables();
-                if let Ok(status) = db.hyperspace_status(TABLE) {
+                let decider = leader.as_ref().unwrap_or(&db);
+                if leader.is_some() {
+                    decider.tune_tables();
+                    let _ = db.sync_tables();
+                }
+                if let Ok(status) = decider.hyperspace_status(TABLE) {
                     if let Some(r) = status.last_reconfiguration {
                         if seen.last() != Some(&r) {
                             seen.push(r);

@@ -98,17 +98,7 @@ impl Database {
             let shape = search_shape(predicate, &schema, &tuning.numbers);
             tuning.profiler.record_search(now, &shape, 1)?;
             if sends {
-                let room = tuning.unsent.len() < MAX_SENT_SHAPES;
-                match tuning.unsent.get_mut(&shape) {
-                    Some((count, page)) => {
-                        *count += 1;
-                        *page = page_rows;
-                    }
-                    None if room => {
-                        tuning.unsent.insert(shape.clone(), (1, page_rows));
-                    }
-                    None => tuning.unsent_dropped += 1,
-                }
+                tuning.unsent.record_search(now, &shape, 1)?;
             }
             if tuning.pages.len() >= MAX_PAGES_TRACKED && !tuning.pages.contains_key(&shape) {
                 tuning.pages.clear();
@@ -243,20 +233,23 @@ impl Database {
         let numeric = numeric_attributes(&schema);
         let records = self.sample_records(table, &numeric)?;
         self.set_numbers(table, &numeric, &records)?;
-        let (unsent, dropped) = self.tuning.with_table(table.uid(), |tuning, _| {
-            (
-                std::mem::take(&mut tuning.unsent),
-                std::mem::take(&mut tuning.unsent_dropped),
+        let config = self.tuning.options.profiler;
+        let searches = self.tuning.with_table(table.uid(), |tuning, now| {
+            let counts = tuning.unsent.search_counts(now).map_err(config_error)?;
+            tuning.unsent =
+                puffer_adapt::hyperspace::Profiler::new(config).map_err(config_error)?;
+            Ok::<_, QueryError>(
+                counts
+                    .into_iter()
+                    .take(MAX_SENT_SHAPES)
+                    .map(|(shape, count)| ServedSearches {
+                        page_rows: tuning.pages.get(&shape).copied().flatten(),
+                        shape,
+                        count,
+                    })
+                    .collect::<Vec<_>>(),
             )
-        })?;
-        let searches: Vec<ServedSearches> = unsent
-            .into_iter()
-            .map(|(shape, (count, page_rows))| ServedSearches {
-                shape,
-                count,
-                page_rows,
-            })
-            .collect();
+        })??;
         let sent: u64 = searches.iter().map(|s| s.count).sum();
         if !searches.is_empty() {
             // Failing (no leader now), these counts are lost: a profile is statistics,
@@ -270,12 +263,7 @@ impl Database {
         self.tuning.with_table(table.uid(), |tuning, _| {
             tuning.view.decision = Some(format!(
                 "the ingest leader configures this table: {sent} searches sent to it at \
-                 the last pass{}",
-                if dropped > 0 {
-                    format!(", {dropped} not sent (more than {MAX_SENT_SHAPES} shapes)")
-                } else {
-                    String::new()
-                }
+                 the last pass"
             ));
         })
     }
