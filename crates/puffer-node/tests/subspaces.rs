@@ -659,3 +659,61 @@ fn an_unfinished_subspace_is_dropped_on_open_and_bad_requests_are_refused() {
     assert!(db.catalog().table("rooms__ss1").unwrap().is_none());
     assert!(!dir.path().join("tables").join("rooms__ss1").exists());
 }
+
+/// `set_subspaces` gives the table exactly the configuration asked, from any other,
+/// up to the cap of subspaces per table (dropping first what is not wanted where
+/// building first would pass it), the copies agreeing with the model throughout.
+#[test]
+fn set_subspaces_reaches_any_configuration_within_the_cap() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path(), options()).unwrap();
+    let layout = TableLayout {
+        shards: 2,
+        replicas: 1,
+    };
+    db.create_table_with("rooms", schema(), layout).unwrap();
+    let mut model = BTreeMap::new();
+    random_writes(&db, &mut rng, &mut model, 10);
+    let cap = puffer_node::subspace::MAX_SUBSPACES_PER_TABLE;
+    // Every set of one or two attributes: two full configurations sharing one.
+    let mut sets: Vec<Vec<String>> = Vec::new();
+    for (i, a) in ATTRIBUTES.iter().enumerate() {
+        sets.push(vec![a.to_string()]);
+        for b in &ATTRIBUTES[i + 1..] {
+            sets.push(vec![a.to_string(), b.to_string()]);
+        }
+    }
+    assert_eq!(sets.len(), 2 * cap - 1);
+    for step in 0..8 {
+        // The two full configurations in turn, random ones between.
+        let wanted: Vec<(Vec<String>, u32)> = if step % 2 == 0 {
+            let start = if step % 4 == 0 { 0 } else { sets.len() - cap };
+            sets[start..start + cap]
+                .iter()
+                .map(|s| (s.clone(), 4))
+                .collect()
+        } else {
+            let mut shuffled = sets.clone();
+            rand::seq::SliceRandom::shuffle(&mut shuffled[..], &mut rng);
+            shuffled.truncate(rng.gen_range(0..=cap));
+            shuffled.into_iter().map(|s| (s, 4)).collect()
+        };
+        db.set_subspaces("rooms", &wanted).unwrap();
+        let now: std::collections::BTreeSet<Vec<String>> = db
+            .describe_subspaces("rooms")
+            .into_iter()
+            .inspect(|s| assert!(s.ready, "step {step}: {s:?}"))
+            .map(|s| s.attributes)
+            .collect();
+        let asked: std::collections::BTreeSet<Vec<String>> =
+            wanted.iter().map(|(a, _)| a.clone()).collect();
+        assert_eq!(now, asked, "step {step}");
+        random_writes(&db, &mut rng, &mut model, 2);
+        check_copies(&db, "rooms", &model);
+    }
+    // More than the cap is refused, and leaves a configuration the table can have.
+    let too_many: Vec<(Vec<String>, u32)> = sets[..=cap].iter().map(|s| (s.clone(), 4)).collect();
+    assert!(db.set_subspaces("rooms", &too_many).is_err());
+    assert!(db.describe_subspaces("rooms").len() <= cap);
+}

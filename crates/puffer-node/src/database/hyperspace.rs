@@ -449,27 +449,37 @@ impl Database {
 
     /// Gives table `table` exactly the subspaces `wanted` (attribute names, regions):
     /// those missing are built first (reads use each once it is ready), then those not
-    /// wanted are dropped. A subspace over the same attributes with at most the regions
-    /// asked counts as there.
+    /// wanted are dropped; where building first would pass the cap of subspaces per
+    /// table, those not wanted are dropped first. A subspace over the same attributes
+    /// with at most the regions asked counts as there.
     pub fn set_subspaces(&self, table: &str, wanted: &[(Vec<String>, u32)]) -> Result<()> {
         let existing = self.describe_subspaces(table);
-        for (attributes, regions) in wanted {
-            let there = existing
-                .iter()
-                .any(|s| sorted(&s.attributes) == sorted(attributes) && s.regions <= *regions);
-            if !there {
-                self.add_subspace(table, attributes, *regions)?;
+        let missing: Vec<&(Vec<String>, u32)> = wanted
+            .iter()
+            .filter(|(attributes, regions)| {
+                !existing
+                    .iter()
+                    .any(|s| sorted(&s.attributes) == sorted(attributes) && s.regions <= *regions)
+            })
+            .collect();
+        let drop_unwanted = || -> Result<()> {
+            for s in self.describe_subspaces(table) {
+                let kept = wanted
+                    .iter()
+                    .any(|(attributes, _)| sorted(attributes) == sorted(&s.attributes));
+                if !kept {
+                    self.drop_subspace(table, &s.name)?;
+                }
             }
+            Ok(())
+        };
+        if existing.len() + missing.len() > crate::subspace::MAX_SUBSPACES_PER_TABLE {
+            drop_unwanted()?;
         }
-        for s in self.describe_subspaces(table) {
-            let kept = wanted
-                .iter()
-                .any(|(attributes, _)| sorted(attributes) == sorted(&s.attributes));
-            if !kept {
-                self.drop_subspace(table, &s.name)?;
-            }
+        for (attributes, regions) in missing {
+            self.add_subspace(table, attributes, *regions)?;
         }
-        Ok(())
+        drop_unwanted()
     }
 
     /// Gives every search of `profile` (on table `table`) the rows it finds, estimated
