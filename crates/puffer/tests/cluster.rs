@@ -589,6 +589,116 @@ fn a_broker_answers_from_the_data_nodes_through_one_killed() {
     assert!(refused.starts_with("503"), "{refused}");
 }
 
+/// Subspaces on a cluster of processes: added through a broker (built by the ingest
+/// leader), shown by `DESCRIBE` on every node, searched through the broker and through
+/// a data node holding only its placed shards, as a model of the acknowledged records
+/// says, while writes through the broker move records between regions; then dropped.
+#[test]
+fn subspaces_through_a_broker_answer_as_the_model() {
+    let test = "subspaces_through_a_broker_answer_as_the_model";
+    if !have_etcd(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = LocalEtcd::start(&dir.path().join("etcd")).unwrap();
+    let a = start_node_as(dir.path(), &etcd, "a", "coordinator,ingest,data");
+    wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
+    let b = start_node_as(dir.path(), &etcd, "b", "data");
+    let broker = start_node_as(dir.path(), &etcd, "broker", "broker");
+    let table = json!({"name": "rooms", "key": "id", "shards": 4,
+        "attributes": [{"name": "city", "type": "string"}]});
+    post(&format!("{}/v1/tables", broker.base), &table).unwrap();
+    let cities = ["Lisbon", "Porto", "Faro", "Braga"];
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    let write = |round: usize, model: &mut BTreeMap<String, String>| {
+        let items: Vec<Value> = (0..30)
+            .map(|i| {
+                let key = format!("k{}", (round * 13 + i * 7) % 120);
+                let city = cities[(round + i) % cities.len()];
+                model.insert(key.clone(), city.to_string());
+                json!({"id": key, "city": city})
+            })
+            .collect();
+        post(
+            &format!("{}/v1/tables/rooms/records", broker.base),
+            &json!(items),
+        )
+        .unwrap();
+    };
+    for round in 0..4 {
+        write(round, &mut model);
+    }
+    let sql = |base: &str, query: &str| post(&format!("{base}/v1/sql"), &json!({ "query": query }));
+    let added = sql(
+        &broker.base,
+        "ALTER TABLE rooms ADD SUBSPACE (city) REGIONS 4",
+    )
+    .unwrap();
+    let name = added["name"].as_str().unwrap_or_default().to_string();
+    assert!(name.starts_with("rooms__ss"), "{added}");
+    // Ready on the broker at once, on the others within their table sync.
+    for node in [&broker, &a, &b] {
+        wait_for(Duration::from_secs(10), || {
+            let described = sql(&node.base, "DESCRIBE rooms").ok()?;
+            let subspaces = described["subspaces"].as_array()?.clone();
+            (subspaces.len() == 1 && subspaces[0]["ready"] == json!(true)).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{}: {:?}", node.base, sql(&node.base, "DESCRIBE rooms")));
+    }
+    let in_city = |model: &BTreeMap<String, String>, city: &str| -> Vec<String> {
+        model
+            .iter()
+            .filter(|(_, c)| c.as_str() == city)
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    let check = |model: &BTreeMap<String, String>, when: &str| {
+        for city in cities {
+            // The broker reads its own writes at once.
+            assert_eq!(
+                keys_in(&broker.base, city).unwrap(),
+                in_city(model, city),
+                "{when}: {city} through the broker"
+            );
+            // b follows the log: it agrees once it has applied the writes.
+            wait_for(Duration::from_secs(10), || {
+                (keys_in(&b.base, city).ok()? == in_city(model, city)).then_some(())
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{when}: {city} on b: {:?} against {:?}",
+                    keys_in(&b.base, city),
+                    in_city(model, city)
+                )
+            });
+            let counted = sql(
+                &broker.base,
+                &format!("SELECT COUNT(*) FROM rooms WHERE city IN ('{city}', 'Nowhere')"),
+            )
+            .unwrap();
+            assert_eq!(
+                counted["count"],
+                json!(in_city(model, city).len()),
+                "{when}"
+            );
+        }
+    };
+    check(&model, "after the build");
+    // Writes move records between regions; every answer follows.
+    for round in 4..10 {
+        write(round, &mut model);
+        check(&model, &format!("round {round}"));
+    }
+    sql(
+        &broker.base,
+        &format!("ALTER TABLE rooms DROP SUBSPACE {name}"),
+    )
+    .unwrap();
+    let described = sql(&broker.base, "DESCRIBE rooms").unwrap();
+    assert_eq!(described["subspaces"], json!([]), "{described}");
+    check(&model, "after the drop");
+}
+
 /// `SELECT city, COUNT(*) ... GROUP BY city` through `base`, as a map.
 fn grouped_counts(base: &str) -> Result<BTreeMap<String, u64>, String> {
     let answer = post(
