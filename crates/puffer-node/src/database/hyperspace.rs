@@ -229,16 +229,12 @@ impl Database {
     /// the table (read where it is held), and the searches served since the last pass
     /// sent to the leader, whose configurator decides.
     fn send_searches(&self, table: &Table, remote: &Arc<dyn Remote>) -> Result<()> {
-        let schema = table.schema();
-        let numeric = numeric_attributes(&schema);
-        let records = self.sample_records(table, &numeric)?;
-        self.set_numbers(table, &numeric, &records)?;
         let config = self.tuning.options.profiler;
-        let searches = self.tuning.with_table(table.uid(), |tuning, now| {
+        let (searches, sampled) = self.tuning.with_table(table.uid(), |tuning, now| {
             let counts = tuning.unsent.search_counts(now).map_err(config_error)?;
             tuning.unsent =
                 puffer_adapt::hyperspace::Profiler::new(config).map_err(config_error)?;
-            Ok::<_, QueryError>(
+            Ok::<_, QueryError>((
                 counts
                     .into_iter()
                     .take(MAX_SENT_SHAPES)
@@ -248,8 +244,16 @@ impl Database {
                         count,
                     })
                     .collect::<Vec<_>>(),
-            )
+                !tuning.numbers.is_empty(),
+            ))
         })??;
+        // The sample (read through the broker on a node without data) only when there
+        // were searches, or ranges have no widths yet: an idle pass reads nothing.
+        if !searches.is_empty() || !sampled {
+            let numeric = numeric_attributes(&table.schema());
+            let records = self.sample_records(table, &numeric)?;
+            self.set_numbers(table, &numeric, &records)?;
+        }
         let sent: u64 = searches.iter().map(|s| s.count).sum();
         if !searches.is_empty() {
             // Failing (no leader now), these counts are lost: a profile is statistics,
