@@ -569,3 +569,64 @@ fn column_layers_are_bought_for_a_scanned_attribute_and_sold_when_it_cools() {
     }
     scan();
 }
+
+#[test]
+fn a_replica_ticked_before_its_first_segment_gets_the_layers_that_segment_was_built_with() {
+    use puffer_store::{AttrType, Attribute, Record, Schema, Shard, ShardOptions, Value, WriteOp};
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::new(
+        "id",
+        vec![Attribute {
+            name: "city".into(),
+            attr_type: AttrType::String,
+        }],
+    )
+    .unwrap();
+    let options = ShardOptions {
+        background: false,
+        ..ShardOptions::default()
+    };
+    let built_levels = options.index.levels;
+    assert!(
+        built_levels > 1,
+        "the test needs segments built with layers"
+    );
+    // A table just made and filled: every record in log tables, no segment yet.
+    let shard = Shard::open(dir.path(), schema, options).unwrap();
+    let ops = (0..2_000)
+        .map(|i| {
+            WriteOp::Put(
+                Record::new(format!("k{i:05}")).with("city", Value::str(&format!("c{}", i % 9))),
+            )
+        })
+        .collect();
+    shard.write(ops).unwrap();
+    // No layer manager: layers change only by hand, as in a benchmark that fixes them.
+    let node = AdaptiveNode::start(NodeConfig {
+        automatic: false,
+        ..config()
+    })
+    .unwrap();
+    let group = node
+        .add_shard(
+            "t",
+            0,
+            vec![NewReplica {
+                replica: shard,
+                memory_limit_bytes: None,
+            }],
+        )
+        .unwrap();
+    for _ in 0..3 {
+        node.tick();
+    }
+    let layers = |node: &AdaptiveNode<Shard>| node.status().replicas[0].layers;
+    assert_eq!(layers(&node), 1, "no segment: one base layer");
+    group.execute(|shard| shard.compact_all()).unwrap().unwrap();
+    node.tick();
+    assert_eq!(
+        layers(&node),
+        built_levels,
+        "the first segment's layers, not the one layer the replica had without it"
+    );
+}

@@ -980,8 +980,15 @@ fn tick<R: LayeredReplica>(inner: &Inner<R>) -> Vec<Decision> {
             &mut attribute_samples,
         );
         // Indexes come and go with compactions: keep the target within what they allow.
+        // A replica with no index yet (its records all in log tables, as a table just
+        // made and filled) keeps its target, so that its first segments bring the
+        // layers they were built with; the manager sees the one layer it has. Stored
+        // clamped to 1 instead, a new table's replicas stayed at one layer for good
+        // wherever no manager adds any.
         let target = slot.target_layers().clamp(1, c.state.max_layers.max(1));
-        slot.target_layers.store(target, Ordering::Relaxed);
+        if !slot.pool.replica().indexes().is_empty() {
+            slot.target_layers.store(target, Ordering::Relaxed);
+        }
         let pinned = slot.pinned.load(Ordering::Relaxed);
         let threads = slot.pool.threads() as u32;
         samples.push(ReplicaSample {
