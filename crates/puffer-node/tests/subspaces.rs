@@ -459,6 +459,31 @@ fn a_search_fixing_a_subspace_attribute_reads_only_its_regions() {
         before,
         "a key condition reads the table"
     );
+    // A grid of one region (five dimensions in 16 regions: one part each) prunes
+    // nothing, but a search read there asks one region where the table asks its 4
+    // shards: the same share in fewer regions, which the model's route takes too.
+    let all: Vec<String> = ATTRIBUTES.iter().map(|a| a.to_string()).collect();
+    let whole = db.add_subspace("rooms", &all, 16).unwrap();
+    assert_eq!(db.table(&whole).unwrap().layout().shards, 1);
+    let configuration = puffer_adapt::hyperspace::Configuration::new(
+        vec![puffer_adapt::hyperspace::Subspace::new(0..5, 16).unwrap()],
+        4,
+        1,
+    )
+    .unwrap();
+    let pets = puffer_adapt::hyperspace::SearchShape::equalities([3]);
+    let route = puffer_adapt::hyperspace::route_search(&configuration, &pets).unwrap();
+    assert_eq!((route.subspace_index, route.regions_contacted), (1, 1));
+    let predicate = Predicate::Eq("pets".into(), Value::Bool(true));
+    let (table_before, whole_before) = (reads_by_shard(&db, "rooms"), reads_by_shard(&db, &whole));
+    let expected = model.values().filter(|r| holds(&predicate, r)).count();
+    assert_eq!(search(&db, "rooms", &predicate).len(), expected);
+    assert_eq!(reads_by_shard(&db, "rooms"), table_before, "not the table");
+    assert_eq!(
+        reads_by_shard(&db, &whole)[0],
+        whole_before[0] + 1,
+        "the one region"
+    );
 }
 
 #[test]

@@ -104,8 +104,9 @@ impl Database {
 
     /// Where a search or count of `table` reads fewest: the ready subspace whose regions
     /// matching the predicate are the smallest share of its grid (then the fewest
-    /// regions, then the first by name), with those regions; `None` when none prunes
-    /// anything, or the request is a get. A subspace is passed over for a read at a
+    /// regions, then the first by name), with those regions; `None` when none beats the
+    /// table's own shards so (a smaller share, or the same share in fewer regions), or
+    /// the request is a get. A subspace is passed over for a read at a
     /// snapshot older than the one it was ready at, and, where this node reads it
     /// itself, until this node has applied that snapshot.
     pub(super) fn subspace_route(
@@ -131,6 +132,7 @@ impl Database {
             .as_ref()
             .is_some_and(|remote| remote.reads_elsewhere());
         let published = self.published();
+        let table_shards = table.layout().shards;
         let mut best: Option<(Arc<Table>, Vec<u32>, u32)> = None;
         for copy in self.subspaces_of(table.name()) {
             let Some(of) = copy.subspace_of().filter(|s| {
@@ -142,17 +144,19 @@ impl Database {
             };
             let regions = of.regions_for(predicate, &key_name)?;
             let total = copy.layout().shards;
-            // Shares compared as fractions: regions / total, cross-multiplied.
-            let better = match &best {
-                None => regions.len() < total as usize,
-                Some((_, best_regions, best_total)) => {
-                    let (a, b) = (
-                        regions.len() as u64 * u64::from(*best_total),
-                        best_regions.len() as u64 * u64::from(total),
-                    );
-                    a < b || (a == b && regions.len() < best_regions.len())
-                }
-            };
+            // Shares compared as fractions: regions / total, cross-multiplied. The table
+            // itself is the first to beat (all of its shards); an equal share asking
+            // fewer regions beats it too (a one-region grid over the table's 4 shards),
+            // as the model routes (`puffer_adapt::hyperspace::route_search`).
+            let (best_asked, best_total) = best.as_ref().map_or(
+                (table_shards as usize, table_shards),
+                |(_, regions, total)| (regions.len(), *total),
+            );
+            let (a, b) = (
+                regions.len() as u64 * u64::from(best_total),
+                best_asked as u64 * u64::from(total),
+            );
+            let better = a < b || (a == b && regions.len() < best_asked);
             if better {
                 best = Some((copy, regions, total));
             }
