@@ -544,6 +544,7 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
     Calibration {
         beta_s_per_object: measured.beta_s_per_object,
         region_cost_s: measured.region_cost_s,
+        sent_row_cost_s: measured.sent_row_cost_s,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
         objects: objects.max(1),
@@ -560,6 +561,10 @@ pub struct MeasuredCalibration {
     /// has no such term).
     #[serde(default)]
     pub region_cost_s: f64,
+    /// Seconds per row a region sends back to a search (0 when not measured: the
+    /// paper's model, which has no such term).
+    #[serde(default)]
+    pub sent_row_cost_s: f64,
     /// `α`: a moved copy's cost against one overwritten in place.
     pub alpha: f64,
     /// `T_max`: updates per second with a chain of length 1.

@@ -44,6 +44,7 @@ fn record(key: u32) -> Record {
 const MEASURED: MeasuredCalibration = MeasuredCalibration {
     beta_s_per_object: 2e-3,
     region_cost_s: 1e-4,
+    sent_row_cost_s: 0.0,
     alpha: 2.0,
     max_throughput_ops_per_s: 4000.0,
 };
@@ -234,6 +235,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
     let calibration = Calibration {
         beta_s_per_object: MEASURED.beta_s_per_object,
         region_cost_s: MEASURED.region_cost_s,
+        sent_row_cost_s: MEASURED.sent_row_cost_s,
         alpha: MEASURED.alpha,
         max_throughput_ops_per_s: MEASURED.max_throughput_ops_per_s,
         objects: 400,
@@ -257,10 +259,10 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
         .unwrap()
         .contains("current configuration is the best"));
 
-    // Workload 2 joins: twice as many searches fixing rating and price. (A search
+    // Workload 2 joins: ten times as many searches fixing rating and price. (A search
     // fixing one attribute gains nothing from a subspace on a table of one shard: the
     // index finds the same rows in the region as in the table.)
-    for i in 0..600u32 {
+    for i in 0..3000u32 {
         search(
             &db,
             Predicate::And(vec![
@@ -274,7 +276,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
             profile.searches[0].clone(),
             SearchFrequency {
                 shape: SearchShape::equalities([1, 2]),
-                frequency: 600.0,
+                frequency: 3000.0,
                 rows: None,
             },
         ],

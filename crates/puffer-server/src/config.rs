@@ -95,6 +95,9 @@ pub struct HyperspaceConfig {
     /// Seconds a search spends per region it asks, as the calibration measured it
     /// (optional with the three above; 0 without it, as in the paper's model).
     pub region_cost_s: Option<f64>,
+    /// Seconds a search spends per row a region sends back, as the calibration measured
+    /// it (optional with the three above; 0 without it, as in the paper's model).
+    pub sent_row_cost_s: Option<f64>,
 }
 
 impl Default for HyperspaceConfig {
@@ -110,6 +113,7 @@ impl Default for HyperspaceConfig {
             alpha: None,
             max_throughput_ops_per_s: None,
             region_cost_s: None,
+            sent_row_cost_s: None,
         }
     }
 }
@@ -170,9 +174,12 @@ impl HyperspaceConfig {
             self.alpha,
             self.max_throughput_ops_per_s,
         ) {
-            (None, None, None) if self.region_cost_s.is_some() => {
+            (None, None, None)
+                if self.region_cost_s.is_some() || self.sent_row_cost_s.is_some() =>
+            {
                 return Err(invalid(
-                    "region_cost_s needs beta_s_per_object, alpha and max_throughput_ops_per_s"
+                    "region_cost_s and sent_row_cost_s need beta_s_per_object, alpha and \
+                     max_throughput_ops_per_s"
                         .into(),
                 ))
             }
@@ -181,6 +188,7 @@ impl HyperspaceConfig {
                 let measured = puffer_node::hyperspace::MeasuredCalibration {
                     beta_s_per_object,
                     region_cost_s: self.region_cost_s.unwrap_or(0.0),
+                    sent_row_cost_s: self.sent_row_cost_s.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,
                 };

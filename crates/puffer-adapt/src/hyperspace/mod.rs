@@ -50,7 +50,7 @@ pub use configurator::{decide, ConfiguratorDecision, DecisionReason, DEFAULT_SWI
 pub use heuristics::{dominant, hyperspace, no_subspace, subspaces_all};
 pub use model::{
     alpha_from_update_runs, objects_read, predicted_throughput_ops_per_s, rank_configurations,
-    search_costs_from_runs, Calibration, RankedConfiguration, RowProbe, SearchCosts,
+    rows_returned, search_costs_from_runs, Calibration, RankedConfiguration, RowProbe, SearchCosts,
     SearchFrequency, SearchRows, SearchRun, UpdateFrequency, UpdateRun, WorkloadProfile,
     MAX_ROW_PROBES,
 };

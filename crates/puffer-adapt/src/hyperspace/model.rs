@@ -2,8 +2,8 @@
 //! from parameters measured on the deployment ([`Calibration`]).
 //!
 //! As implemented, for a configuration with subspaces `S`, `K` copies per subspace:
-//! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · c_region + read(Q_i) · β`
-//!   seconds, where `regions` is equation 1 in the subspace the search is routed to
+//! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · c_region + read(Q_i) · β
+//!   + sent(Q_i) · γ` seconds, where `regions` is equation 1 in the subspace the search is routed to
 //!   ([`route_search`](super::route_search)) and `read` the objects the search reads there:
 //!   - without row estimates, every object of the regions asked, `regions · O / grid`
 //!     (the paper's equation 2; `grid` is the subspace's region count, `R` whenever `R`
@@ -16,7 +16,8 @@
 //!     checks, not the rows stored.
 //!
 //!   `c_region` is each region's fixed cost (a request, a backward search per segment);
-//!   the paper has none (0).
+//!   `γ` the cost of a row a region sends back ([`rows_returned`]: decoded whole, named,
+//!   merged); the paper has neither (both 0).
 //! - Update `U_j` (equation 4): `cost(U_j) = (1 + K(1 + |N| + 2α|M|)) / T_max` seconds,
 //!   with `M` the subspaces of `S` having an attribute `U_j` changes and `N` the others;
 //!   the first `1` is the fetch by key before the update, the `1` inside is the key
@@ -34,7 +35,7 @@ use std::collections::BTreeMap;
 
 use super::{
     check_update_attributes, regions::route_search_unchecked, AttributeId, AttributeSet,
-    Configuration, Constraint, SearchRoute, SearchShape, MAX_REPLICAS, MAX_SUBSPACES,
+    Configuration, Constraint, SearchRoute, SearchShape, Subspace, MAX_REPLICAS, MAX_SUBSPACES,
     RANGE_FRACTION_DENOMINATOR,
 };
 use crate::{config_error, ConfigError};
@@ -48,6 +49,10 @@ pub struct Calibration {
     /// `c_region`: seconds a search spends on each region it asks, whatever it reads
     /// there (>= 0; the paper has no such term: 0).
     pub region_cost_s: f64,
+    /// `γ`: seconds a search spends on each row a region sends back (>= 0; the paper
+    /// has no such term: 0): a row found is decoded whole, named, sent and merged,
+    /// which costs more than locating and checking a candidate that is left.
+    pub sent_row_cost_s: f64,
     /// `α`: cost of rewriting an object in a subspace whose coordinates the update moves
     /// (a delete on the old server and a write on the new), relative to an overwrite in
     /// place (>= 0; the paper measured 2.3).
@@ -71,6 +76,15 @@ impl Calibration {
             return Err(config_error(
                 "region_cost_s",
                 format!("{} is not a finite non-negative number", self.region_cost_s),
+            ));
+        }
+        if !(self.sent_row_cost_s.is_finite() && self.sent_row_cost_s >= 0.0) {
+            return Err(config_error(
+                "sent_row_cost_s",
+                format!(
+                    "{} is not a finite non-negative number",
+                    self.sent_row_cost_s
+                ),
             ));
         }
         if !(self.alpha.is_finite() && self.alpha >= 0.0) {
@@ -268,8 +282,14 @@ fn search_cost_unchecked(
 ) -> f64 {
     let route = route_search_unchecked(configuration, shape);
     let read = objects_read(configuration, &route, shape, rows, calibration.objects);
+    let sent = if calibration.sent_row_cost_s > 0.0 {
+        rows_returned(configuration, &route, shape, rows, calibration.objects)
+    } else {
+        0.0
+    };
     route.regions_contacted as f64 * calibration.region_cost_s
         + read * calibration.beta_s_per_object
+        + sent * calibration.sent_row_cost_s
 }
 
 /// Objects a search of `shape` reads on `route` in a table of `objects`, the mean over
@@ -300,10 +320,7 @@ pub fn objects_read(
     let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
         return fraction * objects;
     };
-    let subspace = route
-        .subspace_index
-        .checked_sub(1)
-        .and_then(|index| configuration.subspaces().get(index));
+    let subspace = routed_subspace(configuration, route);
     let key_candidates = match shape.key {
         Some(Constraint::Equality) => 1.0,
         Some(Constraint::In { values }) => f64::from(values),
@@ -312,25 +329,15 @@ pub fn objects_read(
         }
         None => f64::INFINITY,
     };
-    let parts = subspace.map_or(1, |s| {
-        super::parts_per_dimension(s.regions(), s.attributes().len())
-    });
     let total: f64 = rows
         .probes
         .iter()
         .map(|probe| {
-            // Regions asked that hold matches: a free dimension's parts beyond its
-            // matches' distinct values hold none (key regions: keys are all distinct).
-            let holding = subspace.map_or(asked, |s| {
-                s.attributes()
-                    .iter()
-                    .filter(|attribute| !shape.attributes.contains_key(attribute))
-                    .filter_map(|attribute| probe.free_values.get(attribute))
-                    .fold(asked, |regions, &values| {
-                        regions * f64::from(values.min(parts)) / f64::from(parts)
-                    })
-                    .max(1.0)
-            });
+            let holding = holding_regions(configuration, route, shape, probe);
+            let held = held_share(configuration, route, shape, probe);
+            let matched = probe.matched_share * objects;
+            // A constraint finds at least the search's matches, all in the regions
+            // asked, whatever the independence assumed below says.
             let candidates = probe
                 .attribute_shares
                 .iter()
@@ -339,11 +346,11 @@ pub fn objects_read(
                     if subspace.is_some_and(|s| s.contains(attribute)) {
                         share * objects
                     } else {
-                        share * objects * fraction
+                        share * objects * held
                     }
                 })
-                .fold(key_candidates.min(objects * fraction), f64::min);
-            let matched = probe.matched_share * objects;
+                .fold(key_candidates.min(objects * held), f64::min)
+                .max(matched);
             match rows.page_rows {
                 Some(page) if matched > page as f64 * holding => {
                     candidates * (page as f64 * holding / matched)
@@ -353,6 +360,104 @@ pub fn objects_read(
         })
         .sum();
     total / rows.probes.len() as f64
+}
+
+/// The subspace `route` reads (`None`: the key subspace).
+fn routed_subspace<'c>(
+    configuration: &'c Configuration,
+    route: &SearchRoute,
+) -> Option<&'c Subspace> {
+    route
+        .subspace_index
+        .checked_sub(1)
+        .and_then(|index| configuration.subspaces().get(index))
+}
+
+/// Share of the table's records in the regions a search of `shape` asks on `route`,
+/// for `probe`'s values: `asked / grid` where records spread evenly over the parts of
+/// every dimension, more where a value the search fixes by equality holds more than
+/// its part's share. Such a part holds the value's records and its share of the others,
+/// `share + (1 − share) / parts` of the table instead of `1 / parts` (five cities
+/// hashed into 16 parts: a city's part holds a fifth of the table, not a sixteenth).
+fn held_share(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    probe: &RowProbe,
+) -> f64 {
+    let even = route.regions_contacted as f64 / route.grid_regions as f64;
+    let Some(subspace) = routed_subspace(configuration, route) else {
+        return even;
+    };
+    let parts = f64::from(super::parts_per_dimension(
+        subspace.regions(),
+        subspace.attributes().len(),
+    ));
+    subspace
+        .attributes()
+        .iter()
+        .filter(|attribute| shape.attributes.get(attribute) == Some(&Constraint::Equality))
+        .filter_map(|attribute| probe.attribute_shares.get(attribute))
+        .fold(even, |held, &share| held * (parts * share + 1.0 - share))
+        .min(1.0)
+}
+
+/// Rows a search of `shape` on `route` sends back from the regions it asks, the mean
+/// over `rows`' probes: each region holding matches sends them up to the page, so
+/// `min(matched, page · holding)` with `holding` as in [`objects_read`]. Every row sent
+/// is decoded whole, copied into the answer and merged, whatever it cost to find.
+///
+/// Without `rows`, the objects read (every object of the regions asked).
+pub fn rows_returned(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    rows: Option<&SearchRows>,
+    objects: u64,
+) -> f64 {
+    let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
+        return objects_read(configuration, route, shape, None, objects);
+    };
+    let total: f64 = rows
+        .probes
+        .iter()
+        .map(|probe| {
+            let matched = probe.matched_share * objects as f64;
+            match rows.page_rows {
+                Some(page) => {
+                    let holding = holding_regions(configuration, route, shape, probe);
+                    matched.min(page as f64 * holding)
+                }
+                None => matched,
+            }
+        })
+        .sum();
+    total / rows.probes.len() as f64
+}
+
+/// Regions asked by a search on `route` that hold matches of `probe`: a free dimension's
+/// parts beyond its matches' distinct values hold none (key regions: keys are all
+/// distinct), at least 1.
+fn holding_regions(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    probe: &RowProbe,
+) -> f64 {
+    let asked = route.regions_contacted as f64;
+    let Some(subspace) = routed_subspace(configuration, route) else {
+        return asked;
+    };
+    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
+    subspace
+        .attributes()
+        .iter()
+        .filter(|attribute| !shape.attributes.contains_key(attribute))
+        .filter_map(|attribute| probe.free_values.get(attribute))
+        .fold(asked, |regions, &values| {
+            regions * f64::from(values.min(parts)) / f64::from(parts)
+        })
+        .max(1.0)
 }
 
 /// The weighted chain length `K(1 + |N| + 2α|M|)` of an update changing `attributes`
@@ -555,33 +660,39 @@ pub fn alpha_from_update_runs(
     Ok(alpha)
 }
 
-/// One calibration run of searches alone (§4.3): what each search asked and read, and
-/// the throughput measured.
+/// One calibration run of searches alone (§4.3): what each search asked, read and was
+/// sent, and the throughput measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchRun {
     /// Regions one search asks (>= 0).
     pub regions_asked: f64,
     /// Objects one search reads ([`objects_read`]; >= 0).
     pub objects_read: f64,
+    /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
+    pub rows_sent: f64,
     /// `T_real`, searches per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// A search's two costs, from [`search_costs_from_runs`].
+/// A search's three costs, from [`search_costs_from_runs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchCosts {
     /// `c_region`, seconds per region asked (>= 0).
     pub region_cost_s: f64,
     /// `β`, seconds per object read (> 0).
     pub beta_s_per_object: f64,
+    /// `γ`, seconds per row sent back (>= 0).
+    pub sent_row_cost_s: f64,
 }
 
-/// `c_region` and `β` from calibration runs of searches (equation 2 inverted): each run
-/// gives `1 / T_real = regions · c_region + read · β`. The two are the least-squares
-/// solution of those equations in relative terms (each run's residual divided by its
-/// cost, so a slow run does not outweigh the fast ones: the model's error is judged
-/// relative), neither below 0: a negative `c_region` is taken as 0 and `β` fitted alone.
-/// Runs that leave `β` at 0 or below say nothing about it and are refused.
+/// `c_region`, `β` and `γ` from calibration runs of searches (equation 2 inverted):
+/// each run gives `1 / T_real = regions · c_region + read · β + sent · γ`. They are the
+/// least-squares solution of those equations in relative terms (each run's residual
+/// divided by its cost, so a slow run does not outweigh the fast ones: the model's
+/// error is judged relative), none below 0: among the fits with `β` and any of the two
+/// others left free (the rest 0), the one with the smallest residual whose costs are
+/// all non-negative. Runs that leave `β` at 0 or below say nothing about it and are
+/// refused.
 pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
@@ -589,12 +700,13 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             "no run: nothing to estimate beta from",
         ));
     }
-    // Rows (regions · T, read · T) against 1: the normal equations of the relative fit.
-    let (mut rr, mut ro, mut oo, mut r1, mut o1) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    // Each run as a row (regions · T, read · T, sent · T) against 1.
+    let mut rows = Vec::with_capacity(runs.len());
     for run in runs {
         for (name, value) in [
             ("regions asked", run.regions_asked),
             ("objects read", run.objects_read),
+            ("rows sent", run.rows_sent),
         ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(config_error(
@@ -604,34 +716,91 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             }
         }
         let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
-        let (r, o) = (run.regions_asked * measured, run.objects_read * measured);
-        rr += r * r;
-        ro += r * o;
-        oo += o * o;
-        r1 += r;
-        o1 += o;
+        rows.push([
+            run.regions_asked * measured,
+            run.objects_read * measured,
+            run.rows_sent * measured,
+        ]);
     }
-    let determinant = rr * oo - ro * ro;
-    let both = (determinant > 1e-12 * rr * oo).then(|| {
-        (
-            (r1 * oo - o1 * ro) / determinant,
-            (o1 * rr - r1 * ro) / determinant,
-        )
-    });
-    let (region_cost_s, beta_s_per_object) = match both {
-        Some((region, beta)) if region >= 0.0 => (region, beta),
-        _ => (0.0, o1 / oo),
-    };
-    if !(beta_s_per_object.is_finite() && beta_s_per_object > 0.0) {
+    // Which costs are fitted (β always): every subset, the best feasible one kept.
+    let mut best: Option<([f64; 3], f64)> = None;
+    for free in [
+        [true, true, true],
+        [true, true, false],
+        [false, true, true],
+        [false, true, false],
+    ] {
+        let Some(costs) = least_squares(&rows, free) else {
+            continue;
+        };
+        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[1] <= 0.0 {
+            continue;
+        }
+        let residual: f64 = rows
+            .iter()
+            .map(|row| {
+                let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
+                (fitted - 1.0).powi(2)
+            })
+            .sum();
+        if best.is_none_or(|(_, r)| residual < r) {
+            best = Some((costs, residual));
+        }
+    }
+    let Some(([region_cost_s, beta_s_per_object, sent_row_cost_s], _)) = best else {
         return Err(config_error(
             "search_runs",
-            format!("the runs give beta = {beta_s_per_object}, not a finite positive number"),
+            "the runs give no positive beta: they say nothing about the cost of a row read",
         ));
-    }
+    };
     Ok(SearchCosts {
         region_cost_s,
         beta_s_per_object,
+        sent_row_cost_s,
     })
+}
+
+/// The least-squares costs of `rows · costs = 1` over the columns `free` says (the
+/// others 0), by the normal equations; `None` when they are singular.
+fn least_squares(rows: &[[f64; 3]], free: [bool; 3]) -> Option<[f64; 3]> {
+    let columns: Vec<usize> = (0..3).filter(|&c| free[c]).collect();
+    let n = columns.len();
+    // The augmented normal equations [AᵀA | Aᵀ1], solved by Gaussian elimination.
+    let mut m = vec![vec![0.0; n + 1]; n];
+    for row in rows {
+        for (i, &ci) in columns.iter().enumerate() {
+            for (j, &cj) in columns.iter().enumerate() {
+                m[i][j] += row[ci] * row[cj];
+            }
+            m[i][n] += row[ci];
+        }
+    }
+    let scale: f64 = (0..n).map(|i| m[i][i]).fold(0.0, f64::max);
+    for pivot in 0..n {
+        let best = (pivot..n).max_by(|&a, &b| m[a][pivot].abs().total_cmp(&m[b][pivot].abs()))?;
+        if m[best][pivot].abs() <= 1e-12 * scale {
+            return None;
+        }
+        m.swap(pivot, best);
+        let (done, below) = m.split_at_mut(pivot + 1);
+        let pivot_row = &done[pivot];
+        for row in below {
+            let factor = row[pivot] / pivot_row[pivot];
+            for (value, above) in row.iter_mut().zip(pivot_row).skip(pivot) {
+                *value -= factor * above;
+            }
+        }
+    }
+    let mut solution = vec![0.0; n];
+    for i in (0..n).rev() {
+        let known: f64 = (i + 1..n).map(|j| m[i][j] * solution[j]).sum();
+        solution[i] = (m[i][n] - known) / m[i][i];
+    }
+    let mut costs = [0.0; 3];
+    for (value, &column) in solution.iter().zip(&columns) {
+        costs[column] = *value;
+    }
+    Some(costs)
 }
 
 fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
@@ -672,6 +841,7 @@ mod tests {
         Calibration {
             beta_s_per_object: 1e-6,
             region_cost_s: 0.0,
+            sent_row_cost_s: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
             objects: 140_000,
@@ -712,6 +882,7 @@ mod tests {
         let calibration = Calibration {
             beta_s_per_object: 1e-3,
             region_cost_s: 0.0,
+            sent_row_cost_s: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
             objects: 1600,
@@ -818,16 +989,32 @@ mod tests {
     fn search_costs_round_trip_through_equation_two() {
         let calibration = Calibration {
             region_cost_s: 2e-4,
+            sent_row_cost_s: 3e-5,
             ..calibration()
         };
         let configuration =
             Configuration::new([Subspace::new([0, 1], 64).unwrap()], 64, 1).unwrap();
-        let rows = rows_of(Some(100), &[(0.05, &[(0, 0.2), (1, 0.1), (5, 0.3)])]);
-        let runs: Vec<SearchRun> = [vec![0], vec![0, 1], vec![5], vec![1, 5]]
+        let rows = rows_of(
+            Some(100),
+            &[
+                (0.05, &[(0, 0.2), (1, 0.1), (5, 0.3)]),
+                (0.001, &[(0, 0.01), (1, 0.3), (5, 0.02)]),
+            ],
+        );
+        let shapes = [
+            vec![0],
+            vec![0, 1],
+            vec![5],
+            vec![1, 5],
+            vec![1],
+            vec![0, 5],
+        ];
+        let runs: Vec<SearchRun> = shapes
             .into_iter()
             .map(|attributes| {
                 let shape = SearchShape::equalities(attributes);
                 let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
+                let objects = calibration.objects;
                 SearchRun {
                     regions_asked: route.regions_contacted as f64,
                     objects_read: objects_read(
@@ -835,8 +1022,9 @@ mod tests {
                         &route,
                         &shape,
                         Some(&rows),
-                        calibration.objects,
+                        objects,
                     ),
+                    rows_sent: rows_returned(&configuration, &route, &shape, Some(&rows), objects),
                     measured_throughput_ops_per_s: 1.0
                         / search_cost_s(&configuration, &shape, Some(&rows), &calibration).unwrap(),
                 }
@@ -845,15 +1033,18 @@ mod tests {
         let costs = search_costs_from_runs(&runs).unwrap();
         assert!((costs.beta_s_per_object / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
         assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
-        // Runs that ask one region each say nothing apart about the region's cost: it is
-        // 0 and beta carries it; runs with no object read say nothing about beta.
+        assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
+        // Runs that ask one region each and are sent nothing say nothing apart about
+        // the region's cost or a row sent: both 0 and beta carries it all; runs with no
+        // object read say nothing about beta.
         let one = SearchRun {
             regions_asked: 1.0,
             objects_read: 10.0,
+            rows_sent: 0.0,
             measured_throughput_ops_per_s: 100.0,
         };
         let costs = search_costs_from_runs(&[one, one]).unwrap();
-        assert_eq!(costs.region_cost_s, 0.0);
+        assert_eq!((costs.region_cost_s, costs.sent_row_cost_s), (0.0, 0.0));
         assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
         let nothing_read = SearchRun {
             objects_read: 0.0,
@@ -892,10 +1083,14 @@ mod tests {
             let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
             objects_read(&configuration, &route, &shape, Some(rows), 1600)
         };
-        // <0, 5>: routed to 4 of 16 regions. Attribute 0 finds its 160 rows there,
-        // attribute 5 a quarter of its 80: 20 candidates. 4 matches: no page cut.
+        // <0, 5>: routed to 4 of 16 regions, which hold attribute 0's 160 rows and a
+        // quarter of the other 1440: 520 rows. Attribute 0 finds its 160 there,
+        // attribute 5 its share of the 520: 26 candidates. 4 matches: no page cut.
         let probe = rows_of(Some(100), &[(4.0 / 1600.0, &[(0, 0.1), (5, 0.05)])]);
-        assert!((read(&[0, 5], &probe) - 20.0).abs() < 1e-9);
+        assert!((read(&[0, 5], &probe) - 26.0).abs() < 1e-9);
+        // A search whose matches outnumber what independence gives: at least those.
+        let probe = rows_of(Some(100), &[(30.0 / 1600.0, &[(0, 0.1), (5, 0.05)])]);
+        assert!((read(&[0, 5], &probe) - 30.0).abs() < 1e-9);
         // <0>: 160 candidates, 160 matches, a page of 10 in each of 4 regions: 40.
         let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
         assert!((read(&[0], &probe) - 40.0).abs() < 1e-9);
@@ -914,6 +1109,7 @@ mod tests {
         let unit = Calibration {
             beta_s_per_object: 1.0,
             region_cost_s: 0.0,
+            sent_row_cost_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1.0,
             objects: 1600,
@@ -939,6 +1135,7 @@ mod tests {
         let calibration = Calibration {
             beta_s_per_object: 1e-4,
             region_cost_s: 1e-3,
+            sent_row_cost_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1000.0,
             objects: 1600,

@@ -93,6 +93,10 @@ pub struct HyperspaceArgs {
     /// others at random.
     #[arg(long, default_value_t = 5)]
     sample: usize,
+    /// Only measure searches of each class alone in a set of configurations, against
+    /// the model's search cost (`<out>/search_runs.csv`): where the model's error is.
+    #[arg(long)]
+    diagnose: bool,
     /// Skip the adaptation run.
     #[arg(long)]
     skip_adaptation: bool,
@@ -334,9 +338,10 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     };
     bench.decider().set_hyperspace_calibration(measured)?;
     println!(
-        "calibration: beta {:.3e} s/object, region cost {:.3e} s, alpha {:.3}, T_max {:.0} ops/s",
+        "calibration: beta {:.3e} s/object, region cost {:.3e} s, sent row cost {:.3e} s, alpha {:.3}, T_max {:.0} ops/s",
         measured.beta_s_per_object,
         measured.region_cost_s,
+        measured.sent_row_cost_s,
         measured.alpha,
         measured.max_throughput_ops_per_s
     );
@@ -349,6 +354,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     }
     let objects = bench.records.len() as u64;
     let model_calibration = puffer_node::hyperspace::calibration(&measured, objects);
+    if args.diagnose {
+        return diagnose(&bench, &model_calibration);
+    }
     let mut accuracy_rows = Vec::new();
     let mut oracle_rows = Vec::new();
     let mut summaries = Vec::new();
@@ -467,7 +475,9 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     };
     // β and the region's cost: searches of one class at a time, asking different
     // numbers of regions and reading different numbers of objects.
-    let search_cases: [(Vec<&'static str>, Subspaces); 7] = [
+    // Rows sent and rows read apart: a locality's page is sent whole, a search of a
+    // postcode and a rating reads as many candidates and is sent few of them.
+    let search_cases: [(Vec<&'static str>, Subspaces); 9] = [
         (vec!["locality"], Vec::new()),
         (vec!["locality"], vec![sub(&["locality"])]),
         (vec!["locality"], vec![sub(&["locality", "price"])]),
@@ -475,6 +485,8 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         (vec!["region", "price"], Vec::new()),
         (vec!["locality", "price", "pets", "pool"], Vec::new()),
         (vec!["postcode", "ratings"], Vec::new()),
+        (vec!["postcode", "ratings"], vec![sub(&["postcode"])]),
+        (vec!["locality", "ratings"], Vec::new()),
     ];
     let objects = bench.records.len() as u64;
     let mut search_runs = Vec::new();
@@ -496,15 +508,17 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             .remove(0)
             .rows;
         let read = model::objects_read(&configuration, &route, &shape, rows.as_ref(), objects);
+        let sent = model::rows_returned(&configuration, &route, &shape, rows.as_ref(), objects);
         let asked = route.regions_contacted as f64;
         eprintln!(
-            "calibration: searches of {attributes:?}, {}: {measured:.0} ops/s, {asked} regions asked, {read:.0} objects read",
+            "calibration: searches of {attributes:?}, {}: {measured:.0} ops/s, {asked} regions asked, {read:.0} objects read, {sent:.0} rows sent",
             label(&subspaces)
         );
-        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "regions_asked": asked, "objects_read": round(read, 1), "measured_ops_per_s": round(measured, 1)}));
+        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "regions_asked": asked, "objects_read": round(read, 1), "rows_sent": round(sent, 1), "measured_ops_per_s": round(measured, 1)}));
         search_runs.push(SearchRun {
             regions_asked: asked,
             objects_read: read,
+            rows_sent: sent,
             measured_throughput_ops_per_s: measured,
         });
     }
@@ -514,6 +528,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     let measured = MeasuredCalibration {
         beta_s_per_object: costs.beta_s_per_object,
         region_cost_s: costs.region_cost_s,
+        sent_row_cost_s: costs.sent_row_cost_s,
         alpha,
         max_throughput_ops_per_s: max_throughput,
     };
@@ -528,6 +543,109 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     });
     std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
     Ok(measured)
+}
+
+/// `--diagnose`: searches of one class at a time (workload A's classes and C's six
+/// most frequent) in nine configurations, each measured against the model's cost, with
+/// what the model counts (regions asked, rows read, rows sent), to `search_runs.csv`:
+/// where the model's search cost is wrong, class by class.
+fn diagnose(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> {
+    let searches_only = Mix {
+        name: "searches",
+        search_share: 1.0,
+    };
+    let regions = bench.args.regions;
+    let sub = |attributes: &[&str]| {
+        (
+            attributes.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            regions,
+        )
+    };
+    let configurations: Vec<Subspaces> = vec![
+        Vec::new(),
+        vec![sub(&["locality"])],
+        vec![sub(&["region"])],
+        vec![sub(&["price"])],
+        vec![sub(&["postcode"])],
+        vec![sub(&["locality", "price"])],
+        vec![sub(&["region", "price"])],
+        vec![sub(&["locality", "price", "ratings"])],
+        vec![sub(&[
+            "locality", "region", "price", "ratings", "pets", "pool",
+        ])],
+    ];
+    let all = workloads();
+    let mut classes: Vec<Vec<&'static str>> = Vec::new();
+    for (attributes, _) in all[0].searches.iter().chain(all[2].searches.iter().take(6)) {
+        if !classes.contains(attributes) {
+            classes.push(attributes.clone());
+        }
+    }
+    let objects = bench.records.len() as u64;
+    let mut rows = Vec::new();
+    for (c, subspaces) in configurations.iter().enumerate() {
+        bench.configure(subspaces)?;
+        let configuration = model_configuration(subspaces, bench.args.shards)?;
+        for (k, attributes) in classes.iter().enumerate() {
+            let workload = Workload {
+                name: "diagnose",
+                searches: vec![(attributes.clone(), 1.0)],
+            };
+            let measured = bench.measure(
+                bench.operations(&workload, searches_only, &UPDATED)?,
+                500 + (c * 100 + k) as u64,
+            )?;
+            let search = bench
+                .with_rows(profile(&workload, searches_only))?
+                .searches
+                .remove(0);
+            let route = route_search(&configuration, &search.shape)
+                .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+            let read = model::objects_read(
+                &configuration,
+                &route,
+                &search.shape,
+                search.rows.as_ref(),
+                objects,
+            );
+            let sent = model::rows_returned(
+                &configuration,
+                &route,
+                &search.shape,
+                search.rows.as_ref(),
+                objects,
+            );
+            let cost = model::search_cost_s(
+                &configuration,
+                &search.shape,
+                search.rows.as_ref(),
+                calibration,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+            let shown = label(subspaces);
+            let class = attributes.join("+");
+            eprintln!(
+                "{class} on {shown}: {} regions, {read:.0} read, {sent:.0} sent: predicted {:.0}, measured {measured:.0} ops/s",
+                route.regions_contacted,
+                1.0 / cost
+            );
+            rows.push(format!(
+                "{class},\"{shown}\",{},{read:.1},{sent:.1},{:.1},{measured:.1}",
+                route.regions_contacted,
+                1.0 / cost
+            ));
+        }
+    }
+    write_csv(
+        &bench.args.out_dir.join("search_runs.csv"),
+        "class,configuration,regions_asked,rows_read,rows_sent,predicted_ops_per_s,measured_ops_per_s",
+        &rows,
+    )?;
+    println!(
+        "{}",
+        json!({"experiment": "hyperspace-diagnose", "runs": rows.len()})
+    );
+    Ok(())
 }
 
 fn model_configuration(subspaces: &Subspaces, shards: u32) -> anyhow::Result<Configuration> {
