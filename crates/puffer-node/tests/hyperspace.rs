@@ -324,3 +324,47 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
         assert_eq!(count, expected, "record {k}");
     }
 }
+
+/// Keys that start with what groups them (the city) put one city first in key order:
+/// the rows a search is estimated to find come from a sample spread over the whole
+/// table, so each city's share is its share of the table, not of the first keys.
+#[test]
+fn search_rows_are_estimated_from_a_sample_spread_over_the_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_with(dir.path(), DatabaseOptions::default()).unwrap();
+    db.create_table("rooms", schema()).unwrap();
+    // 2,500 rooms per city, keyed "<city>-<n>": 10,000 records, so more than the
+    // 4,096 sampled; the first 4,096 keys hold two of the four cities.
+    let mut ops = Vec::new();
+    for city in CITIES {
+        for n in 0..2_500u32 {
+            ops.push(WriteOp::Put(
+                Record::new(format!("{city}-{n:05}"))
+                    .with("city", Value::str(city))
+                    .with("price", Value::Int(i64::from(n % 50))),
+            ));
+        }
+    }
+    db.write_batch(vec![("rooms".into(), ops)]).unwrap();
+    let mut profile = WorkloadProfile {
+        searches: vec![SearchFrequency {
+            shape: SearchShape::equalities([0]),
+            frequency: 1.0,
+            rows: None,
+        }],
+        updates: Vec::new(),
+    };
+    db.estimate_search_rows("rooms", &mut profile, &|_| Some(10))
+        .unwrap();
+    let rows = profile.searches[0].rows.as_ref().expect("rows estimated");
+    assert!(!rows.probes.is_empty());
+    // The truth, by a scan of what was written: every city holds a quarter.
+    for probe in &rows.probes {
+        let share = probe.attribute_shares[&0];
+        assert!(
+            (share - 0.25).abs() < 0.02,
+            "a city's share is estimated {share}, the table's is 0.25"
+        );
+        assert!((probe.matched_share - 0.25).abs() < 0.02, "{probe:?}");
+    }
+}
