@@ -33,6 +33,7 @@ const DEPLOYMENT: Deployment = Deployment {
 const CALIBRATION: Calibration = Calibration {
     beta_s_per_object: 5e-8,
     region_cost_s: 0.0,
+    fan_out_cost_s: 0.0,
     sent_row_cost_s: 0.0,
     alpha: 2.3,
     max_throughput_ops_per_s: 40_000.0,

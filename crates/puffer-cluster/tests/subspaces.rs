@@ -473,6 +473,7 @@ fn the_leaders_configurator_hears_the_searches_other_nodes_served() {
         .set_hyperspace_calibration(MeasuredCalibration {
             beta_s_per_object: 4e-6,
             region_cost_s: 2.5e-4,
+            fan_out_cost_s: 1e-4,
             sent_row_cost_s: 5e-6,
             alpha: 0.4,
             max_throughput_ops_per_s: 10_000.0,

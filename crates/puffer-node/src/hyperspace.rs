@@ -544,6 +544,7 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
     Calibration {
         beta_s_per_object: measured.beta_s_per_object,
         region_cost_s: measured.region_cost_s,
+        fan_out_cost_s: measured.fan_out_cost_s,
         sent_row_cost_s: measured.sent_row_cost_s,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
@@ -561,6 +562,9 @@ pub struct MeasuredCalibration {
     /// has no such term).
     #[serde(default)]
     pub region_cost_s: f64,
+    /// Seconds per region a search asks beyond the first (0 when not measured).
+    #[serde(default)]
+    pub fan_out_cost_s: f64,
     /// Seconds per row a region sends back to a search (0 when not measured: the
     /// paper's model, which has no such term).
     #[serde(default)]

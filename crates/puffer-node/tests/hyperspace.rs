@@ -44,6 +44,7 @@ fn record(key: u32) -> Record {
 const MEASURED: MeasuredCalibration = MeasuredCalibration {
     beta_s_per_object: 2e-3,
     region_cost_s: 1e-4,
+    fan_out_cost_s: 0.0,
     sent_row_cost_s: 0.0,
     alpha: 2.0,
     max_throughput_ops_per_s: 4000.0,
@@ -235,6 +236,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
     let calibration = Calibration {
         beta_s_per_object: MEASURED.beta_s_per_object,
         region_cost_s: MEASURED.region_cost_s,
+        fan_out_cost_s: MEASURED.fan_out_cost_s,
         sent_row_cost_s: MEASURED.sent_row_cost_s,
         alpha: MEASURED.alpha,
         max_throughput_ops_per_s: MEASURED.max_throughput_ops_per_s,

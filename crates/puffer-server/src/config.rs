@@ -98,6 +98,9 @@ pub struct HyperspaceConfig {
     /// Seconds a search spends per row a region sends back, as the calibration measured
     /// it (optional with the three above; 0 without it, as in the paper's model).
     pub sent_row_cost_s: Option<f64>,
+    /// Seconds a search spends per region it asks beyond the first, as the calibration
+    /// measured it (optional with the three above; 0 without it).
+    pub fan_out_cost_s: Option<f64>,
 }
 
 impl Default for HyperspaceConfig {
@@ -114,6 +117,7 @@ impl Default for HyperspaceConfig {
             max_throughput_ops_per_s: None,
             region_cost_s: None,
             sent_row_cost_s: None,
+            fan_out_cost_s: None,
         }
     }
 }
@@ -175,10 +179,12 @@ impl HyperspaceConfig {
             self.max_throughput_ops_per_s,
         ) {
             (None, None, None)
-                if self.region_cost_s.is_some() || self.sent_row_cost_s.is_some() =>
+                if self.region_cost_s.is_some()
+                    || self.sent_row_cost_s.is_some()
+                    || self.fan_out_cost_s.is_some() =>
             {
                 return Err(invalid(
-                    "region_cost_s and sent_row_cost_s need beta_s_per_object, alpha and \
+                    "region_cost_s, fan_out_cost_s and sent_row_cost_s need beta_s_per_object, alpha and \
                      max_throughput_ops_per_s"
                         .into(),
                 ))
@@ -188,6 +194,7 @@ impl HyperspaceConfig {
                 let measured = puffer_node::hyperspace::MeasuredCalibration {
                     beta_s_per_object,
                     region_cost_s: self.region_cost_s.unwrap_or(0.0),
+                    fan_out_cost_s: self.fan_out_cost_s.unwrap_or(0.0),
                     sent_row_cost_s: self.sent_row_cost_s.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,

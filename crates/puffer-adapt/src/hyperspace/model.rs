@@ -2,8 +2,8 @@
 //! from parameters measured on the deployment ([`Calibration`]).
 //!
 //! As implemented, for a configuration with subspaces `S`, `K` copies per subspace:
-//! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · c_region + read(Q_i) · β
-//!   + sent(Q_i) · γ` seconds, where `regions` is equation 1 in the subspace the search is routed to
+//! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · c_region + (regions(Q_i) −
+//!   1) · c_fan + read(Q_i) · β + sent(Q_i) · γ` seconds, where `regions` is equation 1 in the subspace the search is routed to
 //!   ([`route_search`](super::route_search)) and `read` the objects the search reads there:
 //!   - without row estimates, every object of the regions asked, `regions · O / grid`
 //!     (the paper's equation 2; `grid` is the subspace's region count, `R` whenever `R`
@@ -16,8 +16,9 @@
 //!     checks, not the rows stored.
 //!
 //!   `c_region` is each region's fixed cost (a request, a backward search per segment);
-//!   `γ` the cost of a row a region sends back ([`rows_returned`]: decoded whole, named,
-//!   merged); the paper has neither (both 0).
+//!   `c_fan` that of each region beyond the first (handed to another thread or node,
+//!   its answer merged: the first is read on the asking thread); `γ` the cost of a row a region sends back ([`rows_returned`]: decoded whole, named,
+//!   merged); the paper has none of them (all 0).
 //! - Update `U_j` (equation 4): `cost(U_j) = (1 + K(1 + |N| + 2α|M|)) / T_max` seconds,
 //!   with `M` the subspaces of `S` having an attribute `U_j` changes and `N` the others;
 //!   the first `1` is the fetch by key before the update, the `1` inside is the key
@@ -49,6 +50,10 @@ pub struct Calibration {
     /// `c_region`: seconds a search spends on each region it asks, whatever it reads
     /// there (>= 0; the paper has no such term: 0).
     pub region_cost_s: f64,
+    /// Seconds a search spends on each region it asks beyond the first (>= 0; the paper
+    /// has none: 0): the first is read on the asking thread, each other one is handed
+    /// to its replica's workers (or node) and its answer merged.
+    pub fan_out_cost_s: f64,
     /// `γ`: seconds a search spends on each row a region sends back (>= 0; the paper
     /// has no such term: 0): a row found is decoded whole, named, sent and merged,
     /// which costs more than locating and checking a candidate that is left.
@@ -76,6 +81,15 @@ impl Calibration {
             return Err(config_error(
                 "region_cost_s",
                 format!("{} is not a finite non-negative number", self.region_cost_s),
+            ));
+        }
+        if !(self.fan_out_cost_s.is_finite() && self.fan_out_cost_s >= 0.0) {
+            return Err(config_error(
+                "fan_out_cost_s",
+                format!(
+                    "{} is not a finite non-negative number",
+                    self.fan_out_cost_s
+                ),
             ));
         }
         if !(self.sent_row_cost_s.is_finite() && self.sent_row_cost_s >= 0.0) {
@@ -287,7 +301,9 @@ fn search_cost_unchecked(
     } else {
         0.0
     };
-    route.regions_contacted as f64 * calibration.region_cost_s
+    let asked = route.regions_contacted as f64;
+    asked * calibration.region_cost_s
+        + (asked - 1.0).max(0.0) * calibration.fan_out_cost_s
         + read * calibration.beta_s_per_object
         + sent * calibration.sent_row_cost_s
 }
@@ -674,25 +690,27 @@ pub struct SearchRun {
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// A search's three costs, from [`search_costs_from_runs`].
+/// A search's four costs, from [`search_costs_from_runs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchCosts {
     /// `c_region`, seconds per region asked (>= 0).
     pub region_cost_s: f64,
+    /// `c_fan`, seconds per region asked beyond the first (>= 0).
+    pub fan_out_cost_s: f64,
     /// `β`, seconds per object read (> 0).
     pub beta_s_per_object: f64,
     /// `γ`, seconds per row sent back (>= 0).
     pub sent_row_cost_s: f64,
 }
 
-/// `c_region`, `β` and `γ` from calibration runs of searches (equation 2 inverted):
-/// each run gives `1 / T_real = regions · c_region + read · β + sent · γ`. They are the
-/// least-squares solution of those equations in relative terms (each run's residual
-/// divided by its cost, so a slow run does not outweigh the fast ones: the model's
-/// error is judged relative), none below 0: among the fits with `β` and any of the two
-/// others left free (the rest 0), the one with the smallest residual whose costs are
-/// all non-negative. Runs that leave `β` at 0 or below say nothing about it and are
-/// refused.
+/// `c_region`, `c_fan`, `β` and `γ` from calibration runs of searches (equation 2
+/// inverted): each run gives `1 / T_real = regions · c_region + (regions − 1) ·
+/// c_fan + read · β + sent · γ`. They are the least-squares solution of those
+/// equations in relative terms (each run's residual divided by its cost, so a slow run
+/// does not outweigh the fast ones: the model's error is judged relative), none below
+/// 0: among the fits with `β` and any of the three others left free (the rest 0), the
+/// one with the smallest residual whose costs are all non-negative. Runs that leave
+/// `β` at 0 or below say nothing about it and are refused.
 pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
@@ -700,7 +718,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             "no run: nothing to estimate beta from",
         ));
     }
-    // Each run as a row (regions · T, read · T, sent · T) against 1.
+    // Each run as a row (regions · T, (regions − 1) · T, read · T, sent · T) against 1.
     let mut rows = Vec::with_capacity(runs.len());
     for run in runs {
         for (name, value) in [
@@ -718,22 +736,20 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
         rows.push([
             run.regions_asked * measured,
+            (run.regions_asked - 1.0).max(0.0) * measured,
             run.objects_read * measured,
             run.rows_sent * measured,
         ]);
     }
-    // Which costs are fitted (β always): every subset, the best feasible one kept.
-    let mut best: Option<([f64; 3], f64)> = None;
-    for free in [
-        [true, true, true],
-        [true, true, false],
-        [false, true, true],
-        [false, true, false],
-    ] {
+    // Which costs are fitted (β, column 2, always): every subset, the best feasible
+    // one kept.
+    let mut best: Option<([f64; COSTS], f64)> = None;
+    for subset in 0..8u8 {
+        let free = [subset & 1 != 0, subset & 2 != 0, true, subset & 4 != 0];
         let Some(costs) = least_squares(&rows, free) else {
             continue;
         };
-        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[1] <= 0.0 {
+        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[2] <= 0.0 {
             continue;
         }
         let residual: f64 = rows
@@ -747,7 +763,8 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             best = Some((costs, residual));
         }
     }
-    let Some(([region_cost_s, beta_s_per_object, sent_row_cost_s], _)) = best else {
+    let Some(([region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s], _)) = best
+    else {
         return Err(config_error(
             "search_runs",
             "the runs give no positive beta: they say nothing about the cost of a row read",
@@ -755,15 +772,19 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
     };
     Ok(SearchCosts {
         region_cost_s,
+        fan_out_cost_s,
         beta_s_per_object,
         sent_row_cost_s,
     })
 }
 
+/// Costs a search is charged (columns of a calibration run's row).
+const COSTS: usize = 4;
+
 /// The least-squares costs of `rows · costs = 1` over the columns `free` says (the
 /// others 0), by the normal equations; `None` when they are singular.
-fn least_squares(rows: &[[f64; 3]], free: [bool; 3]) -> Option<[f64; 3]> {
-    let columns: Vec<usize> = (0..3).filter(|&c| free[c]).collect();
+fn least_squares(rows: &[[f64; COSTS]], free: [bool; COSTS]) -> Option<[f64; COSTS]> {
+    let columns: Vec<usize> = (0..COSTS).filter(|&c| free[c]).collect();
     let n = columns.len();
     // The augmented normal equations [AᵀA | Aᵀ1], solved by Gaussian elimination.
     let mut m = vec![vec![0.0; n + 1]; n];
@@ -796,7 +817,7 @@ fn least_squares(rows: &[[f64; 3]], free: [bool; 3]) -> Option<[f64; 3]> {
         let known: f64 = (i + 1..n).map(|j| m[i][j] * solution[j]).sum();
         solution[i] = (m[i][n] - known) / m[i][i];
     }
-    let mut costs = [0.0; 3];
+    let mut costs = [0.0; COSTS];
     for (value, &column) in solution.iter().zip(&columns) {
         costs[column] = *value;
     }
@@ -841,6 +862,7 @@ mod tests {
         Calibration {
             beta_s_per_object: 1e-6,
             region_cost_s: 0.0,
+            fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
@@ -882,6 +904,7 @@ mod tests {
         let calibration = Calibration {
             beta_s_per_object: 1e-3,
             region_cost_s: 0.0,
+            fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
@@ -989,6 +1012,7 @@ mod tests {
     fn search_costs_round_trip_through_equation_two() {
         let calibration = Calibration {
             region_cost_s: 2e-4,
+            fan_out_cost_s: 5e-5,
             sent_row_cost_s: 3e-5,
             ..calibration()
         };
@@ -1034,6 +1058,7 @@ mod tests {
         assert!((costs.beta_s_per_object / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
         assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
+        assert!((costs.fan_out_cost_s / calibration.fan_out_cost_s - 1.0).abs() < 1e-9);
         // Runs that ask one region each and are sent nothing say nothing apart about
         // the region's cost or a row sent: both 0 and beta carries it all; runs with no
         // object read say nothing about beta.
@@ -1044,7 +1069,14 @@ mod tests {
             measured_throughput_ops_per_s: 100.0,
         };
         let costs = search_costs_from_runs(&[one, one]).unwrap();
-        assert_eq!((costs.region_cost_s, costs.sent_row_cost_s), (0.0, 0.0));
+        assert_eq!(
+            (
+                costs.region_cost_s,
+                costs.fan_out_cost_s,
+                costs.sent_row_cost_s
+            ),
+            (0.0, 0.0, 0.0)
+        );
         assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
         let nothing_read = SearchRun {
             objects_read: 0.0,
@@ -1109,6 +1141,7 @@ mod tests {
         let unit = Calibration {
             beta_s_per_object: 1.0,
             region_cost_s: 0.0,
+            fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1.0,
@@ -1135,6 +1168,7 @@ mod tests {
         let calibration = Calibration {
             beta_s_per_object: 1e-4,
             region_cost_s: 1e-3,
+            fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1000.0,

@@ -338,9 +338,10 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     };
     bench.decider().set_hyperspace_calibration(measured)?;
     println!(
-        "calibration: beta {:.3e} s/object, region cost {:.3e} s, sent row cost {:.3e} s, alpha {:.3}, T_max {:.0} ops/s",
+        "calibration: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, alpha {:.3}, T_max {:.0} ops/s",
         measured.beta_s_per_object,
         measured.region_cost_s,
+        measured.fan_out_cost_s,
         measured.sent_row_cost_s,
         measured.alpha,
         measured.max_throughput_ops_per_s
@@ -528,6 +529,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     let measured = MeasuredCalibration {
         beta_s_per_object: costs.beta_s_per_object,
         region_cost_s: costs.region_cost_s,
+        fan_out_cost_s: costs.fan_out_cost_s,
         sent_row_cost_s: costs.sent_row_cost_s,
         alpha,
         max_throughput_ops_per_s: max_throughput,
