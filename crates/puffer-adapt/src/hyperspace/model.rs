@@ -3,8 +3,9 @@
 //!
 //! As implemented, for a configuration with subspaces `S`, `K` copies per subspace:
 //! - Search `Q_i` (equation 2): `cost(Q_i) = regions(Q_i) · c_region + (regions(Q_i) −
-//!   1) · c_fan + read(Q_i) · β + sent(Q_i) · γ` seconds, where `regions` is equation 1 in the subspace the search is routed to
-//!   ([`route_search`](super::route_search)) and `read` the objects the search reads there:
+//!   1) · c_fan + read(Q_i) · β + sent(Q_i) · γ` seconds, where `regions` is equation
+//!   1 in the subspace the search is routed to ([`route_search`](super::route_search))
+//!   and `read` the objects the search reads there:
 //!   - without row estimates, every object of the regions asked, `regions · O / grid`
 //!     (the paper's equation 2; `grid` is the subspace's region count, `R` whenever `R`
 //!     is a perfect power);
@@ -17,8 +18,9 @@
 //!
 //!   `c_region` is each region's fixed cost (a request, a backward search per segment);
 //!   `c_fan` that of each region beyond the first (handed to another thread or node,
-//!   its answer merged: the first is read on the asking thread); `γ` the cost of a row a region sends back ([`rows_returned`]: decoded whole, named,
-//!   merged); the paper has none of them (all 0).
+//!   its answer merged: the first is read on the asking thread); `γ` the cost of a row
+//!   a region sends back ([`rows_returned`]: decoded whole, named, merged); the paper
+//!   has none of them (all 0).
 //! - Update `U_j` (equation 4): `cost(U_j) = (1 + K(1 + |N| + 2α|M|)) / T_max` seconds,
 //!   with `M` the subspaces of `S` having an attribute `U_j` changes and `N` the others;
 //!   the first `1` is the fetch by key before the update, the `1` inside is the key
