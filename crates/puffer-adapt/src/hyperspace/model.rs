@@ -79,35 +79,18 @@ impl Calibration {
                 format!("{} is not a finite positive number", self.beta_s_per_object),
             ));
         }
-        if !(self.region_cost_s.is_finite() && self.region_cost_s >= 0.0) {
-            return Err(config_error(
-                "region_cost_s",
-                format!("{} is not a finite non-negative number", self.region_cost_s),
-            ));
-        }
-        if !(self.fan_out_cost_s.is_finite() && self.fan_out_cost_s >= 0.0) {
-            return Err(config_error(
-                "fan_out_cost_s",
-                format!(
-                    "{} is not a finite non-negative number",
-                    self.fan_out_cost_s
-                ),
-            ));
-        }
-        if !(self.sent_row_cost_s.is_finite() && self.sent_row_cost_s >= 0.0) {
-            return Err(config_error(
-                "sent_row_cost_s",
-                format!(
-                    "{} is not a finite non-negative number",
-                    self.sent_row_cost_s
-                ),
-            ));
-        }
-        if !(self.alpha.is_finite() && self.alpha >= 0.0) {
-            return Err(config_error(
-                "alpha",
-                format!("{} is not a finite non-negative number", self.alpha),
-            ));
+        for (setting, value) in [
+            ("region_cost_s", self.region_cost_s),
+            ("fan_out_cost_s", self.fan_out_cost_s),
+            ("sent_row_cost_s", self.sent_row_cost_s),
+            ("alpha", self.alpha),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(config_error(
+                    setting,
+                    format!("{value} is not a finite non-negative number"),
+                ));
+            }
         }
         if !(self.max_throughput_ops_per_s.is_finite() && self.max_throughput_ops_per_s > 0.0) {
             return Err(config_error(
@@ -1234,6 +1217,40 @@ mod tests {
             ..calibration()
         };
         assert!(predicted_throughput_ops_per_s(&configuration, &profile, &bad).is_err());
+        // Each search cost below 0 or not finite is refused, by its name.
+        for (setting, bad) in [
+            (
+                "region_cost_s",
+                Calibration {
+                    region_cost_s: -1e-6,
+                    ..calibration()
+                },
+            ),
+            (
+                "fan_out_cost_s",
+                Calibration {
+                    fan_out_cost_s: f64::NAN,
+                    ..calibration()
+                },
+            ),
+            (
+                "sent_row_cost_s",
+                Calibration {
+                    sent_row_cost_s: -1.0,
+                    ..calibration()
+                },
+            ),
+            (
+                "alpha",
+                Calibration {
+                    alpha: f64::INFINITY,
+                    ..calibration()
+                },
+            ),
+        ] {
+            let error = predicted_throughput_ops_per_s(&configuration, &profile, &bad).unwrap_err();
+            assert_eq!(error.setting, setting);
+        }
         let empty = WorkloadProfile::default();
         assert!(predicted_throughput_ops_per_s(&configuration, &empty, &calibration()).is_err());
         let negative = WorkloadProfile {
