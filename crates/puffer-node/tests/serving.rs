@@ -263,7 +263,18 @@ fn bad_settings_are_refused_with_their_name() {
 
 /// A shard of 3,000 records (`city` = one of 20, `n` = its number) in one segment.
 fn city_shard(dir: &std::path::Path) -> (puffer_store::Shard, Vec<(String, String)>) {
-    use puffer_store::{AttrType, Attribute, Record, Schema, Shard, ShardOptions, Value, WriteOp};
+    let (shard, rows) = city_shard_in_log_tables(dir, puffer_store::ShardOptions::default());
+    shard.compact_all().unwrap();
+    (shard, rows)
+}
+
+/// The shard of [`city_shard`] before its first compaction: every record in log
+/// tables, no segment yet (a table just made and filled).
+fn city_shard_in_log_tables(
+    dir: &std::path::Path,
+    options: puffer_store::ShardOptions,
+) -> (puffer_store::Shard, Vec<(String, String)>) {
+    use puffer_store::{AttrType, Attribute, Record, Schema, Shard, Value, WriteOp};
     let schema = Schema::new(
         "id",
         vec![
@@ -278,7 +289,7 @@ fn city_shard(dir: &std::path::Path) -> (puffer_store::Shard, Vec<(String, Strin
         ],
     )
     .unwrap();
-    let shard = Shard::open(dir, schema, ShardOptions::default()).unwrap();
+    let shard = Shard::open(dir, schema, options).unwrap();
     let rows: Vec<(String, String)> = (0..3_000)
         .map(|i| (format!("k{i:05}"), format!("c{}", (i * 7) % 20)))
         .collect();
@@ -294,8 +305,23 @@ fn city_shard(dir: &std::path::Path) -> (puffer_store::Shard, Vec<(String, Strin
         })
         .collect();
     shard.write(ops).unwrap();
-    shard.compact_all().unwrap();
     (shard, rows)
+}
+
+/// `node` serving `shard` as the one replica of shard 0 of table `t`.
+fn serve_one(
+    node: &AdaptiveNode<puffer_store::Shard>,
+    shard: puffer_store::Shard,
+) -> std::sync::Arc<puffer_node::serving::ShardGroup<puffer_store::Shard>> {
+    node.add_shard(
+        "t",
+        0,
+        vec![NewReplica {
+            replica: shard,
+            memory_limit_bytes: None,
+        }],
+    )
+    .unwrap()
 }
 
 /// A node, the group of its one shard, and the shard's (key, city) rows.
@@ -322,16 +348,7 @@ fn city_node(dir: &std::path::Path, buy_rows_per_second: f64) -> CityNode {
         ..config()
     })
     .unwrap();
-    let group = node
-        .add_shard(
-            "t",
-            0,
-            vec![NewReplica {
-                replica: shard,
-                memory_limit_bytes: None,
-            }],
-        )
-        .unwrap();
+    let group = serve_one(&node, shard);
     (node, group, rows)
 }
 
@@ -572,55 +589,28 @@ fn column_layers_are_bought_for_a_scanned_attribute_and_sold_when_it_cools() {
 
 #[test]
 fn a_replica_ticked_before_its_first_segment_gets_the_layers_that_segment_was_built_with() {
-    use puffer_store::{AttrType, Attribute, Record, Schema, Shard, ShardOptions, Value, WriteOp};
     let dir = tempfile::tempdir().unwrap();
-    let schema = Schema::new(
-        "id",
-        vec![Attribute {
-            name: "city".into(),
-            attr_type: AttrType::String,
-        }],
-    )
-    .unwrap();
-    let options = ShardOptions {
+    let options = puffer_store::ShardOptions {
         background: false,
-        ..ShardOptions::default()
+        ..puffer_store::ShardOptions::default()
     };
     let built_levels = options.index.levels;
     assert!(
         built_levels > 1,
         "the test needs segments built with layers"
     );
-    // A table just made and filled: every record in log tables, no segment yet.
-    let shard = Shard::open(dir.path(), schema, options).unwrap();
-    let ops = (0..2_000)
-        .map(|i| {
-            WriteOp::Put(
-                Record::new(format!("k{i:05}")).with("city", Value::str(&format!("c{}", i % 9))),
-            )
-        })
-        .collect();
-    shard.write(ops).unwrap();
+    let (shard, _) = city_shard_in_log_tables(dir.path(), options);
     // No layer manager: layers change only by hand, as in a benchmark that fixes them.
     let node = AdaptiveNode::start(NodeConfig {
         automatic: false,
         ..config()
     })
     .unwrap();
-    let group = node
-        .add_shard(
-            "t",
-            0,
-            vec![NewReplica {
-                replica: shard,
-                memory_limit_bytes: None,
-            }],
-        )
-        .unwrap();
+    let group = serve_one(&node, shard);
     for _ in 0..3 {
         node.tick();
     }
-    let layers = |node: &AdaptiveNode<Shard>| node.status().replicas[0].layers;
+    let layers = |node: &AdaptiveNode<puffer_store::Shard>| node.status().replicas[0].layers;
     assert_eq!(layers(&node), 1, "no segment: one base layer");
     group.execute(|shard| shard.compact_all()).unwrap().unwrap();
     node.tick();
