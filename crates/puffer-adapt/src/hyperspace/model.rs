@@ -280,12 +280,7 @@ fn search_cost_unchecked(
     calibration: &Calibration,
 ) -> f64 {
     let route = route_search_unchecked(configuration, shape);
-    let read = objects_read(configuration, &route, shape, rows, calibration.objects);
-    let sent = if calibration.sent_row_cost_s > 0.0 {
-        rows_returned(configuration, &route, shape, rows, calibration.objects)
-    } else {
-        0.0
-    };
+    let (read, sent) = read_and_sent(configuration, &route, shape, rows, calibration.objects);
     let asked = route.regions_contacted as f64;
     asked * calibration.region_cost_s
         + (asked - 1.0).max(0.0) * calibration.fan_out_cost_s
@@ -315,11 +310,23 @@ pub fn objects_read(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
+    read_and_sent(configuration, route, shape, rows, objects).0
+}
+
+/// [`objects_read`] and [`rows_returned`] in one pass over the probes (the ranking
+/// charges both for every candidate configuration).
+fn read_and_sent(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    rows: Option<&SearchRows>,
+    objects: u64,
+) -> (f64, f64) {
     let objects = objects as f64;
     let asked = route.regions_contacted as f64;
     let fraction = asked / route.grid_regions as f64;
     let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
-        return fraction * objects;
+        return (fraction * objects, fraction * objects);
     };
     let subspace = routed_subspace(configuration, route);
     let key_candidates = match shape.key {
@@ -330,7 +337,7 @@ pub fn objects_read(
         }
         None => f64::INFINITY,
     };
-    let total: f64 = rows
+    let (read, sent) = rows
         .probes
         .iter()
         .map(|probe| {
@@ -353,14 +360,16 @@ pub fn objects_read(
                 .fold(key_candidates.min(objects * held), f64::min)
                 .max(matched);
             match rows.page_rows {
-                Some(page) if matched > page as f64 * holding => {
-                    candidates * (page as f64 * holding / matched)
-                }
-                _ => candidates,
+                Some(page) if matched > page as f64 * holding => (
+                    candidates * (page as f64 * holding / matched),
+                    page as f64 * holding,
+                ),
+                _ => (candidates, matched),
             }
         })
-        .sum();
-    total / rows.probes.len() as f64
+        .fold((0.0, 0.0), |(read, sent), (r, s)| (read + r, sent + s));
+    let probes = rows.probes.len() as f64;
+    (read / probes, sent / probes)
 }
 
 /// The subspace `route` reads (`None`: the key subspace).
@@ -416,24 +425,7 @@ pub fn rows_returned(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
-    let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
-        return objects_read(configuration, route, shape, None, objects);
-    };
-    let total: f64 = rows
-        .probes
-        .iter()
-        .map(|probe| {
-            let matched = probe.matched_share * objects as f64;
-            match rows.page_rows {
-                Some(page) => {
-                    let holding = holding_regions(configuration, route, shape, probe);
-                    matched.min(page as f64 * holding)
-                }
-                None => matched,
-            }
-        })
-        .sum();
-    total / rows.probes.len() as f64
+    read_and_sent(configuration, route, shape, rows, objects).1
 }
 
 /// Regions asked by a search on `route` that hold matches of `probe`: a free dimension's
@@ -1108,9 +1100,18 @@ mod tests {
         // A search whose matches outnumber what independence gives: at least those.
         let probe = rows_of(Some(100), &[(30.0 / 1600.0, &[(0, 0.1), (5, 0.05)])]);
         assert!((read(&[0, 5], &probe) - 30.0).abs() < 1e-9);
-        // <0>: 160 candidates, 160 matches, a page of 10 in each of 4 regions: 40.
+        // <0>: 160 candidates, 160 matches, a page of 10 in each of 4 regions: 40,
+        // and the 40 are sent; a search with 4 matches is sent those 4.
         let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
         assert!((read(&[0], &probe) - 40.0).abs() < 1e-9);
+        let sent = |attributes: &[AttributeId], rows: &SearchRows| {
+            let shape = SearchShape::equalities(attributes.iter().copied());
+            let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
+            rows_returned(&configuration, &route, &shape, Some(rows), 1600)
+        };
+        assert!((sent(&[0], &probe) - 40.0).abs() < 1e-9);
+        let few = rows_of(Some(10), &[(4.0 / 1600.0, &[(0, 0.1), (5, 0.05)])]);
+        assert!((sent(&[0, 5], &few) - 4.0).abs() < 1e-9);
         // Its matches hold one value of attribute 1: one region of the 4 holds them all,
         // and stops at the page of 10.
         let mut one_value = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
