@@ -953,8 +953,10 @@ fn mem_candidates(table: &MemInner, compiled: &Compiled) -> Option<Vec<u64>> {
 }
 
 /// Answers of at most this many rows keep their records in a record cache (see
-/// [`TextStage::record_kept`]); longer ones are scans.
-const KEEP_MAX_ROWS: usize = 100;
+/// [`TextStage::record_kept`]); longer ones are scans. A shard looks for one row beyond
+/// the limit asked (it tells whether the answer was cut), so a page of 100 rows is
+/// looked for as 101, and is kept.
+const KEEP_MAX_ROWS: usize = 100 + 1;
 
 /// Positions (in `table.records`) of the records of a log table written at or before
 /// `snapshot`, live at it, and matching; at most `limit`, ascending.
