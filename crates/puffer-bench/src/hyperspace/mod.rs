@@ -77,8 +77,9 @@ pub struct HyperspaceArgs {
     /// Client threads (closed loop).
     #[arg(long, default_value_t = 4)]
     clients: usize,
-    /// Seconds measured per configuration.
-    #[arg(long, default_value_t = 3.0)]
+    /// Seconds measured per configuration (whole seconds; the throughput is the median
+    /// second's).
+    #[arg(long, default_value_t = 7.0)]
     seconds: f64,
     /// Seconds run before measuring (after a configuration is built).
     #[arg(long, default_value_t = 1.0)]
@@ -97,6 +98,15 @@ pub struct HyperspaceArgs {
     /// the model's search cost (`<out>/search_runs.csv`): where the model's error is.
     #[arg(long)]
     diagnose: bool,
+    /// Only these workloads (of A, B, C), each at every mix.
+    #[arg(long, value_delimiter = ',', default_values = ["A", "B", "C"])]
+    workloads: Vec<String>,
+    /// Bytes of each replica's record cache (0: off, the default). The experiment
+    /// measures what subspaces buy; a cache's hit rate depends on how many distinct
+    /// pages the mix of classes asks for, which a calibration of one class at a time
+    /// cannot see (a locality's page ran twice as fast alone with it).
+    #[arg(long, default_value_t = 0)]
+    record_cache_bytes: u64,
     /// Skip the adaptation run.
     #[arg(long)]
     skip_adaptation: bool,
@@ -110,6 +120,13 @@ pub struct HyperspaceArgs {
     /// Data nodes of the loopback cluster.
     #[arg(long, default_value_t = 2)]
     data_nodes: usize,
+    /// Where the database lives while the experiment runs (a temporary directory made
+    /// in it, removed after); the system's temporary directory when not given. On a
+    /// memory file system (`/dev/shm`) the log's fsyncs cost nothing: updates are then
+    /// bound by the work the model counts (copies written, moved, compacted), not by a
+    /// disk that other tenants of the machine share.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// Where the CSV files and the charts (PNG) go.
     #[arg(long, default_value = "target/bench/hyperspace")]
     out_dir: PathBuf,
@@ -203,24 +220,8 @@ impl Bench {
         self.settle()
     }
 
-    /// The median of three runs (the calibration's few runs carry every prediction).
-    fn measure_median(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
-        let operations = Arc::new(operations);
-        let mut runs = Vec::with_capacity(3);
-        for repeat in 0..3 {
-            runs.push(measure(
-                &self.db,
-                &operations,
-                self.args.clients,
-                self.args.warm_seconds,
-                self.args.seconds,
-                seed + repeat,
-            )?);
-        }
-        runs.sort_by(f64::total_cmp);
-        Ok(runs[1])
-    }
-
+    /// Operations per second of `operations` on the current configuration: the median
+    /// second of a run (see [`measure`]).
     fn measure(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
         measure(
             &self.db,
@@ -266,7 +267,11 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     let args = &args;
     std::fs::create_dir_all(&args.out_dir)?;
     let records = Arc::new(data::load(&args.inputs)?);
-    let dir = tempfile::tempdir()?;
+    let dir = match &args.data_dir {
+        Some(parent) => tempfile::tempdir_in(parent)
+            .with_context(|| format!("a directory in --data-dir {}", parent.display()))?,
+        None => tempfile::tempdir()?,
+    };
     let options = DatabaseOptions {
         // Layers fixed (the layer manager off): only the subspaces change between runs.
         // Workers per replica as a server has them (one per core): with one, every
@@ -287,6 +292,10 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
             max_subspace_attributes: 3,
             max_subspaces: 3,
             ..HyperspaceOptions::default()
+        },
+        shard: puffer_store::ShardOptions {
+            record_cache_bytes: args.record_cache_bytes,
+            ..puffer_store::ShardOptions::default()
         },
         ..DatabaseOptions::default()
     };
@@ -362,7 +371,15 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     let mut oracle_rows = Vec::new();
     let mut summaries = Vec::new();
     let mut rng = StdRng::seed_from_u64(args.seed);
+    for name in &args.workloads {
+        if !workloads().iter().any(|w| w.name == name) {
+            anyhow::bail!("--workloads: {name:?} is not one of A, B, C");
+        }
+    }
     for workload in workloads() {
+        if !args.workloads.iter().any(|name| name == workload.name) {
+            continue;
+        }
         for mix in MIXES {
             let name = format!("{}-{}", workload.name, mix.name);
             let summary = evaluate(
@@ -407,6 +424,8 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
             "dataset": format!("Inside Airbnb, {} listings", bench.records.len()),
             "clients": args.clients,
             "seconds": args.seconds,
+            "data_dir": args.data_dir,
+            "record_cache_bytes": args.record_cache_bytes,
             "regions": args.regions,
             "shards": args.shards,
             "calibration": measured,
@@ -437,22 +456,29 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     };
     // T_max: the key subspace alone; an update is a fetch and one write (1 + K).
     bench.configure(&Vec::new())?;
-    let key_only = bench.measure_median(bench.operations(any, updates_only, &UPDATED)?, 11)?;
+    let key_only = bench.measure(bench.operations(any, updates_only, &UPDATED)?, 11)?;
     let max_throughput = key_only * 2.0;
     eprintln!("calibration: updates, key only: {key_only:.0} ops/s");
     // α: updates of price with subspaces it moves (M) or leaves (N).
-    let update_cases: [(Subspaces, u32, u32); 4] = [
+    // Up to three subspaces each way: the chains the configurator can choose.
+    let update_cases: [(Subspaces, u32, u32); 7] = [
         (vec![sub(&["price"])], 0, 1),
         (vec![sub(&["locality"])], 1, 0),
+        (vec![sub(&["locality"]), sub(&["region"])], 2, 0),
+        (
+            vec![sub(&["locality"]), sub(&["region"]), sub(&["postcode"])],
+            3,
+            0,
+        ),
         (vec![sub(&["price"]), sub(&["locality"])], 1, 1),
         (vec![sub(&["price", "locality"]), sub(&["region"])], 1, 1),
+        (vec![sub(&["price"]), sub(&["price", "region"])], 0, 2),
     ];
     let mut update_runs = Vec::new();
     let mut rows_out = Vec::new();
     for (subspaces, untouched, modified) in update_cases {
         bench.configure(&subspaces)?;
-        let measured =
-            bench.measure_median(bench.operations(any, updates_only, &["price"])?, 12)?;
+        let measured = bench.measure(bench.operations(any, updates_only, &["price"])?, 12)?;
         eprintln!(
             "calibration: updates of price, {}: {measured:.0} ops/s",
             label(&subspaces)
@@ -497,8 +523,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             name: "calibration",
             searches: vec![(attributes.clone(), 1.0)],
         };
-        let measured =
-            bench.measure_median(bench.operations(&workload, searches_only, &UPDATED)?, 13)?;
+        let measured = bench.measure(bench.operations(&workload, searches_only, &UPDATED)?, 13)?;
         let configuration = model_configuration(&subspaces, bench.args.shards)?;
         let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
         let route = route_search(&configuration, &shape)
@@ -541,6 +566,8 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         "runs": rows_out,
         "clients": bench.args.clients,
         "seconds": bench.args.seconds,
+        "data_dir": bench.args.data_dir,
+        "record_cache_bytes": bench.args.record_cache_bytes,
         "listings": objects,
     });
     std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
@@ -763,7 +790,6 @@ fn evaluate(
         &operations,
         bench.args.clients,
         f64::from(WINDOW_SECONDS),
-        f64::from(WINDOW_SECONDS),
         300,
         None,
     )?;
@@ -854,7 +880,6 @@ fn adapt(bench: &Bench) -> anyhow::Result<serde_json::Value> {
         &first,
         bench.args.clients,
         before + after,
-        after,
         400,
         Some((before, second)),
     );
@@ -862,7 +887,7 @@ fn adapt(bench: &Bench) -> anyhow::Result<serde_json::Value> {
     let reconfigurations = tuner
         .join()
         .map_err(|_| anyhow::anyhow!("the tuner panicked"))?;
-    let series = series?;
+    let per_second = series?;
     let switch_unix_ms = started_unix_ms + (before * 1000.0) as u64;
     let shown: Vec<serde_json::Value> = reconfigurations
         .iter()
@@ -882,14 +907,13 @@ fn adapt(bench: &Bench) -> anyhow::Result<serde_json::Value> {
         .find(|r| r.started_unix_ms >= switch_unix_ms)
         .map(|r| (r.started_unix_ms + r.duration_ms - switch_unix_ms) as f64 / 1000.0);
     let mean = |from: usize, to: usize| -> f64 {
-        let part =
-            &series.per_second[from.min(series.per_second.len())..to.min(series.per_second.len())];
+        let part = &per_second[from.min(per_second.len())..to.min(per_second.len())];
         part.iter().sum::<u64>() as f64 / part.len().max(1) as f64
     };
-    let total = series.per_second.len();
+    let total = per_second.len();
     let mut csv = std::fs::File::create(bench.args.out_dir.join("adaptation.csv"))?;
     writeln!(csv, "second,ops,workload")?;
-    for (s, n) in series.per_second.iter().enumerate() {
+    for (s, n) in per_second.iter().enumerate() {
         writeln!(
             csv,
             "{s},{n},{}",

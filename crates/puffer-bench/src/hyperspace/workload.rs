@@ -255,8 +255,11 @@ pub fn write_retrying(db: &Database, ops: Vec<WriteOp>) -> anyhow::Result<()> {
     bail!("the store stayed overloaded for 20 s")
 }
 
-/// Closed-loop clients running `operations` for `seconds` after `warm_seconds`:
-/// operations per second completed in the measured part.
+/// Closed-loop clients running `operations` for `seconds` (rounded up to whole seconds,
+/// at least 1) after `warm_seconds`: the median of the operations completed in each
+/// measured second. The median, not the mean: on a shared machine a second in which
+/// another tenant took the cores says nothing about the configuration, and one such
+/// second moved a 3 s mean by up to half.
 pub fn measure(
     db: &Arc<Database>,
     operations: &Arc<Operations>,
@@ -265,35 +268,41 @@ pub fn measure(
     seconds: f64,
     seed: u64,
 ) -> anyhow::Result<f64> {
+    let measured_seconds = seconds.ceil().max(1.0);
+    let warm_seconds = warm_seconds.ceil().max(0.0);
     let series = run_series(
         db,
         operations,
         clients,
-        warm_seconds + seconds,
-        seconds,
+        warm_seconds + measured_seconds,
         seed,
         None,
     )?;
-    Ok(series.total_measured as f64 / seconds)
+    let mut counts = series[warm_seconds as usize..].to_vec();
+    Ok(median_count(&mut counts))
 }
 
-/// Operations completed, per second of the run, and in the last `measured_seconds`.
-pub struct Series {
-    pub per_second: Vec<u64>,
-    pub total_measured: u64,
+/// The median of `counts` (the mean of the middle two for an even count; 0 for none).
+pub fn median_count(counts: &mut [u64]) -> f64 {
+    counts.sort_unstable();
+    let n = counts.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => counts[n / 2] as f64,
+        _ => (counts[n / 2 - 1] + counts[n / 2]) as f64 / 2.0,
+    }
 }
 
-/// Runs clients for `seconds`; `switch` (at seconds, new operations) changes the
-/// workload while running.
+/// Runs clients for `seconds`: the operations completed in each second of the run.
+/// `switch` (at seconds, new operations) changes the workload while running.
 pub fn run_series(
     db: &Arc<Database>,
     operations: &Arc<Operations>,
     clients: usize,
     seconds: f64,
-    measured_seconds: f64,
     seed: u64,
     switch: Option<(f64, Arc<Operations>)>,
-) -> anyhow::Result<Series> {
+) -> anyhow::Result<Vec<u64>> {
     let stop = Arc::new(AtomicBool::new(false));
     let current = Arc::new(std::sync::RwLock::new(operations.clone()));
     let buckets: Arc<Vec<AtomicU64>> = Arc::new(
@@ -333,19 +342,11 @@ pub fn run_series(
             .join()
             .map_err(|_| anyhow::anyhow!("a client panicked"))??;
     }
-    let per_second: Vec<u64> = buckets
+    Ok(buckets
         .iter()
         .take(seconds.ceil() as usize)
         .map(|b| b.load(Ordering::Relaxed))
-        .collect();
-    let first_measured = (seconds - measured_seconds).max(0.0).round() as usize;
-    let total_measured = per_second[first_measured.min(per_second.len())..]
-        .iter()
-        .sum();
-    Ok(Series {
-        per_second,
-        total_measured,
-    })
+        .collect())
 }
 
 /// Kendall's tau-a of two rankings given as values (pairs tied in either count as
@@ -393,6 +394,16 @@ mod tests {
         assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[30.0, 20.0, 10.0]), -1.0);
         // Pairs (1,2) concordant, (1,3) concordant, (2,3) discordant: 1/3.
         assert!((kendall_tau(&[1.0, 2.0, 3.0], &[1.0, 3.0, 2.0]) - 1.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_median_second_is_the_middle_count() {
+        assert_eq!(median_count(&mut []), 0.0);
+        assert_eq!(median_count(&mut [7]), 7.0);
+        assert_eq!(median_count(&mut [9, 1, 5]), 5.0);
+        // One stalled second moves a mean, not the median.
+        assert_eq!(median_count(&mut [100, 2, 104, 98, 101]), 100.0);
+        assert_eq!(median_count(&mut [4, 1, 3, 2]), 2.5);
     }
 
     #[test]
