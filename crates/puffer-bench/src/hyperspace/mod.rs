@@ -98,6 +98,10 @@ pub struct HyperspaceArgs {
     /// the model's search cost (`<out>/search_runs.csv`): where the model's error is.
     #[arg(long)]
     diagnose: bool,
+    /// Only measure a few search classes mixed with updates at several shares, to see
+    /// what a search costs while records are being written (`<out>/mix_runs.csv`).
+    #[arg(long)]
+    diagnose_mix: bool,
     /// Only these workloads (of A, B, C), each at every mix.
     #[arg(long, value_delimiter = ',', default_values = ["A", "B", "C"])]
     workloads: Vec<String>,
@@ -372,6 +376,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     if args.diagnose {
         return diagnose(&bench, &model_calibration);
     }
+    if args.diagnose_mix {
+        return diagnose_mix(&bench, &model_calibration);
+    }
     let mut accuracy_rows = Vec::new();
     let mut oracle_rows = Vec::new();
     let mut summaries = Vec::new();
@@ -436,6 +443,10 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Share of searches among the operations of a search calibration run (the rest are
+/// updates, as in the workloads): the read-heavy workloads' share.
+const CALIBRATION_SEARCH_SHARE: f64 = 0.9;
+
 /// The calibration runs (§4.3) and the parameters they give.
 fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCalibration> {
     let updates_only = Mix {
@@ -445,6 +456,10 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     let searches_only = Mix {
         name: "searches",
         search_share: 1.0,
+    };
+    let searches_amid_updates = Mix {
+        name: "searches amid updates",
+        search_share: CALIBRATION_SEARCH_SHARE,
     };
     let any = &workloads()[0];
     let regions = bench.args.regions;
@@ -502,7 +517,13 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         }
     };
     // β and the region's cost: searches of one class at a time, asking different
-    // numbers of regions and reading different numbers of objects.
+    // numbers of regions and reading different numbers of objects. Each runs amid
+    // updates (a tenth of the operations, the fewest of any workload), so that its
+    // regions hold what writing leaves in every workload: a log table, sorted batches,
+    // segments not yet merged, each searched besides the region's main segment. Run on
+    // freshly compacted regions, the searches cost less than in any workload (a
+    // selective search of a locality and a price took 155 us alone, 313 us with half
+    // the operations updates). The updates' share is taken out at equation 4's cost.
     // Rows sent and rows read apart: a locality's page is sent whole, a search of a
     // postcode and a rating reads as many candidates and is sent few of them.
     let search_cases: [(Vec<&'static str>, Subspaces); 9] = [
@@ -524,8 +545,30 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             name: "calibration",
             searches: vec![(attributes.clone(), 1.0)],
         };
-        let measured = bench.measure(bench.operations(&workload, searches_only, &UPDATED)?, 13)?;
+        let mixed = bench.measure(
+            bench.operations(&workload, searches_amid_updates, &UPDATED)?,
+            13,
+        )?;
         let configuration = model_configuration(&subspaces, bench.args.shards)?;
+        let update_s = UPDATED
+            .iter()
+            .map(|a| {
+                (1.0 + model::update_chain_length(
+                    &configuration,
+                    &model::AttributeSet::from([data::id(a)]),
+                    alpha,
+                )) / max_throughput
+            })
+            .sum::<f64>()
+            / UPDATED.len() as f64;
+        let search_s =
+            (1.0 / mixed - (1.0 - CALIBRATION_SEARCH_SHARE) * update_s) / CALIBRATION_SEARCH_SHARE;
+        if !(search_s.is_finite() && search_s > 0.0) {
+            anyhow::bail!(
+                "calibration: searches of {attributes:?} amid updates ran at {mixed:.0} ops/s, faster than their updates alone allow"
+            );
+        }
+        let measured = 1.0 / search_s;
         let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
         let route = route_search(&configuration, &shape)
             .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
@@ -538,10 +581,10 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         let sent = model::rows_returned(&configuration, &route, &shape, rows.as_ref(), objects);
         let asked = route.regions_contacted as f64;
         eprintln!(
-            "calibration: searches of {attributes:?}, {}: {measured:.0} ops/s, {asked} regions asked, {read:.0} objects read, {sent:.0} rows sent",
+            "calibration: searches of {attributes:?}, {}: {mixed:.0} ops/s amid updates, {measured:.0} searches/s, {asked} regions asked, {read:.0} objects read, {sent:.0} rows sent",
             label(&subspaces)
         );
-        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "regions_asked": asked, "objects_read": round(read, 1), "rows_sent": round(sent, 1), "measured_ops_per_s": round(measured, 1)}));
+        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "regions_asked": asked, "objects_read": round(read, 1), "rows_sent": round(sent, 1), "search_share": CALIBRATION_SEARCH_SHARE, "measured_ops_per_s": round(mixed, 1), "searches_per_s": round(measured, 1)}));
         search_runs.push(SearchRun {
             regions_asked: asked,
             objects_read: read,
@@ -573,6 +616,130 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     });
     std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
     Ok(measured)
+}
+
+/// `--diagnose-mix`: one search class at a time mixed with updates (searches 100, 50
+/// and 10 % of operations) and updates alone, in a few configurations. A search's cost
+/// while records are written is `(1/T − (1 − p) · u) / p`, with `u` the update's cost
+/// measured alone in the same configuration; against the search alone it shows what
+/// writing adds to reading. The stages the table holds after each run (segments,
+/// sorted batches, log tables over all its shards and subspaces) say where.
+fn diagnose_mix(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> {
+    let regions = bench.args.regions;
+    let sub = |attributes: &[&str]| {
+        (
+            attributes.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            regions,
+        )
+    };
+    let cases: Vec<(Subspaces, Vec<Vec<&'static str>>)> = vec![
+        (Vec::new(), vec![vec!["locality"]]),
+        (
+            vec![sub(&["locality"]), sub(&["postcode"])],
+            vec![vec!["locality", "price"], vec!["postcode", "ratings"]],
+        ),
+        (
+            vec![sub(&["region", "price"])],
+            vec![vec!["region", "price"]],
+        ),
+    ];
+    let any = &workloads()[0];
+    let mut rows = Vec::new();
+    for (c, (subspaces, classes)) in cases.iter().enumerate() {
+        bench.configure(subspaces)?;
+        let shown = label(subspaces);
+        let updates_only = Mix {
+            name: "updates",
+            search_share: 0.0,
+        };
+        let updates = bench.measure(
+            bench.operations(any, updates_only, &UPDATED)?,
+            700 + c as u64,
+        )?;
+        let stages = stage_counts(bench)?;
+        eprintln!("updates on {shown}: {updates:.0} ops/s; after: {stages}");
+        rows.push(format!("updates,\"{shown}\",0,{updates:.1},,,\"{stages}\""));
+        let configuration = model_configuration(subspaces, bench.args.shards)?;
+        for (k, attributes) in classes.iter().enumerate() {
+            let workload = Workload {
+                name: "diagnose-mix",
+                searches: vec![(attributes.clone(), 1.0)],
+            };
+            let searches_only = Mix {
+                name: "searches",
+                search_share: 1.0,
+            };
+            let search = bench
+                .with_rows(profile(&workload, searches_only))?
+                .searches
+                .remove(0);
+            let cost = model::search_cost_s(
+                &configuration,
+                &search.shape,
+                search.rows.as_ref(),
+                calibration,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+            for share in [1.0, 0.5, 0.1] {
+                // Compacted again, so every share starts from the same stages.
+                bench.configure(subspaces)?;
+                let mix = Mix {
+                    name: "mix",
+                    search_share: share,
+                };
+                let measured = bench.measure(
+                    bench.operations(&workload, mix, &UPDATED)?,
+                    800 + (c * 10 + k) as u64,
+                )?;
+                let stages = stage_counts(bench)?;
+                let search_s = (1.0 / measured - (1.0 - share) / updates) / share;
+                let class = attributes.join("+");
+                eprintln!(
+                    "{class} on {shown}, searches {share}: {measured:.0} ops/s; a search {:.0} us (model alone {:.0} us); after: {stages}",
+                    search_s * 1e6,
+                    cost * 1e6
+                );
+                rows.push(format!(
+                    "{class},\"{shown}\",{share},{measured:.1},{:.1},{:.1},\"{stages}\"",
+                    search_s * 1e6,
+                    cost * 1e6
+                ));
+            }
+        }
+    }
+    bench.configure(&Vec::new())?;
+    write_csv(
+        &bench.args.out_dir.join("mix_runs.csv"),
+        "class,configuration,search_share,measured_ops_per_s,search_us,model_search_alone_us,stages",
+        &rows,
+    )?;
+    println!(
+        "{}",
+        json!({"experiment": "hyperspace-diagnose-mix", "runs": rows.len()})
+    );
+    Ok(())
+}
+
+/// Segments, sorted batches and log tables over the table and its subspaces.
+fn stage_counts(bench: &Bench) -> anyhow::Result<String> {
+    let mut names = vec![TABLE.to_string()];
+    names.extend(
+        bench
+            .db
+            .describe_subspaces(TABLE)
+            .into_iter()
+            .map(|s| s.name),
+    );
+    let (mut segments, mut sorted, mut logs) = (0, 0, 0);
+    for name in names {
+        let stats = bench.db.table(&name)?.stats()?;
+        segments += stats.segments;
+        sorted += stats.sorted_batches;
+        logs += stats.log_tables;
+    }
+    Ok(format!(
+        "{segments} segments, {sorted} sorted batches, {logs} log tables"
+    ))
 }
 
 /// `--diagnose`: searches of one class at a time (workload A's classes and C's six
