@@ -35,6 +35,7 @@ const CALIBRATION: Calibration = Calibration {
     region_cost_s: 0.0,
     fan_out_cost_s: 0.0,
     sent_row_cost_s: 0.0,
+    write_rate_cost_s2: 0.0,
     alpha: 2.3,
     max_throughput_ops_per_s: 40_000.0,
     objects: 140_000,

@@ -546,6 +546,7 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
         region_cost_s: measured.region_cost_s,
         fan_out_cost_s: measured.fan_out_cost_s,
         sent_row_cost_s: measured.sent_row_cost_s,
+        write_rate_cost_s2: measured.write_rate_cost_s2,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
         objects: objects.max(1),
@@ -569,6 +570,10 @@ pub struct MeasuredCalibration {
     /// paper's model, which has no such term).
     #[serde(default)]
     pub sent_row_cost_s: f64,
+    /// Seconds a search spends per row per second written into the regions it asks
+    /// (0 when not measured: the paper's model, which has no such term).
+    #[serde(default)]
+    pub write_rate_cost_s2: f64,
     /// `α`: a moved copy's cost against one overwritten in place.
     pub alpha: f64,
     /// `T_max`: updates per second with a chain of length 1.

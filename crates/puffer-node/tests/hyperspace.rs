@@ -46,6 +46,7 @@ const MEASURED: MeasuredCalibration = MeasuredCalibration {
     region_cost_s: 1e-4,
     fan_out_cost_s: 0.0,
     sent_row_cost_s: 0.0,
+    write_rate_cost_s2: 1e-6,
     alpha: 2.0,
     max_throughput_ops_per_s: 4000.0,
 };
@@ -238,6 +239,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
         region_cost_s: MEASURED.region_cost_s,
         fan_out_cost_s: MEASURED.fan_out_cost_s,
         sent_row_cost_s: MEASURED.sent_row_cost_s,
+        write_rate_cost_s2: MEASURED.write_rate_cost_s2,
         alpha: MEASURED.alpha,
         max_throughput_ops_per_s: MEASURED.max_throughput_ops_per_s,
         objects: 400,

@@ -371,8 +371,9 @@ pub(crate) async fn calibration(
 }
 
 /// `PUT /v1/admin/hyperspace/calibration` with `{"beta_s_per_object", "alpha",
-/// "max_throughput_ops_per_s"}` and optionally `"region_cost_s"` and
-/// `"fan_out_cost_s"` and `"sent_row_cost_s"` (0 without them), as
+/// "max_throughput_ops_per_s"}` and optionally `"region_cost_s"`,
+/// `"fan_out_cost_s"`, `"sent_row_cost_s"` and `"write_rate_cost_s2"` (0 without
+/// them), as
 /// `puffer-bench hyperspace --calibrate` measured them.
 pub(crate) async fn set_calibration(
     State(state): Shared,

@@ -101,6 +101,9 @@ pub struct HyperspaceConfig {
     /// Seconds a search spends per region it asks beyond the first, as the calibration
     /// measured it (optional with the three above; 0 without it).
     pub fan_out_cost_s: Option<f64>,
+    /// Seconds a search spends per row per second written into the regions it asks, as
+    /// the calibration measured it (optional with the three above; 0 without it).
+    pub write_rate_cost_s2: Option<f64>,
 }
 
 impl Default for HyperspaceConfig {
@@ -118,6 +121,7 @@ impl Default for HyperspaceConfig {
             region_cost_s: None,
             sent_row_cost_s: None,
             fan_out_cost_s: None,
+            write_rate_cost_s2: None,
         }
     }
 }
@@ -181,11 +185,12 @@ impl HyperspaceConfig {
             (None, None, None)
                 if self.region_cost_s.is_some()
                     || self.sent_row_cost_s.is_some()
-                    || self.fan_out_cost_s.is_some() =>
+                    || self.fan_out_cost_s.is_some()
+                    || self.write_rate_cost_s2.is_some() =>
             {
                 return Err(invalid(
-                    "region_cost_s, fan_out_cost_s and sent_row_cost_s need beta_s_per_object, alpha and \
-                     max_throughput_ops_per_s"
+                    "region_cost_s, fan_out_cost_s, sent_row_cost_s and write_rate_cost_s2 need \
+                     beta_s_per_object, alpha and max_throughput_ops_per_s"
                         .into(),
                 ))
             }
@@ -196,6 +201,7 @@ impl HyperspaceConfig {
                     region_cost_s: self.region_cost_s.unwrap_or(0.0),
                     fan_out_cost_s: self.fan_out_cost_s.unwrap_or(0.0),
                     sent_row_cost_s: self.sent_row_cost_s.unwrap_or(0.0),
+                    write_rate_cost_s2: self.write_rate_cost_s2.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,
                 };

@@ -54,7 +54,9 @@ pub use model::{
     SearchFrequency, SearchRows, SearchRun, UpdateFrequency, UpdateRun, WorkloadProfile,
     MAX_ROW_PROBES,
 };
-pub use model::{search_cost_s, update_chain_length, update_cost_s};
+pub use model::{
+    search_cost_s, update_chain_length, update_cost_s, write_exposure, written_exposure,
+};
 pub use profiler::{Profiler, ProfilerConfig};
 pub use regions::{
     parts_per_dimension, regions_contacted, route_search, subspace_grid_regions, SearchRoute,

@@ -28,6 +28,16 @@
 //! - Workload (equation 3, extended to updates as §3.3 says): with `p` each operation's
 //!   share of all operations, `T = 1 / (Σ_i p_i cost(Q_i) + Σ_j p_j cost(U_j))`
 //!   operations per second.
+//! - Writes seen by searches (not in the paper): a region being written holds the rows
+//!   of the last second or so in log tables, which a search checks one by one before
+//!   its segments, until its page is found. A search `Q_i` is charged `λ · W_i`, with
+//!   `λ` ([`Calibration::write_rate_cost_s2`]) seconds per row per second written into
+//!   its regions and `W_i = T · u · e_i` those rows: `u = Σ_j p_j` the updates' share
+//!   (each writes the record once into every subspace, in place or moved) and `e_i`
+//!   the share of the table in the regions asked, times the share of its candidates the
+//!   search reads before its page is full (1 when it is not cut). As `W_i` grows with
+//!   `T`, equation 3 becomes `1/T = A + B · T` (`A` as above, `B = λ u Σ_i p_i e_i`),
+//!   and `T = 2 / (A + √(A² + 4B))`.
 //!
 //! Equation 5 as printed, `α = (T_max − T_real − |N| K T_max) / (2|M| K T_real)`, is not
 //! the inverse of equation 4 (it charges `|N| K T_max` where equation 4 gives
@@ -60,6 +70,10 @@ pub struct Calibration {
     /// has no such term: 0): a row found is decoded whole, named, sent and merged,
     /// which costs more than locating and checking a candidate that is left.
     pub sent_row_cost_s: f64,
+    /// `λ`: seconds a search spends per row per second written into the regions it asks
+    /// (>= 0; the paper has no such term: 0): the rows a region's log tables hold while
+    /// it is written, checked before its segments until the page is found.
+    pub write_rate_cost_s2: f64,
     /// `α`: cost of rewriting an object in a subspace whose coordinates the update moves
     /// (a delete on the old server and a write on the new), relative to an overwrite in
     /// place (>= 0; the paper measured 2.3).
@@ -83,6 +97,7 @@ impl Calibration {
             ("region_cost_s", self.region_cost_s),
             ("fan_out_cost_s", self.fan_out_cost_s),
             ("sent_row_cost_s", self.sent_row_cost_s),
+            ("write_rate_cost_s2", self.write_rate_cost_s2),
             ("alpha", self.alpha),
         ] {
             if !(value.is_finite() && value >= 0.0) {
@@ -279,13 +294,25 @@ fn search_cost_unchecked(
     rows: Option<&SearchRows>,
     calibration: &Calibration,
 ) -> f64 {
+    search_cost_and_exposure(configuration, shape, rows, calibration).0
+}
+
+/// Equation 2's seconds and the search's [`written_exposure`], from one route.
+fn search_cost_and_exposure(
+    configuration: &Configuration,
+    shape: &SearchShape,
+    rows: Option<&SearchRows>,
+    calibration: &Calibration,
+) -> (f64, f64) {
     let route = route_search_unchecked(configuration, shape);
-    let (read, sent) = read_and_sent(configuration, &route, shape, rows, calibration.objects);
+    let (read, sent, exposure) =
+        read_and_sent(configuration, &route, shape, rows, calibration.objects);
     let asked = route.regions_contacted as f64;
-    asked * calibration.region_cost_s
+    let cost = asked * calibration.region_cost_s
         + (asked - 1.0).max(0.0) * calibration.fan_out_cost_s
         + read * calibration.beta_s_per_object
-        + sent * calibration.sent_row_cost_s
+        + sent * calibration.sent_row_cost_s;
+    (cost, exposure)
 }
 
 /// Objects a search of `shape` reads on `route` in a table of `objects`, the mean over
@@ -313,20 +340,20 @@ pub fn objects_read(
     read_and_sent(configuration, route, shape, rows, objects).0
 }
 
-/// [`objects_read`] and [`rows_returned`] in one pass over the probes (the ranking
-/// charges both for every candidate configuration).
+/// [`objects_read`], [`rows_returned`] and [`written_exposure`] in one pass over the
+/// probes (the ranking charges all three for every candidate configuration).
 fn read_and_sent(
     configuration: &Configuration,
     route: &SearchRoute,
     shape: &SearchShape,
     rows: Option<&SearchRows>,
     objects: u64,
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let objects = objects as f64;
     let asked = route.regions_contacted as f64;
     let fraction = asked / route.grid_regions as f64;
     let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
-        return (fraction * objects, fraction * objects);
+        return (fraction * objects, fraction * objects, fraction);
     };
     let subspace = routed_subspace(configuration, route);
     let key_candidates = match shape.key {
@@ -337,7 +364,7 @@ fn read_and_sent(
         }
         None => f64::INFINITY,
     };
-    let (read, sent) = rows
+    let (read, sent, exposure) = rows
         .probes
         .iter()
         .map(|probe| {
@@ -360,16 +387,33 @@ fn read_and_sent(
                 .fold(key_candidates.min(objects * held), f64::min)
                 .max(matched);
             match rows.page_rows {
-                Some(page) if matched > page as f64 * holding => (
-                    candidates * (page as f64 * holding / matched),
-                    page as f64 * holding,
-                ),
-                _ => (candidates, matched),
+                Some(page) if matched > page as f64 * holding => {
+                    let cut = page as f64 * holding / matched;
+                    (candidates * cut, page as f64 * holding, held * cut)
+                }
+                _ => (candidates, matched, held),
             }
         })
-        .fold((0.0, 0.0), |(read, sent), (r, s)| (read + r, sent + s));
+        .fold((0.0, 0.0, 0.0), |(read, sent, exposure), (r, s, e)| {
+            (read + r, sent + s, exposure + e)
+        });
     let probes = rows.probes.len() as f64;
-    (read / probes, sent / probes)
+    (read / probes, sent / probes, exposure / probes)
+}
+
+/// The share of the rows written into the table that a search of `shape` on `route`
+/// checks while they wait in its regions' log tables, the mean over `rows`' probes:
+/// the share of the table in the regions asked ([`held_share`]: writes fall where the
+/// records are), times the share of its candidates the search reads before its page is
+/// full (1 when not cut; see [`objects_read`]). Without `rows`, `asked / grid`.
+pub fn written_exposure(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    rows: Option<&SearchRows>,
+    objects: u64,
+) -> f64 {
+    read_and_sent(configuration, route, shape, rows, objects).2
 }
 
 /// The subspace `route` reads (`None`: the key subspace).
@@ -523,19 +567,39 @@ fn throughput_unchecked(
     calibration: &Calibration,
     total_frequency: f64,
 ) -> f64 {
-    let search_cost: f64 = profile
-        .searches
-        .iter()
-        .map(|search| {
-            search.frequency
-                * search_cost_unchecked(
-                    configuration,
-                    &search.shape,
-                    search.rows.as_ref(),
-                    calibration,
-                )
-        })
-        .sum();
+    let (base_s, exposure) =
+        cost_and_exposure_unchecked(configuration, profile, calibration, total_frequency);
+    throughput_from(base_s, calibration.write_rate_cost_s2 * exposure)
+}
+
+/// `T` solving `1/T = base_s + write_term · T` (see the module docs): `1 / base_s`
+/// without the term.
+fn throughput_from(base_s: f64, write_term: f64) -> f64 {
+    // Costs are positive (β, O, T_max > 0), so `base_s` is too; this form has no
+    // cancellation when the write term is small.
+    2.0 / (base_s + (base_s * base_s + 4.0 * write_term).sqrt())
+}
+
+/// `A` and `B / λ` of the module docs: the mean seconds of an operation without the
+/// writes its searches see, and `u Σ_i p_i e_i`.
+fn cost_and_exposure_unchecked(
+    configuration: &Configuration,
+    profile: &WorkloadProfile,
+    calibration: &Calibration,
+    total_frequency: f64,
+) -> (f64, f64) {
+    let mut search_cost = 0.0;
+    let mut exposure = 0.0;
+    for search in &profile.searches {
+        let (cost, e) = search_cost_and_exposure(
+            configuration,
+            &search.shape,
+            search.rows.as_ref(),
+            calibration,
+        );
+        search_cost += search.frequency * cost;
+        exposure += search.frequency * e;
+    }
     let update_cost: f64 = profile
         .updates
         .iter()
@@ -543,8 +607,40 @@ fn throughput_unchecked(
             update.frequency * update_cost_unchecked(configuration, &update.attributes, calibration)
         })
         .sum();
-    // Costs are positive (β, O, T_max > 0), so the mean cost is too.
-    total_frequency / (search_cost + update_cost)
+    let update_share: f64 =
+        profile.updates.iter().map(|u| u.frequency).sum::<f64>() / total_frequency;
+    (
+        (search_cost + update_cost) / total_frequency,
+        update_share * exposure / total_frequency,
+    )
+}
+
+/// `B / λ` of the module docs for `profile` in `configuration`, on a table of `objects`:
+/// `u Σ_i p_i e_i`, the rows written per second into the regions its searches ask, per
+/// operation per second of the workload (0 without searches or without updates).
+pub fn write_exposure(
+    configuration: &Configuration,
+    profile: &WorkloadProfile,
+    objects: u64,
+) -> Result<f64, ConfigError> {
+    let total = profile.check()?;
+    if objects == 0 {
+        return Err(config_error("objects", "0 objects: nothing to model"));
+    }
+    let mut exposure = 0.0;
+    for search in &profile.searches {
+        let route = route_search_unchecked(configuration, &search.shape);
+        let (_, _, e) = read_and_sent(
+            configuration,
+            &route,
+            &search.shape,
+            search.rows.as_ref(),
+            objects,
+        );
+        exposure += search.frequency * e;
+    }
+    let update_share: f64 = profile.updates.iter().map(|u| u.frequency).sum::<f64>() / total;
+    Ok(update_share * exposure / total)
 }
 
 /// A configuration and its predicted throughput.
@@ -653,21 +749,28 @@ pub fn alpha_from_update_runs(
     Ok(alpha)
 }
 
-/// One calibration run of searches alone (§4.3): what each search asked, read and was
-/// sent, and the throughput measured.
+/// One calibration run of searches (§4.3), alone or amid updates: what each search
+/// asked, read and was sent, the updates' part, and the throughput measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchRun {
+    /// `p`, the searches' share of the run's operations (in `(0, 1]`).
+    pub search_share: f64,
     /// Regions one search asks (>= 0).
     pub regions_asked: f64,
     /// Objects one search reads ([`objects_read`]; >= 0).
     pub objects_read: f64,
     /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
     pub rows_sent: f64,
-    /// `T_real`, searches per second measured (> 0).
+    /// Seconds per operation the run's updates cost, `(1 − p)` times an update's
+    /// cost by equation 4 (>= 0; 0 for searches alone).
+    pub update_s_per_op: f64,
+    /// [`write_exposure`] of the run's workload (>= 0; 0 for searches alone).
+    pub write_exposure: f64,
+    /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// A search's four costs, from [`search_costs_from_runs`].
+/// A search's five costs, from [`search_costs_from_runs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchCosts {
     /// `c_region`, seconds per region asked (>= 0).
@@ -678,16 +781,20 @@ pub struct SearchCosts {
     pub beta_s_per_object: f64,
     /// `γ`, seconds per row sent back (>= 0).
     pub sent_row_cost_s: f64,
+    /// `λ`, seconds per row per second written into the regions asked (>= 0).
+    pub write_rate_cost_s2: f64,
 }
 
-/// `c_region`, `c_fan`, `β` and `γ` from calibration runs of searches (equation 2
-/// inverted): each run gives `1 / T_real = regions · c_region + (regions − 1) ·
-/// c_fan + read · β + sent · γ`. They are the least-squares solution of those
-/// equations in relative terms (each run's residual divided by its cost, so a slow run
-/// does not outweigh the fast ones: the model's error is judged relative), none below
-/// 0: among the fits with `β` and any of the three others left free (the rest 0), the
-/// one with the smallest residual whose costs are all non-negative. Runs that leave
-/// `β` at 0 or below say nothing about it and are refused.
+/// `c_region`, `c_fan`, `β`, `γ` and `λ` from calibration runs of searches (equations
+/// 2 and 3 inverted): each run gives `1 / T_real = p (regions · c_region +
+/// (regions − 1) · c_fan + read · β + sent · γ) + updates + λ · x · T_real`, with `x` its
+/// [`write_exposure`]; with the measured `T_real` on the right, that is linear in the
+/// costs. They are the least-squares solution of those equations in relative terms
+/// (each run's residual divided by its cost, so a slow run does not outweigh the fast
+/// ones: the model's error is judged relative), none below 0: among the fits with `β`
+/// and any of the four others left free (the rest 0), the one with the smallest
+/// residual whose costs are all non-negative. Runs that leave `β` at 0 or below say
+/// nothing about it and are refused.
 pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
@@ -695,13 +802,23 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             "no run: nothing to estimate beta from",
         ));
     }
-    // Each run as a row (regions · T, (regions − 1) · T, read · T, sent · T) against 1.
+    // Each run as a row (p · regions · T, p · (regions − 1) · T, p · read · T,
+    // p · sent · T, x · T²) against 1 − updates · T.
     let mut rows = Vec::with_capacity(runs.len());
+    let mut targets = Vec::with_capacity(runs.len());
     for run in runs {
+        if !(run.search_share > 0.0 && run.search_share <= 1.0) {
+            return Err(config_error(
+                "search_runs",
+                format!("search share {} is not in (0, 1]", run.search_share),
+            ));
+        }
         for (name, value) in [
             ("regions asked", run.regions_asked),
             ("objects read", run.objects_read),
             ("rows sent", run.rows_sent),
+            ("update cost", run.update_s_per_op),
+            ("write exposure", run.write_exposure),
         ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(config_error(
@@ -711,19 +828,28 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             }
         }
         let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
+        let searches = run.search_share * measured;
         rows.push([
-            run.regions_asked * measured,
-            (run.regions_asked - 1.0).max(0.0) * measured,
-            run.objects_read * measured,
-            run.rows_sent * measured,
+            run.regions_asked * searches,
+            (run.regions_asked - 1.0).max(0.0) * searches,
+            run.objects_read * searches,
+            run.rows_sent * searches,
+            run.write_exposure * measured * measured,
         ]);
+        targets.push(1.0 - run.update_s_per_op * measured);
     }
     // Which costs are fitted (β, column 2, always): every subset, the best feasible
     // one kept.
     let mut best: Option<([f64; COSTS], f64)> = None;
-    for subset in 0..8u8 {
-        let free = [subset & 1 != 0, subset & 2 != 0, true, subset & 4 != 0];
-        let Some(costs) = least_squares(&rows, free) else {
+    for subset in 0..16u8 {
+        let free = [
+            subset & 1 != 0,
+            subset & 2 != 0,
+            true,
+            subset & 4 != 0,
+            subset & 8 != 0,
+        ];
+        let Some(costs) = least_squares(&rows, &targets, free) else {
             continue;
         };
         if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[2] <= 0.0 {
@@ -731,16 +857,20 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         }
         let residual: f64 = rows
             .iter()
-            .map(|row| {
+            .zip(&targets)
+            .map(|(row, target)| {
                 let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
-                (fitted - 1.0).powi(2)
+                (fitted - target).powi(2)
             })
             .sum();
         if best.is_none_or(|(_, r)| residual < r) {
             best = Some((costs, residual));
         }
     }
-    let Some(([region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s], _)) = best
+    let Some((
+        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2],
+        _,
+    )) = best
     else {
         return Err(config_error(
             "search_runs",
@@ -752,25 +882,30 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         fan_out_cost_s,
         beta_s_per_object,
         sent_row_cost_s,
+        write_rate_cost_s2,
     })
 }
 
 /// Costs a search is charged (columns of a calibration run's row).
-const COSTS: usize = 4;
+const COSTS: usize = 5;
 
-/// The least-squares costs of `rows · costs = 1` over the columns `free` says (the
-/// others 0), by the normal equations; `None` when they are singular.
-fn least_squares(rows: &[[f64; COSTS]], free: [bool; COSTS]) -> Option<[f64; COSTS]> {
+/// The least-squares costs of `rows · costs = targets` over the columns `free` says
+/// (the others 0), by the normal equations; `None` when they are singular.
+fn least_squares(
+    rows: &[[f64; COSTS]],
+    targets: &[f64],
+    free: [bool; COSTS],
+) -> Option<[f64; COSTS]> {
     let columns: Vec<usize> = (0..COSTS).filter(|&c| free[c]).collect();
     let n = columns.len();
-    // The augmented normal equations [AᵀA | Aᵀ1], solved by Gaussian elimination.
+    // The augmented normal equations [AᵀA | Aᵀb], solved by Gaussian elimination.
     let mut m = vec![vec![0.0; n + 1]; n];
-    for row in rows {
+    for (row, target) in rows.iter().zip(targets) {
         for (i, &ci) in columns.iter().enumerate() {
             for (j, &cj) in columns.iter().enumerate() {
                 m[i][j] += row[ci] * row[cj];
             }
-            m[i][n] += row[ci];
+            m[i][n] += row[ci] * target;
         }
     }
     let scale: f64 = (0..n).map(|i| m[i][i]).fold(0.0, f64::max);
@@ -841,6 +976,7 @@ mod tests {
             region_cost_s: 0.0,
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
+            write_rate_cost_s2: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
             objects: 140_000,
@@ -876,6 +1012,100 @@ mod tests {
     }
 
     #[test]
+    fn writes_seen_by_searches_by_hand() {
+        // The small instance above with λ = 0.5 ms per row per second: the search of
+        // <0> asks 4 of 16 regions (a quarter of the table), that of <3> every key
+        // region (all of it); a quarter of the operations are updates.
+        let calibration = Calibration {
+            beta_s_per_object: 1e-3,
+            region_cost_s: 0.0,
+            fan_out_cost_s: 0.0,
+            sent_row_cost_s: 0.0,
+            write_rate_cost_s2: 5e-4,
+            alpha: 2.0,
+            max_throughput_ops_per_s: 1000.0,
+            objects: 1600,
+        };
+        let configuration = Configuration::new(
+            [
+                Subspace::new([0, 1], 16).unwrap(),
+                Subspace::new([2], 16).unwrap(),
+            ],
+            16,
+            2,
+        )
+        .unwrap();
+        let search = |attribute, frequency| SearchFrequency {
+            shape: SearchShape::equalities([attribute]),
+            frequency,
+            rows: None,
+        };
+        let profile = WorkloadProfile {
+            searches: vec![search(0, 2.0), search(3, 1.0)],
+            updates: vec![UpdateFrequency {
+                attributes: set(&[2]),
+                frequency: 1.0,
+            }],
+        };
+        let base = 0.5 * 0.4 + 0.25 * 1.6 + 0.25 * 0.013;
+        let exposure = 0.25 * (0.5 * 0.25 + 0.25 * 1.0);
+        let x = write_exposure(&configuration, &profile, 1600).unwrap();
+        assert!((x / exposure - 1.0).abs() < 1e-12, "{x} {exposure}");
+        // The oracle: bisection on 1/T = A + λ x T, decreasing in T on the left side.
+        let (mut low, mut high) = (0.0_f64, 1.0 / base);
+        for _ in 0..200 {
+            let t = (low + high) / 2.0;
+            if 1.0 / t > base + 5e-4 * exposure * t {
+                low = t;
+            } else {
+                high = t;
+            }
+        }
+        let predicted =
+            predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap();
+        assert!((predicted / low - 1.0).abs() < 1e-9, "{predicted} {low}");
+        assert!(predicted < 1.0 / base);
+        // Searches alone see no writes; updates alone have no search to slow.
+        for profile in [
+            WorkloadProfile {
+                updates: Vec::new(),
+                ..profile.clone()
+            },
+            WorkloadProfile {
+                searches: Vec::new(),
+                ..profile.clone()
+            },
+        ] {
+            assert_eq!(write_exposure(&configuration, &profile, 1600).unwrap(), 0.0);
+            let without = Calibration {
+                write_rate_cost_s2: 0.0,
+                ..calibration
+            };
+            let predicted =
+                predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap();
+            let expected =
+                predicted_throughput_ops_per_s(&configuration, &profile, &without).unwrap();
+            assert!((predicted / expected - 1.0).abs() < 1e-12);
+        }
+        // A page found in the first quarter of its candidates sees a quarter of the
+        // writes to its regions: 400 matches in the 4 regions asked, a page of 25 each.
+        // The regions asked hold the value's records and a quarter of the others
+        // (held_share): 0.25 + 0.75 / 4 of the table.
+        let rows = SearchRows {
+            page_rows: Some(25),
+            probes: vec![RowProbe {
+                matched_share: 0.25,
+                attribute_shares: BTreeMap::from([(0, 0.25)]),
+                free_values: BTreeMap::new(),
+            }],
+        };
+        let shape = SearchShape::equalities([0]);
+        let route = route_search_unchecked(&configuration, &shape);
+        let e = written_exposure(&configuration, &route, &shape, Some(&rows), 1600);
+        assert!((e - (0.25 + 0.75 / 4.0) * 0.25).abs() < 1e-12, "{e}");
+    }
+
+    #[test]
     fn hand_evaluation_of_a_small_instance() {
         // R = 16 everywhere, K = 2, O = 1600, β = 1 ms, T_max = 1000, α = 2.
         let calibration = Calibration {
@@ -883,6 +1113,7 @@ mod tests {
             region_cost_s: 0.0,
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
+            write_rate_cost_s2: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
             objects: 1600,
@@ -991,6 +1222,7 @@ mod tests {
             region_cost_s: 2e-4,
             fan_out_cost_s: 5e-5,
             sent_row_cost_s: 3e-5,
+            write_rate_cost_s2: 4e-7,
             ..calibration()
         };
         let configuration =
@@ -1010,13 +1242,29 @@ mod tests {
             vec![1],
             vec![0, 5],
         ];
+        // Each class alone, and amid updates at 90, 50 and 10 % searches: the
+        // throughput the model predicts is what the run "measured".
         let runs: Vec<SearchRun> = shapes
             .into_iter()
-            .map(|attributes| {
+            .flat_map(|attributes| [1.0, 0.9, 0.5, 0.1].map(|share| (attributes.clone(), share)))
+            .map(|(attributes, share)| {
                 let shape = SearchShape::equalities(attributes);
                 let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
                 let objects = calibration.objects;
+                let updated = set(&[1]);
+                let profile = WorkloadProfile {
+                    searches: vec![SearchFrequency {
+                        shape: shape.clone(),
+                        frequency: share,
+                        rows: Some(rows.clone()),
+                    }],
+                    updates: vec![UpdateFrequency {
+                        attributes: updated.clone(),
+                        frequency: 1.0 - share,
+                    }],
+                };
                 SearchRun {
+                    search_share: share,
                     regions_asked: route.regions_contacted as f64,
                     objects_read: objects_read(
                         &configuration,
@@ -1026,8 +1274,15 @@ mod tests {
                         objects,
                     ),
                     rows_sent: rows_returned(&configuration, &route, &shape, Some(&rows), objects),
-                    measured_throughput_ops_per_s: 1.0
-                        / search_cost_s(&configuration, &shape, Some(&rows), &calibration).unwrap(),
+                    update_s_per_op: (1.0 - share)
+                        * update_cost_s(&configuration, &updated, &calibration).unwrap(),
+                    write_exposure: write_exposure(&configuration, &profile, objects).unwrap(),
+                    measured_throughput_ops_per_s: predicted_throughput_ops_per_s(
+                        &configuration,
+                        &profile,
+                        &calibration,
+                    )
+                    .unwrap(),
                 }
             })
             .collect();
@@ -1036,13 +1291,17 @@ mod tests {
         assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.fan_out_cost_s / calibration.fan_out_cost_s - 1.0).abs() < 1e-9);
+        assert!((costs.write_rate_cost_s2 / calibration.write_rate_cost_s2 - 1.0).abs() < 1e-9);
         // Runs that ask one region each and are sent nothing say nothing apart about
         // the region's cost or a row sent: both 0 and beta carries it all; runs with no
         // object read say nothing about beta.
         let one = SearchRun {
+            search_share: 1.0,
             regions_asked: 1.0,
             objects_read: 10.0,
             rows_sent: 0.0,
+            update_s_per_op: 0.0,
+            write_exposure: 0.0,
             measured_throughput_ops_per_s: 100.0,
         };
         let costs = search_costs_from_runs(&[one, one]).unwrap();
@@ -1050,9 +1309,10 @@ mod tests {
             (
                 costs.region_cost_s,
                 costs.fan_out_cost_s,
-                costs.sent_row_cost_s
+                costs.sent_row_cost_s,
+                costs.write_rate_cost_s2
             ),
-            (0.0, 0.0, 0.0)
+            (0.0, 0.0, 0.0, 0.0)
         );
         assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
         let nothing_read = SearchRun {
@@ -1061,11 +1321,29 @@ mod tests {
         };
         assert!(search_costs_from_runs(&[nothing_read]).is_err());
         assert!(search_costs_from_runs(&[]).is_err());
-        let bad = SearchRun {
-            measured_throughput_ops_per_s: 0.0,
-            ..one
-        };
-        assert!(search_costs_from_runs(&[bad]).is_err());
+        for bad in [
+            SearchRun {
+                measured_throughput_ops_per_s: 0.0,
+                ..one
+            },
+            SearchRun {
+                search_share: 0.0,
+                ..one
+            },
+            SearchRun {
+                write_exposure: -1.0,
+                ..one
+            },
+            SearchRun {
+                update_s_per_op: f64::NAN,
+                ..one
+            },
+        ] {
+            assert_eq!(
+                search_costs_from_runs(&[bad]).unwrap_err().setting,
+                "search_runs"
+            );
+        }
     }
 
     /// Row estimates with one probe per `(matched, attribute shares)`.
@@ -1129,6 +1407,7 @@ mod tests {
             region_cost_s: 0.0,
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
+            write_rate_cost_s2: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1.0,
             objects: 1600,
@@ -1156,6 +1435,7 @@ mod tests {
             region_cost_s: 1e-3,
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
+            write_rate_cost_s2: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1000.0,
             objects: 1600,
@@ -1238,6 +1518,13 @@ mod tests {
                 "sent_row_cost_s",
                 Calibration {
                     sent_row_cost_s: -1.0,
+                    ..calibration()
+                },
+            ),
+            (
+                "write_rate_cost_s2",
+                Calibration {
+                    write_rate_cost_s2: -1.0,
                     ..calibration()
                 },
             ),

@@ -356,11 +356,12 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     };
     bench.decider().set_hyperspace_calibration(measured)?;
     println!(
-        "calibration: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, alpha {:.3}, T_max {:.0} ops/s",
+        "calibration: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s",
         measured.beta_s_per_object,
         measured.region_cost_s,
         measured.fan_out_cost_s,
         measured.sent_row_cost_s,
+        measured.write_rate_cost_s2,
         measured.alpha,
         measured.max_throughput_ops_per_s
     );
@@ -443,23 +444,11 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Share of searches among the operations of a search calibration run (the rest are
-/// updates, as in the workloads): the read-heavy workloads' share.
-const CALIBRATION_SEARCH_SHARE: f64 = 0.9;
-
 /// The calibration runs (§4.3) and the parameters they give.
 fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCalibration> {
     let updates_only = Mix {
         name: "updates",
         search_share: 0.0,
-    };
-    let searches_only = Mix {
-        name: "searches",
-        search_share: 1.0,
-    };
-    let searches_amid_updates = Mix {
-        name: "searches amid updates",
-        search_share: CALIBRATION_SEARCH_SHARE,
     };
     let any = &workloads()[0];
     let regions = bench.args.regions;
@@ -516,39 +505,61 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             (0.0, Some(e.reason))
         }
     };
-    // β and the region's cost: searches of one class at a time, asking different
-    // numbers of regions and reading different numbers of objects. Each runs amid
-    // updates (a tenth of the operations, the fewest of any workload), so that its
-    // regions hold what writing leaves in every workload: a log table, sorted batches,
-    // segments not yet merged, each searched besides the region's main segment. Run on
-    // freshly compacted regions, the searches cost less than in any workload (a
-    // selective search of a locality and a price took 155 us alone, 313 us with half
-    // the operations updates). The updates' share is taken out at equation 4's cost.
+    // β, the region's costs, γ and λ: searches of one class at a time, asking different
+    // numbers of regions and reading different numbers of objects, amid updates. Every
+    // workload writes, and a region being written holds a log table, sorted batches and
+    // segments not yet merged, each searched besides its main segment: on freshly
+    // compacted regions a selective search of a locality and a price took 155 us alone
+    // and 313 us with half the operations updates. So each class runs with a tenth of
+    // the operations updates (the fewest of any workload), and four selective ones
+    // also with half and nine tenths (the log tables a search checks fill with the
+    // write rate: λ). The updates' part is equation 4's, fitted above.
     // Rows sent and rows read apart: a locality's page is sent whole, a search of a
     // postcode and a rating reads as many candidates and is sent few of them.
-    let search_cases: [(Vec<&'static str>, Subspaces); 9] = [
-        (vec!["locality"], Vec::new()),
-        (vec!["locality"], vec![sub(&["locality"])]),
-        (vec!["locality"], vec![sub(&["locality", "price"])]),
-        (vec!["region", "price"], vec![sub(&["region", "price"])]),
-        (vec!["region", "price"], Vec::new()),
-        (vec!["locality", "price", "pets", "pool"], Vec::new()),
-        (vec!["postcode", "ratings"], Vec::new()),
-        (vec!["postcode", "ratings"], vec![sub(&["postcode"])]),
-        (vec!["locality", "ratings"], Vec::new()),
+    let search_cases: [(Vec<&'static str>, Subspaces, f64); 17] = [
+        (vec!["locality"], Vec::new(), 0.9),
+        (vec!["locality"], vec![sub(&["locality"])], 0.9),
+        (vec!["locality"], vec![sub(&["locality", "price"])], 0.9),
+        (
+            vec!["region", "price"],
+            vec![sub(&["region", "price"])],
+            0.9,
+        ),
+        (vec!["region", "price"], Vec::new(), 0.9),
+        (vec!["locality", "price", "pets", "pool"], Vec::new(), 0.9),
+        (vec!["postcode", "ratings"], Vec::new(), 0.9),
+        (vec!["postcode", "ratings"], vec![sub(&["postcode"])], 0.9),
+        (vec!["locality", "ratings"], Vec::new(), 0.9),
+        (vec!["locality", "price"], vec![sub(&["locality"])], 0.5),
+        (vec!["locality", "price"], vec![sub(&["locality"])], 0.1),
+        (
+            vec!["region", "price"],
+            vec![sub(&["region", "price"])],
+            0.5,
+        ),
+        (
+            vec!["region", "price"],
+            vec![sub(&["region", "price"])],
+            0.1,
+        ),
+        (vec!["postcode", "ratings"], vec![sub(&["postcode"])], 0.5),
+        (vec!["postcode", "ratings"], vec![sub(&["postcode"])], 0.1),
+        (vec!["locality", "ratings"], Vec::new(), 0.5),
+        (vec!["locality", "ratings"], Vec::new(), 0.1),
     ];
     let objects = bench.records.len() as u64;
     let mut search_runs = Vec::new();
-    for (attributes, subspaces) in search_cases {
+    for (attributes, subspaces, share) in search_cases {
         bench.configure(&subspaces)?;
         let workload = Workload {
             name: "calibration",
             searches: vec![(attributes.clone(), 1.0)],
         };
-        let mixed = bench.measure(
-            bench.operations(&workload, searches_amid_updates, &UPDATED)?,
-            13,
-        )?;
+        let mix = Mix {
+            name: "searches amid updates",
+            search_share: share,
+        };
+        let measured = bench.measure(bench.operations(&workload, mix, &UPDATED)?, 13)?;
         let configuration = model_configuration(&subspaces, bench.args.shards)?;
         let update_s = UPDATED
             .iter()
@@ -561,34 +572,29 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             })
             .sum::<f64>()
             / UPDATED.len() as f64;
-        let search_s =
-            (1.0 / mixed - (1.0 - CALIBRATION_SEARCH_SHARE) * update_s) / CALIBRATION_SEARCH_SHARE;
-        if !(search_s.is_finite() && search_s > 0.0) {
-            anyhow::bail!(
-                "calibration: searches of {attributes:?} amid updates ran at {mixed:.0} ops/s, faster than their updates alone allow"
-            );
-        }
-        let measured = 1.0 / search_s;
         let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
         let route = route_search(&configuration, &shape)
             .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
-        let rows = bench
-            .with_rows(profile(&workload, searches_only))?
-            .searches
-            .remove(0)
-            .rows;
+        let with_rows = bench.with_rows(profile(&workload, mix))?;
+        let rows = with_rows.searches[0].rows.clone();
         let read = model::objects_read(&configuration, &route, &shape, rows.as_ref(), objects);
         let sent = model::rows_returned(&configuration, &route, &shape, rows.as_ref(), objects);
+        let exposure = model::write_exposure(&configuration, &with_rows, objects)
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
         let asked = route.regions_contacted as f64;
         eprintln!(
-            "calibration: searches of {attributes:?}, {}: {mixed:.0} ops/s amid updates, {measured:.0} searches/s, {asked} regions asked, {read:.0} objects read, {sent:.0} rows sent",
-            label(&subspaces)
+            "calibration: searches of {attributes:?}, {}, {:.0} % of operations: {measured:.0} ops/s, {asked} regions asked, {read:.0} objects read, {sent:.0} rows sent",
+            label(&subspaces),
+            share * 100.0
         );
-        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "regions_asked": asked, "objects_read": round(read, 1), "rows_sent": round(sent, 1), "search_share": CALIBRATION_SEARCH_SHARE, "measured_ops_per_s": round(mixed, 1), "searches_per_s": round(measured, 1)}));
+        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(&subspaces), "search_share": share, "regions_asked": asked, "objects_read": round(read, 1), "rows_sent": round(sent, 1), "write_exposure": exposure, "measured_ops_per_s": round(measured, 1)}));
         search_runs.push(SearchRun {
+            search_share: share,
             regions_asked: asked,
             objects_read: read,
             rows_sent: sent,
+            update_s_per_op: (1.0 - share) * update_s,
+            write_exposure: exposure,
             measured_throughput_ops_per_s: measured,
         });
     }
@@ -600,6 +606,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         region_cost_s: costs.region_cost_s,
         fan_out_cost_s: costs.fan_out_cost_s,
         sent_row_cost_s: costs.sent_row_cost_s,
+        write_rate_cost_s2: costs.write_rate_cost_s2,
         alpha,
         max_throughput_ops_per_s: max_throughput,
     };
