@@ -52,8 +52,8 @@ use serde_json::json;
 
 use crate::stats::round;
 use workload::{
-    kendall_tau, label, measure, profile, run_series, workloads, Mix, Operations, Workload, MIXES,
-    PAGE_ROWS, TABLE, UPDATED,
+    kendall_tau, label, measure, median, profile, run_series, workloads, Mix, Operations, Workload,
+    MIXES, PAGE_ROWS, TABLE, UPDATED,
 };
 
 #[derive(clap::Args, Clone)]
@@ -94,6 +94,12 @@ pub struct HyperspaceArgs {
     /// others at random.
     #[arg(long, default_value_t = 5)]
     sample: usize,
+    /// Times each configuration of a workload is measured (1..=9), in a new random
+    /// order each round after the first; its throughput is the median of its rounds.
+    /// One run per configuration cannot tell apart configurations a few per cent apart
+    /// on a shared machine: the same one measured up to a third apart between runs.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Only measure searches of each class alone in a set of configurations, against
     /// the model's search cost (`<out>/search_runs.csv`): where the model's error is.
     #[arg(long)]
@@ -135,6 +141,10 @@ pub struct HyperspaceArgs {
     #[arg(long, default_value = "target/bench/hyperspace")]
     out_dir: PathBuf,
 }
+
+/// Most rounds a configuration is measured in (`--rounds`): nine make a run of all
+/// workloads last most of a working day.
+const MAX_ROUNDS: usize = 9;
 
 /// Seconds of the profiler's window in the experiment (the operations of one
 /// configuration's run, not those before it).
@@ -268,6 +278,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         if !workloads().iter().any(|w| w.name == name) {
             anyhow::bail!("--workloads: {name:?} is not one of A, B, C");
         }
+    }
+    if !(1..=MAX_ROUNDS).contains(&args.rounds) {
+        anyhow::bail!("--rounds: {} is not in 1..={MAX_ROUNDS}", args.rounds);
     }
     let mut args = args.clone();
     if args.cluster {
@@ -926,37 +939,6 @@ fn evaluate(
         .collect();
     others.shuffle(rng);
     others.truncate(bench.args.sample);
-    let mut measured: BTreeMap<Configuration, f64> = BTreeMap::new();
-    let mut measure_one = |configuration: &Configuration, seed: u64| -> anyhow::Result<f64> {
-        if let Some(&t) = measured.get(configuration) {
-            return Ok(t);
-        }
-        bench.configure(&subspaces_of(configuration))?;
-        let t = bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)?;
-        measured.insert(configuration.clone(), t);
-        Ok(t)
-    };
-    let mut sampled = Vec::new();
-    for (i, (configuration, kind)) in best
-        .iter()
-        .map(|c| (c, "model-best"))
-        .chain(others.iter().map(|c| (c, "random")))
-        .enumerate()
-    {
-        let t = measure_one(configuration, 100 + i as u64)?;
-        let p = predicted[configuration];
-        let shown = label(&subspaces_of(configuration));
-        eprintln!("{name}: {shown}: predicted {p:.0}, measured {t:.0} ops/s");
-        accuracy_rows.push(format!("{name},\"{shown}\",{p:.1},{t:.1},{kind}"));
-        sampled.push((p, t));
-    }
-    let mut heuristic_results = Vec::new();
-    for (i, (heuristic, configuration)) in heuristics.iter().enumerate() {
-        let t = measure_one(configuration, 200 + i as u64)?;
-        let shown = label(&subspaces_of(configuration));
-        oracle_rows.push(format!("{name},{heuristic},\"{shown}\",{t:.1}"));
-        heuristic_results.push((heuristic.to_string(), shown, t));
-    }
     // The configurator's own choice: from the profile of the operations served.
     bench.configure(&Vec::new())?;
     let operations = Arc::new(bench.operations(workload, mix, &UPDATED)?);
@@ -976,14 +958,58 @@ fn evaluate(
         .map(|s| (s.attributes, s.regions))
         .collect();
     let chosen_configuration = model_configuration(&chosen, bench.args.shards)?;
-    let automatic = match measured.get(&chosen_configuration) {
-        Some(&t) => t,
-        None => {
-            let t = bench.measure(bench.operations(workload, mix, &UPDATED)?, 301)?;
-            measured.insert(chosen_configuration.clone(), t);
-            t
+    // Every configuration once: the sample, the heuristics and the choice, measured
+    // in rounds (see `--rounds`), each one's median kept.
+    let mut to_measure: Vec<Configuration> = Vec::new();
+    for configuration in best
+        .iter()
+        .chain(&others)
+        .chain(heuristics.iter().map(|(_, c)| c))
+        .chain(std::iter::once(&chosen_configuration))
+    {
+        if !to_measure.contains(configuration) {
+            to_measure.push(configuration.clone());
         }
-    };
+    }
+    let mut rounds: BTreeMap<Configuration, Vec<f64>> = BTreeMap::new();
+    for round in 0..bench.args.rounds {
+        let mut order = to_measure.clone();
+        if round > 0 {
+            order.shuffle(rng);
+        }
+        for (i, configuration) in order.iter().enumerate() {
+            bench.configure(&subspaces_of(configuration))?;
+            let seed = 100 + (round * 1000 + i) as u64;
+            let t = bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)?;
+            rounds.entry(configuration.clone()).or_default().push(t);
+        }
+    }
+    let measured: BTreeMap<Configuration, f64> = rounds
+        .iter()
+        .map(|(configuration, runs)| (configuration.clone(), median(&mut runs.clone())))
+        .collect();
+    let mut sampled = Vec::new();
+    for (configuration, kind) in best
+        .iter()
+        .map(|c| (c, "model-best"))
+        .chain(others.iter().map(|c| (c, "random")))
+    {
+        let t = measured[configuration];
+        let p = predicted[configuration];
+        let shown = label(&subspaces_of(configuration));
+        let runs = &rounds[configuration];
+        eprintln!("{name}: {shown}: predicted {p:.0}, measured {t:.0} ops/s (rounds: {runs:.0?})");
+        accuracy_rows.push(format!("{name},\"{shown}\",{p:.1},{t:.1},{kind}"));
+        sampled.push((p, t));
+    }
+    let mut heuristic_results = Vec::new();
+    for (heuristic, configuration) in &heuristics {
+        let t = measured[configuration];
+        let shown = label(&subspaces_of(configuration));
+        oracle_rows.push(format!("{name},{heuristic},\"{shown}\",{t:.1}"));
+        heuristic_results.push((heuristic.to_string(), shown, t));
+    }
+    let automatic = measured[&chosen_configuration];
     let automatic_label = label(&chosen);
     oracle_rows.push(format!(
         "{name},automatic,\"{automatic_label}\",{automatic:.1}"
@@ -1010,6 +1036,7 @@ fn evaluate(
         "heuristics": heuristic_results.iter().map(|(h, c, t)| json!({"heuristic": h, "configuration": c, "ops_per_s": round(*t, 1)})).collect::<Vec<_>>(),
         "automatic_beats_every_heuristic": heuristic_results.iter().all(|(_, _, t)| automatic >= *t),
         "configurations_measured": measured.len(),
+        "rounds": bench.args.rounds,
     }))
 }
 

@@ -278,18 +278,22 @@ pub fn measure(
         seed,
         None,
     )?;
-    let mut counts = series[warm_seconds as usize..].to_vec();
-    Ok(median_count(&mut counts))
+    Ok(median_count(&series[warm_seconds as usize..]))
 }
 
 /// The median of `counts` (the mean of the middle two for an even count; 0 for none).
-pub fn median_count(counts: &mut [u64]) -> f64 {
-    counts.sort_unstable();
-    let n = counts.len();
+pub fn median_count(counts: &[u64]) -> f64 {
+    median(&mut counts.iter().map(|&count| count as f64).collect::<Vec<_>>())
+}
+
+/// The median of `values` (the mean of the middle two for an even count; 0 for none).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
     match n {
         0 => 0.0,
-        _ if n % 2 == 1 => counts[n / 2] as f64,
-        _ => (counts[n / 2 - 1] + counts[n / 2]) as f64 / 2.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
 }
 
@@ -398,12 +402,20 @@ mod tests {
 
     #[test]
     fn the_median_second_is_the_middle_count() {
-        assert_eq!(median_count(&mut []), 0.0);
-        assert_eq!(median_count(&mut [7]), 7.0);
-        assert_eq!(median_count(&mut [9, 1, 5]), 5.0);
+        assert_eq!(median_count(&[]), 0.0);
+        assert_eq!(median_count(&[7]), 7.0);
+        assert_eq!(median_count(&[9, 1, 5]), 5.0);
         // One stalled second moves a mean, not the median.
-        assert_eq!(median_count(&mut [100, 2, 104, 98, 101]), 100.0);
-        assert_eq!(median_count(&mut [4, 1, 3, 2]), 2.5);
+        assert_eq!(median_count(&[100, 2, 104, 98, 101]), 100.0);
+        assert_eq!(median_count(&[4, 1, 3, 2]), 2.5);
+    }
+
+    #[test]
+    fn the_median_of_rounds_is_the_middle_value() {
+        assert_eq!(median(&mut []), 0.0);
+        assert_eq!(median(&mut [3.5]), 3.5);
+        assert_eq!(median(&mut [4_000.0, 2_500.0, 3_700.0]), 3_700.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
     }
 
     #[test]
