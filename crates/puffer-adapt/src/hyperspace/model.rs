@@ -1011,17 +1011,15 @@ mod tests {
         assert!((length - 19.8).abs() < 1e-12);
     }
 
-    #[test]
-    fn writes_seen_by_searches_by_hand() {
-        // The small instance above with λ = 0.5 ms per row per second: the search of
-        // <0> asks 4 of 16 regions (a quarter of the table), that of <3> every key
-        // region (all of it); a quarter of the operations are updates.
+    /// R = 16 everywhere, K = 2, O = 1600, β = 1 ms, T_max = 1000, α = 2, the other
+    /// costs 0; subspaces <0, 1> and <2>.
+    fn small_instance() -> (Calibration, Configuration) {
         let calibration = Calibration {
             beta_s_per_object: 1e-3,
             region_cost_s: 0.0,
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
-            write_rate_cost_s2: 5e-4,
+            write_rate_cost_s2: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
             objects: 1600,
@@ -1035,6 +1033,19 @@ mod tests {
             2,
         )
         .unwrap();
+        (calibration, configuration)
+    }
+
+    #[test]
+    fn writes_seen_by_searches_by_hand() {
+        // The small instance with λ = 0.5 ms per row per second: the search of <0>
+        // asks 4 of 16 regions (a quarter of the table), that of <3> every key region
+        // (all of it); a quarter of the operations are updates.
+        let (calibration, configuration) = small_instance();
+        let calibration = Calibration {
+            write_rate_cost_s2: 5e-4,
+            ..calibration
+        };
         let search = |attribute, frequency| SearchFrequency {
             shape: SearchShape::equalities([attribute]),
             frequency,
@@ -1107,26 +1118,7 @@ mod tests {
 
     #[test]
     fn hand_evaluation_of_a_small_instance() {
-        // R = 16 everywhere, K = 2, O = 1600, β = 1 ms, T_max = 1000, α = 2.
-        let calibration = Calibration {
-            beta_s_per_object: 1e-3,
-            region_cost_s: 0.0,
-            fan_out_cost_s: 0.0,
-            sent_row_cost_s: 0.0,
-            write_rate_cost_s2: 0.0,
-            alpha: 2.0,
-            max_throughput_ops_per_s: 1000.0,
-            objects: 1600,
-        };
-        let configuration = Configuration::new(
-            [
-                Subspace::new([0, 1], 16).unwrap(),
-                Subspace::new([2], 16).unwrap(),
-            ],
-            16,
-            2,
-        )
-        .unwrap();
+        let (calibration, configuration) = small_instance();
         let profile = WorkloadProfile {
             searches: vec![
                 // <0>: 4 of 16 regions of <0, 1> (4 parts free), 100 objects each.
