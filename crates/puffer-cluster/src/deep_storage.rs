@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientOptions, ObjectStore, PutMode, PutPayload, RetryConfig};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutPayload, RetryConfig};
 
 use crate::error::{ClusterError, Result};
 use crate::runtime::Bridge;
@@ -260,7 +260,7 @@ impl DeepStorage {
                 match store.put_opts(&path, framed, PutMode::Create.into()).await {
                     Ok(_) => Ok(Some(true)),
                     Err(object_store::Error::AlreadyExists { .. }) => Ok(Some(false)),
-                    Err(object_store::Error::NotImplemented) => Ok(None),
+                    Err(object_store::Error::NotImplemented { .. }) => Ok(None),
                     Err(other) => Err(other),
                 }
             })?

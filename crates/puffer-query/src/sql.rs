@@ -401,7 +401,7 @@ fn check_plain_select(select: &sql::Select) -> Result<()> {
         || !select.distribute_by.is_empty()
         || !select.sort_by.is_empty()
         || !select.named_window.is_empty()
-        || select.connect_by.is_some()
+        || !select.connect_by.is_empty()
     {
         return refuse("this SELECT clause");
     }
@@ -786,7 +786,13 @@ fn translate_insert(insert: &sql::Insert, schemas: &dyn SchemaSource) -> Result<
     let columns = insert
         .columns
         .iter()
-        .map(|c| column_name(c, &schema))
+        .map(|c| match c.0.as_slice() {
+            [sql::ObjectNamePart::Identifier(ident)] => column_name(ident, &schema),
+            _ => Err(unsupported(
+                format!("qualified column name {c}"),
+                c.span().start,
+            )),
+        })
         .collect::<Result<Vec<_>>>()?;
     let key_at = columns
         .iter()
@@ -798,6 +804,7 @@ fn translate_insert(insert: &sql::Insert, schemas: &dyn SchemaSource) -> Result<
     };
     let mut records = Vec::with_capacity(rows.len());
     for row in rows {
+        let row = &row.content;
         if row.len() != columns.len() {
             return Err(invalid(format!(
                 "a VALUES row has {} values for {} columns",
@@ -877,8 +884,8 @@ fn translate_create(create: &sql::CreateTable) -> Result<Statement> {
     let mut key: Option<String> = None;
     for constraint in &create.constraints {
         match constraint {
-            sql::TableConstraint::PrimaryKey { columns, .. } if columns.len() == 1 => {
-                key = Some(columns[0].column.expr.to_string());
+            sql::TableConstraint::PrimaryKey(primary) if primary.columns.len() == 1 => {
+                key = Some(primary.columns[0].column.expr.to_string());
             }
             other => {
                 return Err(unsupported(
@@ -890,15 +897,10 @@ fn translate_create(create: &sql::CreateTable) -> Result<Statement> {
     }
     let mut attributes = Vec::new();
     for column in &create.columns {
-        let is_key = column.options.iter().any(|o| {
-            matches!(
-                o.option,
-                sql::ColumnOption::Unique {
-                    is_primary: true,
-                    ..
-                }
-            )
-        });
+        let is_key = column
+            .options
+            .iter()
+            .any(|o| matches!(o.option, sql::ColumnOption::PrimaryKey(_)));
         if is_key {
             key = Some(column.name.value.clone());
         }
