@@ -3,7 +3,7 @@
 //! row must not push a page of the usual size out of the cache's reach. Answers are
 //! checked against a naive scan of the records written.
 
-mod common;
+use crate::common;
 
 use common::schema;
 use puffer_store::{Predicate, Query, ReadOptions, Record, Shard, ShardOptions, Value, WriteOp};

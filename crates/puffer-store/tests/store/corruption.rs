@@ -2,7 +2,7 @@
 //! meta, deletions file, log) is detected at open or read with the file named, or (for
 //! bytes no checksum covers, such as alignment padding) changes no answer.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -9,7 +9,7 @@
 //! of its last sync plus a prefix of the changes since. Reopening must lose no
 //! acknowledged SCU and read no torn record as data.
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::io::Write;

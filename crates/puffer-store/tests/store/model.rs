@@ -2,7 +2,7 @@
 //! compactions, reopenings and queries with random predicates and freshness bounds.
 //! Every answer is compared with a `BTreeMap` model at the snapshot the answer reports.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! reported by the load and replaced by a build, never read as records; a segment's
 //! layer files go with it.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
