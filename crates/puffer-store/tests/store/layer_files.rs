@@ -14,17 +14,13 @@ use std::time::{Duration, Instant};
 
 use common::{holds, random_predicate, random_record, schema, Rng};
 use puffer_store::segment::{attribute_layer_file_name, Segment};
-use puffer_store::{Query, ReadOptions, Record, Shard, ShardOptions, StoreError, WriteOp};
+use puffer_store::{Query, ReadOptions, Record, Shard, StoreError, WriteOp};
 
 /// Attributes of `common::schema`.
 const ATTRIBUTES: u16 = 5;
 
 fn open(dir: &Path) -> Shard {
-    let options = ShardOptions {
-        background: false,
-        ..ShardOptions::default()
-    };
-    Shard::open(dir, schema(), options).unwrap()
+    common::open_foreground(dir, schema())
 }
 
 fn write(shard: &Shard, rng: &mut Rng, model: &mut BTreeMap<Vec<u8>, Record>, count: usize) {

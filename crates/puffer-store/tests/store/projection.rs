@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use crate::common;
+
 use puffer_store::{
-    AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, Shard, ShardOptions, Value,
-    WriteOp,
+    AttrType, Attribute, Predicate, Query, ReadOptions, Record, Schema, Value, WriteOp,
 };
 
 const NAMES: [&str; 5] = ["name", "bio", "n", "notes", "flag"];
@@ -66,15 +67,7 @@ fn record(rng: &mut Rng, i: u64) -> Record {
 #[test]
 fn projected_answers_equal_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    let shard = Shard::open(
-        dir.path(),
-        schema(),
-        ShardOptions {
-            background: false,
-            ..ShardOptions::default()
-        },
-    )
-    .unwrap();
+    let shard = common::open_foreground(dir.path(), schema());
     let mut rng = Rng(11);
     let mut model: BTreeMap<Vec<u8>, Record> = BTreeMap::new();
     let write = |rng: &mut Rng, from: u64, to: u64, model: &mut BTreeMap<Vec<u8>, Record>| {

@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::schema;
-use puffer_store::{Predicate, Query, ReadOptions, Record, Shard, ShardOptions, Value, WriteOp};
+use puffer_store::{Predicate, Query, ReadOptions, Record, Value, WriteOp};
 
 /// Rows of a page, as a search client asks (the hyperspace benchmark's page).
 const PAGE_ROWS: usize = 100;
@@ -14,15 +14,7 @@ const PAGE_ROWS: usize = 100;
 #[test]
 fn a_page_of_results_is_kept_in_the_record_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let shard = Shard::open(
-        dir.path(),
-        schema(),
-        ShardOptions {
-            background: false,
-            ..ShardOptions::default()
-        },
-    )
-    .unwrap();
+    let shard = common::open_foreground(dir.path(), schema());
     let records: Vec<Record> = (0..1000u32)
         .map(|i| {
             Record::new(format!("k{i:04}"))

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use puffer_store::{AttrType, Attribute, Predicate, Record, Schema, Value};
+use puffer_store::{AttrType, Attribute, Predicate, Record, Schema, Shard, ShardOptions, Value};
 
 /// xorshift64*: deterministic randomness from a seed.
 pub struct Rng(pub u64);
@@ -241,4 +241,14 @@ impl Model {
     pub fn at(&self, seq: u64) -> &BTreeMap<Vec<u8>, Record> {
         &self.states[seq as usize]
     }
+}
+
+/// A shard in `dir` with the default options but no background work: a test decides
+/// when batches are sorted and segments built.
+pub fn open_foreground(dir: &std::path::Path, schema: Schema) -> Shard {
+    let options = ShardOptions {
+        background: false,
+        ..ShardOptions::default()
+    };
+    Shard::open(dir, schema, options).unwrap()
 }
