@@ -327,7 +327,8 @@ impl RowSample {
     ///
     /// - per sampled attribute the search leaves free, the distinct values (a missing
     ///   value is one) among the sampled records with all the probe's values (the
-    ///   first [`MAX_FREE_VALUE_RECORDS`] of them).
+    ///   first [`MAX_FREE_VALUE_RECORDS`] of them), and, per attribute fixed by value,
+    ///   among the sampled records with that attribute's value (the first as many).
     ///
     /// When no sampled record has them all (or the sample is empty), one probe says the
     /// search finds nothing. An attribute the sample lacks (not in the set it was made
@@ -366,14 +367,17 @@ impl RowSample {
                     matched_share: 0.0,
                     attribute_shares,
                     free_values: BTreeMap::new(),
+                    candidate_free_values: BTreeMap::new(),
                 }],
             };
         }
         // Records by value, per valued attribute, and by all their values together.
-        let mut by_value: Vec<HashMap<&str, u64>> = vec![HashMap::new(); valued.len()];
-        for (counts, (id, _)) in by_value.iter_mut().zip(&valued) {
-            for value in column(*id).into_iter().flatten().flatten() {
-                *counts.entry(value.as_str()).or_default() += 1;
+        let mut by_value: Vec<HashMap<&str, Vec<usize>>> = vec![HashMap::new(); valued.len()];
+        for (records, (id, _)) in by_value.iter_mut().zip(&valued) {
+            for (record, value) in column(*id).into_iter().flatten().enumerate() {
+                if let Some(value) = value {
+                    records.entry(value.as_str()).or_default().push(record);
+                }
             }
         }
         let tuple = |record: usize| -> Vec<&str> {
@@ -393,6 +397,17 @@ impl RowSample {
             .filter(|(id, _)| !shape.attributes.contains_key(id))
             .map(|(id, column)| (*id, column))
             .collect();
+        // Per free attribute, the distinct values among the first of `records`.
+        let distinct_free = |records: &[usize]| -> BTreeMap<AttributeId, u32> {
+            let counted = &records[..records.len().min(MAX_FREE_VALUE_RECORDS)];
+            free.iter()
+                .map(|(id, column)| {
+                    let distinct: HashSet<Option<&str>> =
+                        counted.iter().map(|&r| column[r].as_deref()).collect();
+                    (*id, (distinct.len() as u32).max(1))
+                })
+                .collect()
+        };
         let in_factor: f64 = valued.iter().map(|(_, values)| values).product();
         let probes = ROW_PROBES.min(having.len());
         let probes = (0..probes)
@@ -403,30 +418,31 @@ impl RowSample {
                     .iter()
                     .zip(&by_value)
                     .zip(&values)
-                    .map(|(((id, in_values), counts), value)| {
-                        let found = counts.get(value).copied().unwrap_or(0) as f64;
+                    .map(|(((id, in_values), records), value)| {
+                        let found = records.get(value).map_or(0, Vec::len) as f64;
                         (*id, (in_values * found / n).min(1.0))
                     })
                     .chain(ranges.iter().copied())
                     .collect();
                 let matching = by_tuple.get(&values).map_or(&[][..], Vec::as_slice);
-                // The first matches only: a count matters only while it is below a
+                // The first records only: a count matters only while it is below a
                 // dimension's parts, and probes of popular values would otherwise
                 // read thousands of records each.
-                let counted = &matching[..matching.len().min(MAX_FREE_VALUE_RECORDS)];
-                let free_values = free
+                let candidate_free_values = valued
                     .iter()
-                    .map(|(id, column)| {
-                        let distinct: HashSet<Option<&str>> =
-                            counted.iter().map(|&r| column[r].as_deref()).collect();
-                        (*id, (distinct.len() as u32).max(1))
+                    .zip(&by_value)
+                    .zip(&values)
+                    .map(|(((id, _), records), value)| {
+                        let having = records.get(value).map_or(&[][..], Vec::as_slice);
+                        (*id, distinct_free(having))
                     })
                     .collect();
                 let together = matching.len() as f64;
                 RowProbe {
                     matched_share: (together / n * in_factor * range_share).min(1.0),
                     attribute_shares,
-                    free_values,
+                    free_values: distinct_free(matching),
+                    candidate_free_values,
                 }
             })
             .collect();
@@ -708,7 +724,32 @@ mod tests {
                             };
                             probe.free_values.get(&id) == Some(&(distinct.len().max(1) as u32))
                         });
-                    shares_match && free_match && (probe.matched_share - matched).abs() < 1e-12
+                    // Per attribute fixed by value, the free attributes' distinct values
+                    // among the first records with its value alone.
+                    let candidate_free_match = valued.iter().all(|&v| {
+                        let having: Vec<&Record> = records
+                            .iter()
+                            .filter(|r| same(r, v))
+                            .take(MAX_FREE_VALUE_RECORDS)
+                            .collect();
+                        (0u16..3)
+                            .filter(|id| !shape.attributes.contains_key(id))
+                            .all(|id| {
+                                let mut seen = Vec::new();
+                                for r in &having {
+                                    let value = r.values.get(name(id));
+                                    if !seen.contains(&value) {
+                                        seen.push(value);
+                                    }
+                                }
+                                probe.candidate_free_values.get(&v).and_then(|f| f.get(&id))
+                                    == Some(&(seen.len().max(1) as u32))
+                            })
+                    });
+                    shares_match
+                        && free_match
+                        && candidate_free_match
+                        && (probe.matched_share - matched).abs() < 1e-12
                 });
                 prop_assert!(explained, "probe {:?} matches no sampled record", probe);
                 for (id, share) in &probe.attribute_shares {

@@ -837,6 +837,7 @@ impl Table {
                     total.sorted_batches += stats.sorted_batches;
                     total.log_tables += stats.log_tables;
                 }
+                total.rows_found += stats.rows_found;
             }
         }
         Ok(total)

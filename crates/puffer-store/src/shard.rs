@@ -178,6 +178,10 @@ pub struct ShardStats {
     pub log_tables: usize,
     /// The record cache (all zero when it is off); its bytes count in `memory_bytes`.
     pub record_cache: RecordCacheStats,
+    /// Rows that attribute predicates found in the segments since the shard opened
+    /// (walked and from layers, over all attributes): the candidates searches read.
+    #[serde(default)]
+    pub rows_found: u64,
 }
 
 /// A record as found, before it is decoded.
@@ -1097,6 +1101,11 @@ impl Shard {
         }
         stats.record_cache = self.record_cache_stats();
         stats.memory_bytes += stats.record_cache.bytes;
+        stats.rows_found = self
+            .attribute_demand()
+            .iter()
+            .map(|rows| rows.walked + rows.layered)
+            .sum();
         Ok(stats)
     }
 

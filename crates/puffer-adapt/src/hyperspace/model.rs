@@ -162,6 +162,11 @@ pub struct RowProbe {
     /// that many parts, whatever the regions asked (a city, given its neighbourhood, is
     /// one). An attribute missing here is taken to spread matches over every part.
     pub free_values: BTreeMap<AttributeId, u32>,
+    /// Per attribute fixed by value (equality or `IN`), the same count among the
+    /// records holding that attribute's value alone: where its candidates lie (a
+    /// neighbourhood's rows in one city's regions, a price's in every city's). Missing:
+    /// spread over every part.
+    pub candidate_free_values: BTreeMap<AttributeId, BTreeMap<AttributeId, u32>>,
 }
 
 impl SearchRows {
@@ -179,7 +184,17 @@ impl SearchRows {
             return Err(config_error("search_rows", "a page of 0 rows"));
         }
         for probe in &self.probes {
-            if probe.free_values.values().any(|&values| values == 0) {
+            if probe
+                .free_values
+                .values()
+                .chain(
+                    probe
+                        .candidate_free_values
+                        .values()
+                        .flat_map(|f| f.values()),
+                )
+                .any(|&values| values == 0)
+            {
                 return Err(config_error(
                     "search_rows",
                     "an attribute with 0 distinct values among the matches",
@@ -318,10 +333,12 @@ fn search_cost_and_exposure(
 /// Objects a search of `shape` reads on `route` in a table of `objects`, the mean over
 /// `rows`' probes:
 /// - candidates: the fewest that one constraint finds in the regions asked. A
-///   constraint on a dimension of the routed subspace finds all its rows there (the
-///   regions asked are exactly those its values fall in); one on another attribute
-///   finds its share of the regions asked (its values taken as independent of the
-///   cut); the key's equality or `IN` finds one record per value; with no constraint
+///   constraint on a dimension of the routed subspace finds those of its rows that the
+///   other dimensions' parts asked hold: all its rows are in its own parts, and their
+///   values of the other dimensions are taken as independent of it (a locality and a
+///   price cut 4 by 4: the locality's rows in the price's quarter). One on another
+///   attribute finds its share of the regions asked (its values taken as independent
+///   of the cut); the key's equality or `IN` finds one record per value; with no constraint
 ///   the search reads the regions asked whole;
 /// - the page: each region stops once it has found the page (`page_rows`), so a
 ///   search whose matches exceed a page in every region holding them reads only the
@@ -368,7 +385,7 @@ fn read_and_sent(
         .probes
         .iter()
         .map(|probe| {
-            let holding = holding_regions(configuration, route, shape, probe);
+            let holding = holding_regions(configuration, route, shape, &probe.free_values);
             let held = held_share(configuration, route, shape, probe);
             let matched = probe.matched_share * objects;
             // A constraint finds at least the search's matches, all in the regions
@@ -378,11 +395,23 @@ fn read_and_sent(
                 .iter()
                 .filter(|(attribute, _)| shape.attributes.contains_key(attribute))
                 .map(|(&attribute, &share)| {
-                    if subspace.is_some_and(|s| s.contains(attribute)) {
-                        share * objects
-                    } else {
-                        share * objects * held
-                    }
+                    let in_asked = match subspace {
+                        Some(s) if s.contains(attribute) => {
+                            let own = own_part_share(s, shape, attribute, share);
+                            share * objects * (held / own).min(1.0)
+                        }
+                        _ => share * objects * held,
+                    };
+                    // Only the regions holding matches read every constraint's rows; in
+                    // the others some constraint finds nothing (the store starts from
+                    // the fewest in each region).
+                    let lie_in = probe
+                        .candidate_free_values
+                        .get(&attribute)
+                        .map_or(route.regions_contacted as f64, |free| {
+                            holding_regions(configuration, route, shape, free)
+                        });
+                    in_asked * holding / lie_in.max(holding)
                 })
                 .fold(key_candidates.min(objects * held), f64::min)
                 .max(matched);
@@ -456,6 +485,24 @@ fn held_share(
         .min(1.0)
 }
 
+/// The share of the table in the parts of dimension `attribute` of `subspace` that a
+/// search of `shape` asks: its factor in [`held_share`]. An equality's part holds the
+/// value's records (`share`) and its share of the others; any other constraint asks
+/// [`parts_asked`](super::regions) parts of `parts`, each holding its share.
+fn own_part_share(
+    subspace: &Subspace,
+    shape: &SearchShape,
+    attribute: AttributeId,
+    share: f64,
+) -> f64 {
+    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
+    let parts_f = f64::from(parts);
+    match shape.attributes.get(&attribute).copied() {
+        Some(Constraint::Equality) => share + (1.0 - share) / parts_f,
+        constraint => super::regions::parts_asked(constraint, parts) as f64 / parts_f,
+    }
+}
+
 /// Rows a search of `shape` on `route` sends back from the regions it asks, the mean
 /// over `rows`' probes: each region holding matches sends them up to the page, so
 /// `min(matched, page · holding)` with `holding` as in [`objects_read`]. Every row sent
@@ -472,14 +519,15 @@ pub fn rows_returned(
     read_and_sent(configuration, route, shape, rows, objects).1
 }
 
-/// Regions asked by a search on `route` that hold matches of `probe`: a free dimension's
-/// parts beyond its matches' distinct values hold none (key regions: keys are all
+/// Regions asked by a search on `route` that hold records whose free attributes have
+/// `free_values` distinct values (a probe's matches, or one constraint's candidates): a
+/// free dimension's parts beyond those values hold none (key regions: keys are all
 /// distinct), at least 1.
 fn holding_regions(
     configuration: &Configuration,
     route: &SearchRoute,
     shape: &SearchShape,
-    probe: &RowProbe,
+    free_values: &BTreeMap<AttributeId, u32>,
 ) -> f64 {
     let asked = route.regions_contacted as f64;
     let Some(subspace) = routed_subspace(configuration, route) else {
@@ -490,7 +538,7 @@ fn holding_regions(
         .attributes()
         .iter()
         .filter(|attribute| !shape.attributes.contains_key(attribute))
-        .filter_map(|attribute| probe.free_values.get(attribute))
+        .filter_map(|attribute| free_values.get(attribute))
         .fold(asked, |regions, &values| {
             regions * f64::from(values.min(parts)) / f64::from(parts)
         })
@@ -757,7 +805,8 @@ pub struct SearchRun {
     pub search_share: f64,
     /// Regions one search asks (>= 0).
     pub regions_asked: f64,
-    /// Objects one search reads ([`objects_read`]; >= 0).
+    /// Objects one search reads (>= 0): as the shards counted them in the run, or
+    /// [`objects_read`] where they were not counted.
     pub objects_read: f64,
     /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
     pub rows_sent: f64,
@@ -1108,6 +1157,7 @@ mod tests {
                 matched_share: 0.25,
                 attribute_shares: BTreeMap::from([(0, 0.25)]),
                 free_values: BTreeMap::new(),
+                candidate_free_values: BTreeMap::new(),
             }],
         };
         let shape = SearchShape::equalities([0]);
@@ -1348,6 +1398,7 @@ mod tests {
                     matched_share: *matched,
                     attribute_shares: shares.iter().copied().collect(),
                     free_values: BTreeMap::new(),
+                    candidate_free_values: BTreeMap::new(),
                 })
                 .collect(),
         }
@@ -1370,6 +1421,25 @@ mod tests {
         // A search whose matches outnumber what independence gives: at least those.
         let probe = rows_of(Some(100), &[(30.0 / 1600.0, &[(0, 0.1), (5, 0.05)])]);
         assert!((read(&[0, 5], &probe) - 30.0).abs() < 1e-9);
+        // <0, 1> both fixed: 1 region of 16. Attribute 0's 160 rows are all in its
+        // part, and those in attribute 1's part are its share of them, 0.2 + 0.8 / 4:
+        // 64; attribute 1's 320 rows, 0.1 + 0.9 / 4 of them in 0's part: 104. The
+        // fewer, 64 (not all 160 of attribute 0's rows: most are in other regions).
+        let probe = rows_of(Some(100), &[(4.0 / 1600.0, &[(0, 0.1), (1, 0.2)])]);
+        assert!((read(&[0, 1], &probe) - 64.0).abs() < 1e-9);
+        // <1, 5> with 0 free: 4 regions asked, holding 0.2 + 0.8 / 4 = 0.4 of the table;
+        // the matches hold one value of 0: one region holds them. Attribute 1's 320
+        // rows spread over the 4: 80 in it. Attribute 5 finds 0.3 of the 640 there,
+        // 192: where its rows also hold one value of 0 (a neighbourhood's, one city),
+        // all 192 are in that region and the store starts from 1's 80 there; where they
+        // spread over the 4, 48 are, and it starts from those.
+        let mut probe = rows_of(Some(100), &[(4.0 / 1600.0, &[(1, 0.2), (5, 0.3)])]);
+        probe.probes[0].free_values.insert(0, 1);
+        assert!((read(&[1, 5], &probe) - 48.0).abs() < 1e-9);
+        probe.probes[0]
+            .candidate_free_values
+            .insert(5, BTreeMap::from([(0, 1)]));
+        assert!((read(&[1, 5], &probe) - 80.0).abs() < 1e-9);
         // <0>: 160 candidates, 160 matches, a page of 10 in each of 4 regions: 40,
         // and the 40 are sent; a search with 4 matches is sent those 4.
         let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);

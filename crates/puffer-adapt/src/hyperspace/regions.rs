@@ -57,7 +57,7 @@ pub fn subspace_grid_regions(subspace: &Subspace) -> u64 {
 }
 
 /// Parts of a dimension cut into `parts` that a constraint (or none) asks.
-fn parts_asked(constraint: Option<Constraint>, parts: u32) -> u64 {
+pub(crate) fn parts_asked(constraint: Option<Constraint>, parts: u32) -> u64 {
     let parts = u64::from(parts);
     match constraint {
         None => parts,
