@@ -743,19 +743,20 @@ fn diagnose_mix(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The statistics of the table and of each of its subspaces on `db`.
+fn table_and_subspace_stats(db: &Database) -> anyhow::Result<Vec<puffer_store::ShardStats>> {
+    let mut names = vec![TABLE.to_string()];
+    names.extend(db.describe_subspaces(TABLE).into_iter().map(|s| s.name));
+    names
+        .iter()
+        .map(|name| Ok(db.table(name)?.stats()?))
+        .collect()
+}
+
 /// Segments, sorted batches and log tables over the table and its subspaces.
 fn stage_counts(bench: &Bench) -> anyhow::Result<String> {
-    let mut names = vec![TABLE.to_string()];
-    names.extend(
-        bench
-            .db
-            .describe_subspaces(TABLE)
-            .into_iter()
-            .map(|s| s.name),
-    );
     let (mut segments, mut sorted, mut logs) = (0, 0, 0);
-    for name in names {
-        let stats = bench.db.table(&name)?.stats()?;
+    for stats in table_and_subspace_stats(&bench.db)? {
         segments += stats.segments;
         sorted += stats.sorted_batches;
         logs += stats.log_tables;
@@ -770,10 +771,10 @@ fn stage_counts(bench: &Bench) -> anyhow::Result<String> {
 fn rows_found(bench: &Bench) -> anyhow::Result<u64> {
     let mut found = 0;
     for db in bench.holders() {
-        found += db.table(TABLE)?.stats()?.rows_found;
-        for subspace in db.describe_subspaces(TABLE) {
-            found += db.table(&subspace.name)?.stats()?.rows_found;
-        }
+        found += table_and_subspace_stats(db)?
+            .iter()
+            .map(|stats| stats.rows_found)
+            .sum::<u64>();
     }
     Ok(found)
 }
