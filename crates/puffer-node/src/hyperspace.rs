@@ -565,6 +565,15 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
         write_rate_cost_s2: measured.write_rate_cost_s2,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
+        // Not measured: equation 4's, the fetch counted as one more hop (an invalid
+        // T_max is reported as such by the check).
+        update_fixed_cost_s: measured.update_fixed_cost_s.unwrap_or(
+            if measured.max_throughput_ops_per_s > 0.0 {
+                1.0 / measured.max_throughput_ops_per_s
+            } else {
+                0.0
+            },
+        ),
         objects: objects.max(1),
     }
 }
@@ -594,6 +603,10 @@ pub struct MeasuredCalibration {
     pub alpha: f64,
     /// `T_max`: updates per second with a chain of length 1.
     pub max_throughput_ops_per_s: f64,
+    /// Seconds of an update that do not grow with its copies: its fetch and its SCU's
+    /// commit (absent when not measured: equation 4's `1 / T_max`).
+    #[serde(default)]
+    pub update_fixed_cost_s: Option<f64>,
 }
 
 impl MeasuredCalibration {

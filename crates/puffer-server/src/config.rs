@@ -104,6 +104,10 @@ pub struct HyperspaceConfig {
     /// Seconds a search spends per row per second written into the regions it asks, as
     /// the calibration measured it (optional with the three above; 0 without it).
     pub write_rate_cost_s2: Option<f64>,
+    /// Seconds of an update that do not grow with its copies (its fetch and its SCU's
+    /// commit), as the calibration measured it (optional with the three above; without
+    /// it, equation 4's `1 / max_throughput_ops_per_s`).
+    pub update_fixed_cost_s: Option<f64>,
 }
 
 impl Default for HyperspaceConfig {
@@ -122,6 +126,7 @@ impl Default for HyperspaceConfig {
             sent_row_cost_s: None,
             fan_out_cost_s: None,
             write_rate_cost_s2: None,
+            update_fixed_cost_s: None,
         }
     }
 }
@@ -186,11 +191,13 @@ impl HyperspaceConfig {
                 if self.region_cost_s.is_some()
                     || self.sent_row_cost_s.is_some()
                     || self.fan_out_cost_s.is_some()
-                    || self.write_rate_cost_s2.is_some() =>
+                    || self.write_rate_cost_s2.is_some()
+                    || self.update_fixed_cost_s.is_some() =>
             {
                 return Err(invalid(
-                    "region_cost_s, fan_out_cost_s, sent_row_cost_s and write_rate_cost_s2 need \
-                     beta_s_per_object, alpha and max_throughput_ops_per_s"
+                    "region_cost_s, fan_out_cost_s, sent_row_cost_s, write_rate_cost_s2 and \
+                     update_fixed_cost_s need beta_s_per_object, alpha and \
+                     max_throughput_ops_per_s"
                         .into(),
                 ))
             }
@@ -204,6 +211,7 @@ impl HyperspaceConfig {
                     write_rate_cost_s2: self.write_rate_cost_s2.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,
+                    update_fixed_cost_s: self.update_fixed_cost_s,
                 };
                 measured.check().map_err(|e| invalid(e.to_string()))?;
                 Some(measured)
@@ -505,7 +513,16 @@ mod tests {
         assert_eq!(options.interval.as_secs(), 3);
         assert_eq!(options.profiler.window_buckets, 20);
         assert_eq!(options.regions, 64);
-        assert_eq!(calibration.unwrap().alpha, 0.3);
+        let calibration = calibration.unwrap();
+        assert_eq!(calibration.alpha, 0.3);
+        assert_eq!(calibration.update_fixed_cost_s, None);
+        let parsed: ServerConfig = toml::from_str(
+            "[hyperspace]\nbeta_s_per_object = 3.5e-7\nalpha = 0.3\n\
+             max_throughput_ops_per_s = 15000\nupdate_fixed_cost_s = 0.004\n",
+        )
+        .unwrap();
+        let (_, calibration) = parsed.hyperspace.options().unwrap();
+        assert_eq!(calibration.unwrap().update_fixed_cost_s, Some(0.004));
         let bad = [
             (
                 HyperspaceConfig {
@@ -550,6 +567,23 @@ mod tests {
                     ..defaults.clone()
                 },
                 "beta",
+            ),
+            (
+                HyperspaceConfig {
+                    update_fixed_cost_s: Some(0.004),
+                    ..defaults.clone()
+                },
+                "need beta_s_per_object",
+            ),
+            (
+                HyperspaceConfig {
+                    beta_s_per_object: Some(1e-6),
+                    alpha: Some(1.0),
+                    max_throughput_ops_per_s: Some(10.0),
+                    update_fixed_cost_s: Some(-1.0),
+                    ..defaults.clone()
+                },
+                "update_fixed_cost_s",
             ),
         ];
         for (config, says) in bad {

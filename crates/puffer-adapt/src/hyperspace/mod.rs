@@ -16,7 +16,8 @@
 //!    from the searched attributes: exhaustively while that is small, pruned beyond.
 //! 3. [`predicted_throughput_ops_per_s`] evaluates equations 1 to 4 (§3) for one
 //!    configuration with a measured [`Calibration`]; [`rank_configurations`] orders the
-//!    candidates; [`alpha_from_update_runs`] is equation 5 (§4.3) and
+//!    candidates; [`update_costs_from_runs`] measures `T_max` and an update's fixed
+//!    cost, [`alpha_from_update_runs`] is equation 5 (§4.3) and
 //!    [`search_costs_from_runs`] the same inversion of equation 2 for `β` and the
 //!    per-region cost. A search's cost is charged by the objects it reads: with
 //!    [`SearchRows`] (estimated by the caller from a sample of its records), what a
@@ -55,7 +56,8 @@ pub use model::{
     MAX_ROW_PROBES,
 };
 pub use model::{
-    search_cost_s, update_chain_length, update_cost_s, write_exposure, written_exposure,
+    search_cost_s, update_chain_length, update_cost_s, update_costs_from_runs, write_exposure,
+    written_exposure, UpdateCosts,
 };
 pub use profiler::{Profiler, ProfilerConfig};
 pub use regions::{

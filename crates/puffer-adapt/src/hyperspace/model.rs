@@ -21,10 +21,16 @@
 //!   its answer merged: the first is read on the asking thread); `γ` the cost of a row
 //!   a region sends back ([`rows_returned`]: decoded whole, named, merged); the paper
 //!   has none of them (all 0).
-//! - Update `U_j` (equation 4): `cost(U_j) = (1 + K(1 + |N| + 2α|M|)) / T_max` seconds,
+//! - Update `U_j` (equation 4): `cost(U_j) = f + K(1 + |N| + 2α|M|) / T_max` seconds,
 //!   with `M` the subspaces of `S` having an attribute `U_j` changes and `N` the others;
-//!   the first `1` is the fetch by key before the update, the `1` inside is the key
-//!   subspace (Observation 4 and equation 4). The key never changes in an update.
+//!   the `1` inside is the key subspace (Observation 4 and equation 4). `f`
+//!   ([`Calibration::update_fixed_cost_s`]) is what an update costs whatever its copies:
+//!   the paper's `1/T_max`, the fetch by key before it, counted as one more hop. Here an
+//!   update is one SCU carrying every copy, committed once: embedded, `f` comes out
+//!   close to the paper's; on a cluster the SCU's round trips through etcd and deep
+//!   storage make it several times a copy's cost, and charging every copy a whole
+//!   commit had the model refuse subspaces that measured faster
+//!   ([`update_costs_from_runs`] measures both). The key never changes in an update.
 //! - Workload (equation 3, extended to updates as §3.3 says): with `p` each operation's
 //!   share of all operations, `T = 1 / (Σ_i p_i cost(Q_i) + Σ_j p_j cost(U_j))`
 //!   operations per second.
@@ -80,6 +86,9 @@ pub struct Calibration {
     pub alpha: f64,
     /// `T_max`: operations per second with a replication chain of length 1 (> 0).
     pub max_throughput_ops_per_s: f64,
+    /// `f`: seconds of an update that do not grow with its copies (>= 0): the fetch by
+    /// key before it and its SCU's commit. Equation 4 has `1 / T_max`.
+    pub update_fixed_cost_s: f64,
     /// `O`: objects stored (>= 1).
     pub objects: u64,
 }
@@ -99,6 +108,7 @@ impl Calibration {
             ("sent_row_cost_s", self.sent_row_cost_s),
             ("write_rate_cost_s2", self.write_rate_cost_s2),
             ("alpha", self.alpha),
+            ("update_fixed_cost_s", self.update_fixed_cost_s),
         ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(config_error(
@@ -568,7 +578,7 @@ pub fn update_chain_length(
 }
 
 /// Seconds one update changing `attributes` costs in `configuration`: the inverse of
-/// equation 4, `(1 + K(1 + |N| + 2α|M|)) / T_max`.
+/// equation 4, `f + K(1 + |N| + 2α|M|) / T_max` (`f` is `1 / T_max` in the paper).
 pub fn update_cost_s(
     configuration: &Configuration,
     attributes: &AttributeSet,
@@ -588,8 +598,9 @@ fn update_cost_unchecked(
     attributes: &AttributeSet,
     calibration: &Calibration,
 ) -> f64 {
-    (1.0 + update_chain_length(configuration, attributes, calibration.alpha))
-        / calibration.max_throughput_ops_per_s
+    calibration.update_fixed_cost_s
+        + update_chain_length(configuration, attributes, calibration.alpha)
+            / calibration.max_throughput_ops_per_s
 }
 
 /// Predicted operations per second of `configuration` under `profile` (equations 1 to 4,
@@ -753,20 +764,87 @@ pub struct UpdateRun {
     pub measured_throughput_ops_per_s: f64,
 }
 
+/// An update's two costs, from [`update_costs_from_runs`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpdateCosts {
+    /// `f`, seconds an update costs whatever its copies (>= 0).
+    pub fixed_cost_s: f64,
+    /// `T_max`, copies written per second (> 0): a copy costs `1 / T_max` seconds.
+    pub max_throughput_ops_per_s: f64,
+}
+
+/// `f` and `T_max` from calibration runs of updates that move no copy (`|M| = 0`; the
+/// others are `α`'s, [`alpha_from_update_runs`]): each gives `1 / T_real = f +
+/// K(1 + |N|) / T_max`, linear in `f` and `1 / T_max`. They are its least-squares
+/// solution in relative terms (each run's residual divided by its cost), with `f` at 0
+/// if it would fall below. Runs of at least two chain lengths are needed; runs whose
+/// throughput does not fall as copies are added say nothing about a copy's cost and
+/// are refused.
+pub fn update_costs_from_runs(runs: &[UpdateRun]) -> Result<UpdateCosts, ConfigError> {
+    let mut rows = Vec::new();
+    let mut chains = Vec::new();
+    for run in runs.iter().filter(|run| run.modified_subspaces == 0) {
+        check_update_run(run)?;
+        let chain = u64::from(run.replicas) * (1 + u64::from(run.untouched_subspaces));
+        // 1 / T_real = f + chain / T_max, times T_real: relative residuals.
+        let measured = run.measured_throughput_ops_per_s;
+        rows.push([measured, chain as f64 * measured]);
+        chains.push(chain);
+    }
+    chains.sort_unstable();
+    chains.dedup();
+    if chains.len() < 2 {
+        return Err(config_error(
+            "update_runs",
+            format!(
+                "{} chain length(s) among the runs that move no copy: at least 2 are needed \
+                 to tell an update's fixed cost from a copy's",
+                chains.len()
+            ),
+        ));
+    }
+    let targets = vec![1.0; rows.len()];
+    let [fixed_cost_s, copy_cost_s] = match least_squares(&rows, &targets, [true, true]) {
+        Some([fixed, copy]) if fixed >= 0.0 => [fixed, copy],
+        _ => least_squares(&rows, &targets, [false, true]).unwrap_or([0.0, 0.0]),
+    };
+    if !(copy_cost_s.is_finite() && copy_cost_s > 0.0 && fixed_cost_s.is_finite()) {
+        return Err(config_error(
+            "update_runs",
+            format!(
+                "the runs give {copy_cost_s} s a copy: throughput does not fall as copies \
+                 are added, so they say nothing about T_max"
+            ),
+        ));
+    }
+    Ok(UpdateCosts {
+        fixed_cost_s,
+        max_throughput_ops_per_s: 1.0 / copy_cost_s,
+    })
+}
+
 /// `α` from calibration runs (equation 5, as the exact inverse of equation 4).
 ///
-/// Each run gives `T_max / T_real − 1 − K(1 + |N|) = 2K|M| · α`; `α` is the least-squares
-/// solution of those equations (a single run with `|M| >= 1` gives equation 4 inverted).
-/// At least one run must move a subspace (`|M| >= 1`); an `α` below 0 means the runs were
-/// faster than any chain allows, and is reported rather than used.
+/// Each run gives `T_max / T_real − f · T_max − K(1 + |N|) = 2K|M| · α` (`f · T_max` is
+/// 1 in the paper); `α` is the least-squares solution of those equations (a single run
+/// with `|M| >= 1` gives equation 4 inverted). At least one run must move a subspace
+/// (`|M| >= 1`); an `α` below 0 means the runs were faster than any chain allows, and
+/// is reported rather than used.
 pub fn alpha_from_update_runs(
     runs: &[UpdateRun],
     max_throughput_ops_per_s: f64,
+    update_fixed_cost_s: f64,
 ) -> Result<f64, ConfigError> {
     if !(max_throughput_ops_per_s.is_finite() && max_throughput_ops_per_s > 0.0) {
         return Err(config_error(
             "max_throughput_ops_per_s",
             format!("{max_throughput_ops_per_s} is not a finite positive number"),
+        ));
+    }
+    if !(update_fixed_cost_s.is_finite() && update_fixed_cost_s >= 0.0) {
+        return Err(config_error(
+            "update_fixed_cost_s",
+            format!("{update_fixed_cost_s} is not a finite non-negative number"),
         ));
     }
     let mut weighted_sum = 0.0;
@@ -775,7 +853,7 @@ pub fn alpha_from_update_runs(
         check_update_run(run)?;
         let replicas = f64::from(run.replicas);
         let excess = max_throughput_ops_per_s / run.measured_throughput_ops_per_s
-            - 1.0
+            - update_fixed_cost_s * max_throughput_ops_per_s
             - replicas * (1.0 + f64::from(run.untouched_subspaces));
         let weight = 2.0 * replicas * f64::from(run.modified_subspaces);
         weighted_sum += weight * excess;
@@ -940,12 +1018,12 @@ const COSTS: usize = 5;
 
 /// The least-squares costs of `rows · costs = targets` over the columns `free` says
 /// (the others 0), by the normal equations; `None` when they are singular.
-fn least_squares(
-    rows: &[[f64; COSTS]],
+fn least_squares<const N: usize>(
+    rows: &[[f64; N]],
     targets: &[f64],
-    free: [bool; COSTS],
-) -> Option<[f64; COSTS]> {
-    let columns: Vec<usize> = (0..COSTS).filter(|&c| free[c]).collect();
+    free: [bool; N],
+) -> Option<[f64; N]> {
+    let columns: Vec<usize> = (0..N).filter(|&c| free[c]).collect();
     let n = columns.len();
     // The augmented normal equations [AᵀA | Aᵀb], solved by Gaussian elimination.
     let mut m = vec![vec![0.0; n + 1]; n];
@@ -978,7 +1056,7 @@ fn least_squares(
         let known: f64 = (i + 1..n).map(|j| m[i][j] * solution[j]).sum();
         solution[i] = (m[i][n] - known) / m[i][i];
     }
-    let mut costs = [0.0; COSTS];
+    let mut costs = [0.0; N];
     for (value, &column) in solution.iter().zip(&columns) {
         costs[column] = *value;
     }
@@ -1028,6 +1106,7 @@ mod tests {
             write_rate_cost_s2: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
+            update_fixed_cost_s: 1.0 / 100_000.0,
             objects: 140_000,
         }
     }
@@ -1071,6 +1150,7 @@ mod tests {
             write_rate_cost_s2: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
+            update_fixed_cost_s: 1.0 / 1000.0,
             objects: 1600,
         };
         let configuration = Configuration::new(
@@ -1254,8 +1334,73 @@ mod tests {
             modified_subspaces: 2,
             measured_throughput_ops_per_s: measured,
         };
-        let alpha = alpha_from_update_runs(&[run, run], calibration.max_throughput_ops_per_s);
+        let alpha = alpha_from_update_runs(
+            &[run, run],
+            calibration.max_throughput_ops_per_s,
+            calibration.update_fixed_cost_s,
+        );
         assert!((alpha.unwrap() - 2.3).abs() < 1e-9);
+    }
+
+    /// Runs generated by equation 4 with a fixed cost `f` and `T_max`: the fit finds
+    /// both again, and `α` after them; runs moving copies do not enter it.
+    #[test]
+    fn update_costs_round_trip_through_equation_four() {
+        for (fixed_cost_s, max_throughput) in [(1e-5, 100_000.0), (5e-3, 20_000.0), (0.0, 500.0)] {
+            let runs: Vec<UpdateRun> = [(1, 0, 0), (1, 1, 0), (1, 3, 0), (2, 2, 0), (1, 1, 2)]
+                .into_iter()
+                .map(|(replicas, untouched, modified)| {
+                    let chain = f64::from(replicas)
+                        * (1.0 + f64::from(untouched) + 2.0 * 2.3 * f64::from(modified));
+                    UpdateRun {
+                        replicas,
+                        untouched_subspaces: untouched,
+                        modified_subspaces: modified,
+                        measured_throughput_ops_per_s: 1.0
+                            / (fixed_cost_s + chain / max_throughput),
+                    }
+                })
+                .collect();
+            let costs = update_costs_from_runs(&runs).unwrap();
+            assert!((costs.fixed_cost_s - fixed_cost_s).abs() < 1e-12);
+            assert!((costs.max_throughput_ops_per_s / max_throughput - 1.0).abs() < 1e-9);
+            let alpha =
+                alpha_from_update_runs(&runs, costs.max_throughput_ops_per_s, costs.fixed_cost_s)
+                    .unwrap();
+            assert!((alpha - 2.3).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn update_costs_need_two_chain_lengths_that_slow_updates() {
+        let run = |untouched, measured| UpdateRun {
+            replicas: 1,
+            untouched_subspaces: untouched,
+            modified_subspaces: 0,
+            measured_throughput_ops_per_s: measured,
+        };
+        // One chain length (and a moved run, which is alpha's): f and T_max cannot be
+        // told apart.
+        let moved = UpdateRun {
+            modified_subspaces: 1,
+            ..run(0, 100.0)
+        };
+        let error = update_costs_from_runs(&[run(1, 100.0), run(1, 90.0), moved]).unwrap_err();
+        assert!(error.reason.contains("at least 2"), "{}", error.reason);
+        // Faster with more copies: no copy cost.
+        let error = update_costs_from_runs(&[run(0, 100.0), run(2, 120.0)]).unwrap_err();
+        assert!(error.reason.contains("T_max"), "{}", error.reason);
+        // A fixed cost that would come out below 0 is 0: 1/T = chain · c fitted alone.
+        // 1000, 400 and 250 ops/s for chains 1, 2, 3 give f < 0 unconstrained.
+        let costs =
+            update_costs_from_runs(&[run(0, 1000.0), run(1, 400.0), run(2, 250.0)]).unwrap();
+        assert_eq!(costs.fixed_cost_s, 0.0);
+        // Relative least squares of 1 = c · chain · T: c = Σ x / Σ x², x = chain · T.
+        let x = [1000.0, 800.0, 750.0];
+        let expected = x.iter().sum::<f64>() / x.iter().map(|v| v * v).sum::<f64>();
+        assert!((1.0 / costs.max_throughput_ops_per_s - expected).abs() < 1e-15);
+        // A bad run is refused by name.
+        assert!(update_costs_from_runs(&[run(0, f64::NAN), run(1, 10.0)]).is_err());
     }
 
     #[test]
@@ -1472,6 +1617,7 @@ mod tests {
             write_rate_cost_s2: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1.0,
+            update_fixed_cost_s: 1.0 / 1.0,
             objects: 1600,
         };
         assert!(search_cost_s(&configuration, &shape, Some(&one_value), &unit).is_err());
@@ -1500,6 +1646,7 @@ mod tests {
             write_rate_cost_s2: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1000.0,
+            update_fixed_cost_s: 1.0 / 1000.0,
             objects: 1600,
         };
         let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
@@ -1524,19 +1671,27 @@ mod tests {
             modified_subspaces: 0,
             measured_throughput_ops_per_s: 100.0,
         };
-        assert!(alpha_from_update_runs(&[run], 1000.0).is_err());
-        assert!(alpha_from_update_runs(&[], 1000.0).is_err());
+        assert!(alpha_from_update_runs(&[run], 1000.0, 1e-3).is_err());
+        assert!(alpha_from_update_runs(&[], 1000.0, 1e-3).is_err());
         let too_fast = UpdateRun {
             modified_subspaces: 1,
             measured_throughput_ops_per_s: 999.0,
             ..run
         };
-        assert!(alpha_from_update_runs(&[too_fast], 1000.0).is_err());
+        assert!(alpha_from_update_runs(&[too_fast], 1000.0, 1e-3).is_err());
+        // A fixed cost below 0 or not finite is refused.
+        let slow = UpdateRun {
+            measured_throughput_ops_per_s: 100.0,
+            ..too_fast
+        };
+        assert!(alpha_from_update_runs(&[slow], 1000.0, 1e-3).is_ok());
+        assert!(alpha_from_update_runs(&[slow], 1000.0, -1e-3).is_err());
+        assert!(alpha_from_update_runs(&[slow], 1000.0, f64::NAN).is_err());
         let zero = UpdateRun {
             measured_throughput_ops_per_s: 0.0,
             ..too_fast
         };
-        assert!(alpha_from_update_runs(&[zero], 1000.0).is_err());
+        assert!(alpha_from_update_runs(&[zero], 1000.0, 1e-3).is_err());
     }
 
     #[test]
@@ -1594,6 +1749,13 @@ mod tests {
                 "alpha",
                 Calibration {
                     alpha: f64::INFINITY,
+                    ..calibration()
+                },
+            ),
+            (
+                "update_fixed_cost_s",
+                Calibration {
+                    update_fixed_cost_s: -1e-6,
                     ..calibration()
                 },
             ),

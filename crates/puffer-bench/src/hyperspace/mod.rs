@@ -5,9 +5,10 @@
 //! use, every one in this process over loopback TCP; calibrated on it, files in
 //! `<out>/cluster/`).
 //!
-//! 1. **Calibration** (`--calibrate`, or when `calibration.json` is missing): `T_max` from
-//!    updates on the key subspace alone, `α` from update runs that move copies in some
-//!    subspaces and leave others (equation 5, inverted exactly), `β` and the cost of a
+//! 1. **Calibration** (`--calibrate`, or when `calibration.json` is missing): `T_max` and
+//!    an update's fixed cost from updates on the key subspace alone and with one to three
+//!    subspaces left in place, `α` from update runs that move copies in some subspaces
+//!    and leave others (equation 5, inverted exactly), `β` and the cost of a
 //!    region from search runs asking different numbers of regions and reading different
 //!    numbers of rows (equation 2 inverted, the rows estimated as the configurator
 //!    estimates them). Written to
@@ -369,14 +370,17 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     };
     bench.decider().set_hyperspace_calibration(measured)?;
     println!(
-        "calibration: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s",
+        "calibration: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
         measured.beta_s_per_object,
         measured.region_cost_s,
         measured.fan_out_cost_s,
         measured.sent_row_cost_s,
         measured.write_rate_cost_s2,
         measured.alpha,
-        measured.max_throughput_ops_per_s
+        measured.max_throughput_ops_per_s,
+        measured
+            .update_fixed_cost_s
+            .map_or("1/T_max (equation 4)".to_string(), |f| format!("{f:.3e} s")),
     );
     if args.calibrate_only {
         println!(
@@ -471,10 +475,11 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             regions,
         )
     };
-    // T_max: the key subspace alone; an update is a fetch and one write (1 + K).
+    // T_max and an update's fixed cost f: updates on the key subspace alone and with one
+    // to three subspaces left in place (equation 4 with the chain's length varied; the
+    // paper takes f as one hop, 1 / T_max, and T_max from the key subspace alone).
     bench.configure(&Vec::new())?;
     let key_only = bench.measure(bench.operations(any, updates_only, &UPDATED)?, 11)?;
-    let max_throughput = key_only * 2.0;
     eprintln!("calibration: updates, key only: {key_only:.0} ops/s");
     // α: updates of price with subspaces it moves (M) or leaves (N).
     // Up to three subspaces left in place and up to two moved: the chains the
@@ -492,7 +497,12 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         (vec![sub(&["price", "locality"]), sub(&["region"])], 1, 1),
         (vec![sub(&["price"]), sub(&["price", "region"])], 0, 2),
     ];
-    let mut update_runs = Vec::new();
+    let mut update_runs = vec![UpdateRun {
+        replicas: 1,
+        untouched_subspaces: 0,
+        modified_subspaces: 0,
+        measured_throughput_ops_per_s: key_only,
+    }];
     let mut rows_out = Vec::new();
     for (subspaces, untouched, modified) in update_cases {
         bench.configure(&subspaces)?;
@@ -509,15 +519,37 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             measured_throughput_ops_per_s: measured,
         });
     }
-    // Runs faster than equation 4 allows for any alpha (moves cost no more than
-    // overwrites here, within the noise) give alpha 0, said so in the file.
-    let (alpha, alpha_note) = match model::alpha_from_update_runs(&update_runs, max_throughput) {
-        Ok(alpha) => (alpha, None),
+    // Runs whose throughput does not fall with more copies say nothing about a copy's
+    // cost: then equation 4 as the paper calibrates it, said so in the file.
+    let (update_costs, update_note) = match model::update_costs_from_runs(&update_runs) {
+        Ok(costs) => (costs, None),
         Err(e) => {
-            eprintln!("calibration: {}; alpha taken as 0", e.reason);
-            (0.0, Some(e.reason))
+            eprintln!(
+                "calibration: {}; T_max taken as twice the key subspace's updates (equation 4)",
+                e.reason
+            );
+            let max_throughput_ops_per_s = key_only * 2.0;
+            (
+                model::UpdateCosts {
+                    fixed_cost_s: 1.0 / max_throughput_ops_per_s,
+                    max_throughput_ops_per_s,
+                },
+                Some(e.reason),
+            )
         }
     };
+    let max_throughput = update_costs.max_throughput_ops_per_s;
+    let update_fixed_cost_s = update_costs.fixed_cost_s;
+    // Runs faster than equation 4 allows for any alpha (moves cost no more than
+    // overwrites here, within the noise) give alpha 0, said so in the file.
+    let (alpha, alpha_note) =
+        match model::alpha_from_update_runs(&update_runs, max_throughput, update_fixed_cost_s) {
+            Ok(alpha) => (alpha, None),
+            Err(e) => {
+                eprintln!("calibration: {}; alpha taken as 0", e.reason);
+                (0.0, Some(e.reason))
+            }
+        };
     // β, the region's costs, γ and λ: searches of one class at a time, asking different
     // numbers of regions and reading different numbers of objects, amid updates. Every
     // workload writes, and a region being written holds a log table, sorted batches and
@@ -578,11 +610,12 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         let update_s = UPDATED
             .iter()
             .map(|a| {
-                (1.0 + model::update_chain_length(
-                    &configuration,
-                    &model::AttributeSet::from([data::id(a)]),
-                    alpha,
-                )) / max_throughput
+                update_fixed_cost_s
+                    + model::update_chain_length(
+                        &configuration,
+                        &model::AttributeSet::from([data::id(a)]),
+                        alpha,
+                    ) / max_throughput
             })
             .sum::<f64>()
             / UPDATED.len() as f64;
@@ -625,11 +658,13 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
         write_rate_cost_s2: costs.write_rate_cost_s2,
         alpha,
         max_throughput_ops_per_s: max_throughput,
+        update_fixed_cost_s: Some(update_fixed_cost_s),
     };
     let file = json!({
         "parameters": measured,
         "key_only_update_ops_per_s": round(key_only, 1),
         "alpha_note": alpha_note,
+        "update_costs_note": update_note,
         "runs": rows_out,
         "clients": bench.args.clients,
         "seconds": bench.args.seconds,

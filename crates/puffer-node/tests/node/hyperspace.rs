@@ -49,6 +49,7 @@ const MEASURED: MeasuredCalibration = MeasuredCalibration {
     write_rate_cost_s2: 1e-6,
     alpha: 2.0,
     max_throughput_ops_per_s: 4000.0,
+    update_fixed_cost_s: None,
 };
 
 fn search(db: &Database, predicate: Predicate) {
@@ -158,6 +159,12 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
             ..MEASURED
         })
         .is_err());
+    assert!(db
+        .set_hyperspace_calibration(MeasuredCalibration {
+            update_fixed_cost_s: Some(-1e-3),
+            ..MEASURED
+        })
+        .is_err());
 
     // Workload 1: searches fixing city and price, updates of rating.
     for i in 0..300u32 {
@@ -242,6 +249,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
         write_rate_cost_s2: MEASURED.write_rate_cost_s2,
         alpha: MEASURED.alpha,
         max_throughput_ops_per_s: MEASURED.max_throughput_ops_per_s,
+        update_fixed_cost_s: 1.0 / MEASURED.max_throughput_ops_per_s,
         objects: 400,
     };
     let regions = HyperspaceOptions::default().regions;
