@@ -339,16 +339,32 @@ impl Broker {
         }
     }
 
-    /// The data nodes not skipped after a failure now.
+    /// The data nodes to ask now: those not skipped after a failure.
     fn usable_nodes(&self) -> Vec<Arc<DataNode>> {
+        self.nodes_to_ask(&[])
+    }
+
+    /// The data nodes to ask now, but those in `failed`: the ones not skipped after a
+    /// failure, or, when each of them is, all of them. A suspicion orders the nodes,
+    /// it does not condemn them: it is drawn from one failed call (a deadline missed
+    /// on a busy machine, a replica stopped as its table was dropped), and refusing
+    /// every read for `SUSPECT_FOR` because each node once failed turned a moment's
+    /// failures into seconds without answers (a loopback cluster's searches failed
+    /// while its subspaces were switched).
+    fn nodes_to_ask(&self, failed: &[String]) -> Vec<Arc<DataNode>> {
         let now = Instant::now();
-        self.nodes
+        let mut nodes: Vec<Arc<DataNode>> = self
+            .nodes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .filter(|n| n.usable(now))
+            .filter(|n| !failed.contains(&n.node_id))
             .cloned()
-            .collect()
+            .collect();
+        if nodes.iter().any(|n| n.usable(now)) {
+            nodes.retain(|n| n.usable(now));
+        }
+        nodes
     }
 
     /// Has a live data node take on each of `shards`, which the nodes asked did not
@@ -414,8 +430,7 @@ impl Broker {
         let mut last_error = None;
         let mut request = request.clone();
         for _ in 0..MAX_TRIES {
-            let mut candidates = self.usable_nodes();
-            candidates.retain(|n| !failed.contains(&n.node_id));
+            let candidates = self.nodes_to_ask(&failed);
             if candidates.is_empty() {
                 break;
             }
@@ -538,7 +553,7 @@ impl Broker {
             let nodes = self.usable_nodes();
             if nodes.is_empty() {
                 return Err(StoreError::Unavailable(
-                    "no data node is usable to choose a snapshot at".into(),
+                    "no data node is known to choose a snapshot at".into(),
                 )
                 .into());
             }
@@ -679,7 +694,50 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use super::{pick_nodes, pick_nodes_weighted};
+    use super::{pick_nodes, pick_nodes_weighted, Broker};
+    use std::time::Duration;
+
+    /// Suspicion orders the nodes: the unsuspected are asked, all of them when each
+    /// is suspected, never one the read already failed on (a model: the set of ids).
+    #[test]
+    fn suspected_nodes_are_asked_only_when_every_node_is() {
+        let broker = Broker::new(
+            Box::new(puffer_node::catalog::MemoryCatalog::new()),
+            Duration::from_secs(1),
+        );
+        let addresses: Vec<(String, String)> = (0..3)
+            .map(|i| (format!("n{i}"), format!("127.0.0.1:{}", 1 + i)))
+            .collect();
+        broker.set_data_nodes(&addresses).unwrap();
+        let ids = |failed: &[&str]| -> Vec<String> {
+            let failed: Vec<String> = failed.iter().map(|f| f.to_string()).collect();
+            broker
+                .nodes_to_ask(&failed)
+                .iter()
+                .map(|n| n.node_id.clone())
+                .collect()
+        };
+        let suspect = |id: &str| {
+            let nodes = broker.nodes.read().unwrap();
+            nodes
+                .iter()
+                .find(|n| n.node_id == id)
+                .unwrap()
+                .suspect("test".into());
+        };
+        assert_eq!(ids(&[]), ["n0", "n1", "n2"]);
+        suspect("n1");
+        assert_eq!(ids(&[]), ["n0", "n2"]);
+        assert_eq!(ids(&["n0"]), ["n2"]);
+        // The only unsuspected node failed in this read: the suspect is asked.
+        assert_eq!(ids(&["n0", "n2"]), ["n1"]);
+        suspect("n0");
+        suspect("n2");
+        // Every node suspected: all are asked (before, a read failed at once).
+        assert_eq!(ids(&[]), ["n0", "n1", "n2"]);
+        assert_eq!(broker.usable_nodes().len(), 3);
+        assert_eq!(ids(&["n0", "n1", "n2"]), Vec::<String>::new());
+    }
 
     /// Draws from a fixed sequence (splitmix64), so the test is exact each run.
     fn draws(seed: u64) -> impl FnMut() -> f64 {
