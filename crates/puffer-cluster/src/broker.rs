@@ -339,11 +339,6 @@ impl Broker {
         }
     }
 
-    /// The data nodes to ask now: those not skipped after a failure.
-    fn usable_nodes(&self) -> Vec<Arc<DataNode>> {
-        self.nodes_to_ask(&[])
-    }
-
     /// The data nodes to ask now, but those in `failed`: the ones not skipped after a
     /// failure, or, when each of them is, all of them. A suspicion orders the nodes,
     /// it does not condemn them: it is drawn from one failed call (a deadline missed
@@ -368,11 +363,11 @@ impl Broker {
     }
 
     /// Has a live data node take on each of `shards`, which the nodes asked did not
-    /// hold: a holder the placement names first, else the first usable node by id (the
+    /// hold: a holder the placement names first, else the first node to ask by id (the
     /// broker then sends that shard's reads there until the placement names a live
     /// holder).
     fn take_on_somewhere(&self, entry: &TableEntry, shards: &[u32]) -> Result<()> {
-        let nodes = self.usable_nodes();
+        let nodes = self.nodes_to_ask(&[]);
         let placement = self
             .placement
             .read()
@@ -550,7 +545,7 @@ impl Broker {
         let mut failures = 0;
         loop {
             let now = Instant::now();
-            let nodes = self.usable_nodes();
+            let nodes = self.nodes_to_ask(&[]);
             if nodes.is_empty() {
                 return Err(StoreError::Unavailable(
                     "no data node is known to choose a snapshot at".into(),
@@ -735,7 +730,7 @@ mod tests {
         suspect("n2");
         // Every node suspected: all are asked (before, a read failed at once).
         assert_eq!(ids(&[]), ["n0", "n1", "n2"]);
-        assert_eq!(broker.usable_nodes().len(), 3);
+        assert_eq!(broker.nodes_to_ask(&[]).len(), 3);
         assert_eq!(ids(&["n0", "n1", "n2"]), Vec::<String>::new());
     }
 

@@ -773,6 +773,18 @@ pub struct UpdateCosts {
     pub max_throughput_ops_per_s: f64,
 }
 
+impl UpdateCosts {
+    /// The paper's calibration (§4.3): `T_max` twice the updates per second measured on
+    /// the key subspace alone (a fetch and one write), `f` one hop, `1 / T_max`.
+    pub fn paper(key_only_ops_per_s: f64) -> UpdateCosts {
+        let max_throughput_ops_per_s = key_only_ops_per_s * 2.0;
+        UpdateCosts {
+            fixed_cost_s: 1.0 / max_throughput_ops_per_s,
+            max_throughput_ops_per_s,
+        }
+    }
+}
+
 /// `f` and `T_max` from calibration runs of updates that move no copy (`|M| = 0`; the
 /// others are `α`'s, [`alpha_from_update_runs`]): each gives `1 / T_real = f +
 /// K(1 + |N|) / T_max`, linear in `f` and `1 / T_max`. They are its least-squares
@@ -1369,6 +1381,23 @@ mod tests {
                     .unwrap();
             assert!((alpha - 2.3).abs() < 1e-6);
         }
+        // The paper's calibration is the fit's answer when f is one hop: the key
+        // subspace alone runs at T_max / 2.
+        let paper = UpdateCosts::paper(500.0);
+        assert_eq!(paper.max_throughput_ops_per_s, 1000.0);
+        assert_eq!(paper.fixed_cost_s, 1e-3);
+        let runs: Vec<UpdateRun> = [0, 1, 2]
+            .into_iter()
+            .map(|untouched| UpdateRun {
+                replicas: 1,
+                untouched_subspaces: untouched,
+                modified_subspaces: 0,
+                measured_throughput_ops_per_s: 1000.0 / (2.0 + f64::from(untouched)),
+            })
+            .collect();
+        let fitted = update_costs_from_runs(&runs).unwrap();
+        assert!((fitted.fixed_cost_s - paper.fixed_cost_s).abs() < 1e-12);
+        assert!((fitted.max_throughput_ops_per_s - paper.max_throughput_ops_per_s).abs() < 1e-6);
     }
 
     #[test]

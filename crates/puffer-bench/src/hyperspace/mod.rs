@@ -528,14 +528,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
                 "calibration: {}; T_max taken as twice the key subspace's updates (equation 4)",
                 e.reason
             );
-            let max_throughput_ops_per_s = key_only * 2.0;
-            (
-                model::UpdateCosts {
-                    fixed_cost_s: 1.0 / max_throughput_ops_per_s,
-                    max_throughput_ops_per_s,
-                },
-                Some(e.reason),
-            )
+            (model::UpdateCosts::paper(key_only), Some(e.reason))
         }
     };
     let max_throughput = update_costs.max_throughput_ops_per_s;
