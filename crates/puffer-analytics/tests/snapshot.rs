@@ -80,7 +80,8 @@ fn moves_keep_the_total(writes: &Arc<Database>, queries_on: &Arc<Database>) -> V
     let query = "SELECT SUM(n) AS total FROM (SELECT n FROM a UNION ALL SELECT n FROM b)";
     let mut snapshots = Vec::new();
     loop {
-        let finished = done.load(Ordering::SeqCst);
+        // A writer that panicked ends the loop too; its join below fails the test.
+        let finished = done.load(Ordering::SeqCst) || writer.is_finished();
         match run(queries_on, query, None, &AnalyticsOptions::default()).unwrap() {
             Answer::Computed { rows, snapshot, .. } => {
                 assert_eq!(

@@ -531,7 +531,7 @@ impl Shard {
                 shared.freeze(next_seq);
             }
         }
-        shared.collect_garbage()?;
+        shared.collect_garbage(true)?;
         let mut threads = Vec::new();
         let mut sender = None;
         if own_log {
@@ -1839,13 +1839,16 @@ impl Shared {
             self.stages.store(Arc::new(next));
         }
         self.checkpoint.store(checkpoint, Ordering::SeqCst);
-        self.collect_garbage()?;
+        self.collect_garbage(false)?;
         Ok(true)
     }
 
     /// Removes files the manifest no longer needs: old segments, superseded deletions
-    /// files, temporary files, and log files wholly before the checkpoint.
-    fn collect_garbage(&self) -> Result<()> {
+    /// files, log files wholly before the checkpoint, and (`at_open`) temporary files.
+    /// While the shard runs, a temporary file may be a write in flight on another
+    /// thread (a layer being saved), so only an open removes them: there they are what
+    /// a crash left half-written.
+    fn collect_garbage(&self, at_open: bool) -> Result<()> {
         let state = self.manifest.lock().expect("manifest lock");
         let manifest = &state.manifest;
         let mut live: Vec<String> = vec![crate::manifest::MANIFEST_FILE.to_string()];
@@ -1859,14 +1862,12 @@ impl Shared {
         for entry in entries {
             let entry = entry.map_err(|e| StoreError::io(&self.dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let ours = name.starts_with("seg-") || name.starts_with('.');
+            let ours = name.starts_with("seg-") || (at_open && name.starts_with('.'));
             // A live segment's layer files live with it.
             let live_layer = segment::attribute_layer_file_segment(&name)
                 .is_some_and(|id| live_ids.contains(&id));
             if ours && !live_layer && !live.contains(&name) && entry.path().is_file() {
-                self.fs
-                    .remove(&entry.path())
-                    .map_err(|e| StoreError::io(entry.path(), e))?;
+                remove_unless_gone(self.fs.as_ref(), &entry.path())?;
             }
         }
         if self.fed.is_some() {
@@ -1877,9 +1878,7 @@ impl Shared {
         for pair in files.windows(2) {
             // The file holds SCUs first..next_first-1; all at or before the checkpoint.
             if pair[1].0 <= manifest.checkpoint + 1 {
-                self.fs
-                    .remove(&pair[0].1)
-                    .map_err(|e| StoreError::io(&pair[0].1, e))?;
+                remove_unless_gone(self.fs.as_ref(), &pair[0].1)?;
             }
         }
         Ok(())
@@ -1983,6 +1982,14 @@ impl Shared {
             }
             _ => Some((identity, now)),
         }
+    }
+}
+
+/// Removes the file at `path`; one already gone is no error (what was wanted is true).
+fn remove_unless_gone(fs: &dyn Fs, path: &Path) -> Result<()> {
+    match fs.remove(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::io(path, e)),
+        _ => Ok(()),
     }
 }
 

@@ -19,6 +19,15 @@ fn key(i: u64) -> Vec<u8> {
     format!("k{i:02}").into_bytes()
 }
 
+/// Sets its flag when dropped, on a panic too.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn readers_never_miss_a_replaced_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -48,6 +57,9 @@ fn readers_never_miss_a_replaced_key() {
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
+            // Set also when the writer panics, so that the readers stop and the panic
+            // fails the test instead of hanging it.
+            let _done = SetOnDrop(&done);
             for round in 1..400 {
                 for i in 0..KEYS {
                     // Single-key SCUs interleave with the readers at a finer grain.
@@ -66,7 +78,6 @@ fn readers_never_miss_a_replaced_key() {
                     }
                 }
             }
-            done.store(true, Ordering::SeqCst);
         });
         // Attribute and column layers of `round` come and go on every segment meanwhile: built here
         // and published, built on a thread of their own, or dropped.

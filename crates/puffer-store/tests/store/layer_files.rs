@@ -171,3 +171,36 @@ fn layers_are_saved_loaded_after_a_reopen_and_rebuilt_when_damaged() {
     }
     assert_answers_equal_the_model(&shard, &model, &mut rng);
 }
+
+/// A temporary file in the shard's directory is a write in flight while the shard runs
+/// (a layer being saved on its own thread): a compaction's collection leaves it. At an
+/// open it can only be what a crash left half-written, and the open removes it.
+#[test]
+fn writes_in_flight_survive_a_collection_and_an_open_removes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x7e4f_0a11);
+    let mut model = BTreeMap::new();
+    let shard = open(dir.path());
+    write(&shard, &mut rng, &mut model, 100);
+    shard.compact_all().unwrap();
+    let id = shard.segments()[0].id;
+    let in_flight = dir
+        .path()
+        .join(format!(".{}.tmp", attribute_layer_file_name(id, 0)));
+    std::fs::write(&in_flight, b"half a layer").unwrap();
+    write(&shard, &mut rng, &mut model, 100);
+    shard.compact_all().unwrap();
+    assert_ne!(
+        shard.segments()[0].id,
+        id,
+        "the compaction made a new segment"
+    );
+    assert!(
+        in_flight.exists(),
+        "a running shard removed a write in flight"
+    );
+    drop(shard);
+    let shard = open(dir.path());
+    assert!(!in_flight.exists(), "the open left a half-written file");
+    assert_answers_equal_the_model(&shard, &model, &mut rng);
+}
