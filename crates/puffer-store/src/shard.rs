@@ -531,7 +531,7 @@ impl Shard {
                 shared.freeze(next_seq);
             }
         }
-        shared.collect_garbage(true)?;
+        shared.collect_garbage(/* at_open */ true)?;
         let mut threads = Vec::new();
         let mut sender = None;
         if own_log {
@@ -1839,7 +1839,7 @@ impl Shared {
             self.stages.store(Arc::new(next));
         }
         self.checkpoint.store(checkpoint, Ordering::SeqCst);
-        self.collect_garbage(false)?;
+        self.collect_garbage(/* at_open */ false)?;
         Ok(true)
     }
 

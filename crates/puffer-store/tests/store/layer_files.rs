@@ -2,7 +2,8 @@
 //! not built, when it is wanted again after a reopen; loaded layers equal freshly built
 //! ones and answers with them equal a scan of a `BTreeMap` model; a damaged file is
 //! reported by the load and replaced by a build, never read as records; a segment's
-//! layer files go with it.
+//! layer files go with it; a layer's temporary file survives a running shard's
+//! collection (it may be a save in flight) and is removed by an open.
 
 use crate::common;
 
