@@ -619,7 +619,7 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
             found[i] = rows_found_per_search(bench, &operations, 14)?;
         }
         eprintln!(
-            "calibration round {}: {} of {:?}, {}, {:.0} % searches: {measured:.0} ops/s",
+            "calibration round {}: {} of {}, {}, {:.0} % searches: {measured:.0} ops/s",
             round + 1,
             if i < first_search {
                 "updates"
