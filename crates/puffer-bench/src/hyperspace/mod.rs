@@ -470,19 +470,19 @@ struct CalibrationRun {
     seed: u64,
 }
 
-/// Measures each of `count` items `bench.args.rounds` times (see `--rounds`): in their
+/// Measures each of `count` items `rounds` times (see `--rounds`): in their
 /// own order in the first round, in a new random order in each round after, so that a
 /// slow minute of the shared machine falls on different items each round. `measure_one`
 /// gets the item, the round and its position in the round; the answer holds each
 /// item's throughputs, in round order.
 fn measure_in_rounds(
-    bench: &Bench,
+    rounds: usize,
     count: usize,
     rng: &mut StdRng,
     mut measure_one: impl FnMut(usize, usize, usize) -> anyhow::Result<f64>,
 ) -> anyhow::Result<Vec<Vec<f64>>> {
-    let mut runs = vec![Vec::with_capacity(bench.args.rounds); count];
-    for round in 0..bench.args.rounds {
+    let mut runs = vec![Vec::with_capacity(rounds); count];
+    for round in 0..rounds {
         let mut order: Vec<usize> = (0..count).collect();
         if round > 0 {
             order.shuffle(rng);
@@ -609,34 +609,35 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
     // first round's run of its configuration: the same operations find the same rows).
     let mut found = vec![0.0; runs.len()];
     let mut rng = StdRng::seed_from_u64(bench.args.seed ^ 0xca11_b7a7);
-    let measured_runs = measure_in_rounds(bench, runs.len(), &mut rng, |i, round, _| {
-        let run = &runs[i];
-        bench.configure(&run.subspaces)?;
-        let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-        let measured = bench.measure(operations, run.seed + 1000 * round as u64)?;
-        if round == 0 && i >= first_search {
+    let measured_runs =
+        measure_in_rounds(bench.args.rounds, runs.len(), &mut rng, |i, round, _| {
+            let run = &runs[i];
+            bench.configure(&run.subspaces)?;
             let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-            found[i] = rows_found_per_search(bench, &operations, 14)?;
-        }
-        eprintln!(
-            "calibration round {}: {} of {}, {}, {:.0} % searches: {measured:.0} ops/s",
-            round + 1,
-            if i < first_search {
-                "updates"
-            } else {
-                "searches"
-            },
-            run.workload
-                .searches
-                .first()
-                .filter(|_| i >= first_search)
-                .map(|(a, _)| a.join("+"))
-                .unwrap_or_else(|| run.updated.join("+")),
-            label(&run.subspaces),
-            run.mix.search_share * 100.0
-        );
-        Ok(measured)
-    })?;
+            let measured = bench.measure(operations, run.seed + 1000 * round as u64)?;
+            if round == 0 && i >= first_search {
+                let operations = bench.operations(&run.workload, run.mix, run.updated)?;
+                found[i] = rows_found_per_search(bench, &operations, 14)?;
+            }
+            eprintln!(
+                "calibration round {}: {} of {}, {}, {:.0} % searches: {measured:.0} ops/s",
+                round + 1,
+                if i < first_search {
+                    "updates"
+                } else {
+                    "searches"
+                },
+                run.workload
+                    .searches
+                    .first()
+                    .filter(|_| i >= first_search)
+                    .map(|(a, _)| a.join("+"))
+                    .unwrap_or_else(|| run.updated.join("+")),
+                label(&run.subspaces),
+                run.mix.search_share * 100.0
+            );
+            Ok(measured)
+        })?;
     let medians: Vec<f64> = measured_runs
         .iter()
         .map(|r| median(&mut r.clone()))
@@ -1150,11 +1151,16 @@ fn evaluate(
             to_measure.push(configuration.clone());
         }
     }
-    let measured_runs = measure_in_rounds(bench, to_measure.len(), rng, |i, round, position| {
-        bench.configure(&subspaces_of(&to_measure[i]))?;
-        let seed = 100 + (round * 1000 + position) as u64;
-        bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)
-    })?;
+    let measured_runs = measure_in_rounds(
+        bench.args.rounds,
+        to_measure.len(),
+        rng,
+        |i, round, position| {
+            bench.configure(&subspaces_of(&to_measure[i]))?;
+            let seed = 100 + (round * 1000 + position) as u64;
+            bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)
+        },
+    )?;
     let rounds: BTreeMap<Configuration, Vec<f64>> =
         to_measure.iter().cloned().zip(measured_runs).collect();
     let measured: BTreeMap<Configuration, f64> = rounds
@@ -1374,5 +1380,66 @@ fn print_summary(summaries: &[serde_json::Value], adaptation: Option<&serde_json
                 r["to"], r["started_s"], r["done_s"], r["predicted_gain"]
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against a log of every call: each item measured once per round, the first round
+    /// in order, every round a permutation, and each answer filed under its own item in
+    /// round order.
+    #[test]
+    fn measure_in_rounds_measures_every_item_once_a_round_and_files_it_right() {
+        let (rounds, count) = (4, 9);
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut calls: Vec<(usize, usize, usize)> = Vec::new();
+        let runs = measure_in_rounds(rounds, count, &mut rng, |item, round, position| {
+            calls.push((item, round, position));
+            Ok((item * 100 + round) as f64)
+        })
+        .unwrap();
+        assert_eq!(calls.len(), rounds * count);
+        for round in 0..rounds {
+            let mut items: Vec<usize> = calls
+                .iter()
+                .filter(|(_, r, _)| *r == round)
+                .map(|(item, _, _)| *item)
+                .collect();
+            if round == 0 {
+                assert_eq!(items, (0..count).collect::<Vec<_>>());
+            }
+            items.sort_unstable();
+            assert_eq!(items, (0..count).collect::<Vec<_>>(), "round {round}");
+        }
+        for (position, (_, _, told)) in calls.iter().enumerate() {
+            assert_eq!(*told, position % count);
+        }
+        for (item, measured) in runs.iter().enumerate() {
+            let expected: Vec<f64> = (0..rounds).map(|r| (item * 100 + r) as f64).collect();
+            assert_eq!(measured, &expected);
+        }
+        // Some later round is not in the first round's order (9! orders: a seed that
+        // kept all three would be a broken shuffle).
+        assert!(calls
+            .chunks(count)
+            .skip(1)
+            .any(|round| round.iter().map(|c| c.0).ne(0..count)));
+    }
+
+    #[test]
+    fn measure_in_rounds_stops_at_the_first_failure() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut calls = 0;
+        let answer = measure_in_rounds(2, 3, &mut rng, |item, _, _| {
+            calls += 1;
+            if item == 1 {
+                anyhow::bail!("run {item} failed");
+            }
+            Ok(1.0)
+        });
+        assert!(answer.unwrap_err().to_string().contains("run 1 failed"));
+        assert_eq!(calls, 2);
     }
 }
