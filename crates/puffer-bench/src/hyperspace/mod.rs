@@ -497,7 +497,7 @@ fn measure_in_rounds(
 /// The calibration runs (§4.3) and the parameters they give. Every run is measured in
 /// `--rounds` rounds and its median kept: fitted on one run each, the parameters moved
 /// the model's predictions by about a tenth from one calibration to the next (its mean
-/// signed error on workloads A and B was −6 % after one and +10 % after another).
+/// signed error on workloads A and B was −6 % after one and +9.7 % after another).
 fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCalibration> {
     let updates_only = Mix {
         name: "updates",
@@ -619,20 +619,14 @@ fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCa
                 let operations = bench.operations(&run.workload, run.mix, run.updated)?;
                 found[i] = rows_found_per_search(bench, &operations, 14)?;
             }
+            let what = if i < first_search {
+                format!("updates of {}", run.updated.join("+"))
+            } else {
+                format!("searches of {}", run.workload.searches[0].0.join("+"))
+            };
             eprintln!(
-                "calibration round {}: {} of {}, {}, {:.0} % searches: {measured:.0} ops/s",
+                "calibration round {}: {what}, {}, {:.0} % searches: {measured:.0} ops/s",
                 round + 1,
-                if i < first_search {
-                    "updates"
-                } else {
-                    "searches"
-                },
-                run.workload
-                    .searches
-                    .first()
-                    .filter(|_| i >= first_search)
-                    .map(|(a, _)| a.join("+"))
-                    .unwrap_or_else(|| run.updated.join("+")),
                 label(&run.subspaces),
                 run.mix.search_share * 100.0
             );
