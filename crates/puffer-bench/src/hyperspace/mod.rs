@@ -26,9 +26,11 @@
 //!
 //! CSV files go to `<out>/`; one JSON object is printed last.
 
+mod calibration;
 mod chart;
 mod cluster;
 pub mod data;
+mod repredict;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -40,7 +42,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use puffer_adapt::hyperspace::{
     self as model, candidate_configurations, rank_configurations, route_search, AnalyserConfig,
-    Calibration, Configuration, Deployment, SearchRun, SearchShape, UpdateRun, WorkloadProfile,
+    Calibration, Configuration, Deployment, WorkloadProfile,
 };
 use puffer_node::hyperspace::{HyperspaceOptions, MeasuredCalibration};
 use puffer_node::serving::NodeConfig;
@@ -75,6 +77,12 @@ pub struct HyperspaceArgs {
     /// Only calibrate.
     #[arg(long)]
     calibrate_only: bool,
+    /// Measure nothing: fit the parameters again, with this build's model, on the runs
+    /// `<out>/calibration.json` holds (written back, the earlier parameters kept
+    /// beside them), then predict again every configuration `<out>/model_accuracy.csv`
+    /// and `<out>/oracles.csv` hold, against the throughput measured there.
+    #[arg(long, conflicts_with_all = ["calibrate", "calibrate_only"])]
+    refit: bool,
     /// Client threads (closed loop).
     #[arg(long, default_value_t = 4)]
     clients: usize,
@@ -360,13 +368,18 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     );
     let calibration_path = args.out_dir.join("calibration.json");
     let measured = match std::fs::read(&calibration_path) {
-        Ok(bytes) if !(args.calibrate || args.calibrate_only) => serde_json::from_slice::<
-            serde_json::Value,
-        >(&bytes)
-        .ok()
-        .and_then(|v| serde_json::from_value::<MeasuredCalibration>(v["parameters"].clone()).ok())
-        .with_context(|| format!("{} does not hold a calibration", calibration_path.display()))?,
-        _ => calibrate(&bench, &calibration_path)?,
+        Ok(bytes) if !(args.calibrate || args.calibrate_only || args.refit) => {
+            serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| {
+                    serde_json::from_value::<MeasuredCalibration>(v["parameters"].clone()).ok()
+                })
+                .with_context(|| {
+                    format!("{} does not hold a calibration", calibration_path.display())
+                })?
+        }
+        _ if args.refit => calibration::refit(&bench, &calibration_path)?,
+        _ => calibration::calibrate(&bench, &calibration_path)?,
     };
     bench.decider().set_hyperspace_calibration(measured)?;
     println!(
@@ -391,6 +404,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     }
     let objects = bench.records.len() as u64;
     let model_calibration = puffer_node::hyperspace::calibration(&measured, objects);
+    if args.refit {
+        return repredict::repredict(&bench, &model_calibration);
+    }
     if args.diagnose {
         return diagnose(&bench, &model_calibration);
     }
@@ -461,15 +477,6 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One calibration run: a configuration and the operations measured on it.
-struct CalibrationRun {
-    subspaces: Subspaces,
-    workload: Workload,
-    mix: Mix,
-    updated: &'static [&'static str],
-    seed: u64,
-}
-
 /// Measures each of `count` items `rounds` times (see `--rounds`): in their
 /// own order in the first round, in a new random order in each round after, so that a
 /// slow minute of the shared machine falls on different items each round. `measure_one`
@@ -492,279 +499,6 @@ fn measure_in_rounds(
         }
     }
     Ok(runs)
-}
-
-/// The calibration runs (§4.3) and the parameters they give. Every run is measured in
-/// `--rounds` rounds and its median kept: fitted on one run each, the parameters moved
-/// the model's predictions by about a tenth from one calibration to the next (its mean
-/// signed error on workloads A and B was −6 % after one and +9.7 % after another).
-fn calibrate(bench: &Bench, path: &std::path::Path) -> anyhow::Result<MeasuredCalibration> {
-    let updates_only = Mix {
-        name: "updates",
-        search_share: 0.0,
-    };
-    let any = &workloads()[0];
-    let regions = bench.args.regions;
-    let sub = |attributes: &[&str]| {
-        (
-            attributes.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-            regions,
-        )
-    };
-    let mut runs: Vec<CalibrationRun> = Vec::new();
-    // T_max and an update's fixed cost f: updates on the key subspace alone and with one
-    // to three subspaces left in place (equation 4 with the chain's length varied; the
-    // paper takes f as one hop, 1 / T_max, and T_max from the key subspace alone).
-    runs.push(CalibrationRun {
-        subspaces: Vec::new(),
-        workload: any.clone(),
-        mix: updates_only,
-        updated: &UPDATED,
-        seed: 11,
-    });
-    // α: updates of price with subspaces it moves (M) or leaves (N).
-    // Up to three subspaces left in place and up to two moved: the chains the
-    // configurator can choose (at most three subspaces).
-    let update_cases: [(Subspaces, u32, u32); 7] = [
-        (vec![sub(&["price"])], 0, 1),
-        (vec![sub(&["locality"])], 1, 0),
-        (vec![sub(&["locality"]), sub(&["region"])], 2, 0),
-        (
-            vec![sub(&["locality"]), sub(&["region"]), sub(&["postcode"])],
-            3,
-            0,
-        ),
-        (vec![sub(&["price"]), sub(&["locality"])], 1, 1),
-        (vec![sub(&["price", "locality"]), sub(&["region"])], 1, 1),
-        (vec![sub(&["price"]), sub(&["price", "region"])], 0, 2),
-    ];
-    for (subspaces, _, _) in &update_cases {
-        runs.push(CalibrationRun {
-            subspaces: subspaces.clone(),
-            workload: any.clone(),
-            mix: updates_only,
-            updated: &["price"],
-            seed: 12,
-        });
-    }
-    // β, the region's costs, γ and λ: searches of one class at a time, asking different
-    // numbers of regions and reading different numbers of objects, amid updates. Every
-    // workload writes, and a region being written holds a log table, sorted batches and
-    // segments not yet merged, each searched besides its main segment: on freshly
-    // compacted regions a selective search of a locality and a price took 155 us alone
-    // and 313 us with half the operations updates. So each class runs with a tenth of
-    // the operations updates (the fewest of any workload), and four selective ones
-    // also with half and nine tenths (the log tables a search checks fill with the
-    // write rate: λ). The updates' part is equation 4's, fitted from the runs above.
-    // Rows sent and rows read apart: a locality's page is sent whole, a search of a
-    // postcode and a rating reads as many candidates and is sent few of them.
-    let search_cases: [(Vec<&'static str>, Subspaces, f64); 17] = [
-        (vec!["locality"], Vec::new(), 0.9),
-        (vec!["locality"], vec![sub(&["locality"])], 0.9),
-        (vec!["locality"], vec![sub(&["locality", "price"])], 0.9),
-        (
-            vec!["region", "price"],
-            vec![sub(&["region", "price"])],
-            0.9,
-        ),
-        (vec!["region", "price"], Vec::new(), 0.9),
-        (vec!["locality", "price", "pets", "pool"], Vec::new(), 0.9),
-        (vec!["postcode", "ratings"], Vec::new(), 0.9),
-        (vec!["postcode", "ratings"], vec![sub(&["postcode"])], 0.9),
-        (vec!["locality", "ratings"], Vec::new(), 0.9),
-        (vec!["locality", "price"], vec![sub(&["locality"])], 0.5),
-        (vec!["locality", "price"], vec![sub(&["locality"])], 0.1),
-        (
-            vec!["region", "price"],
-            vec![sub(&["region", "price"])],
-            0.5,
-        ),
-        (
-            vec!["region", "price"],
-            vec![sub(&["region", "price"])],
-            0.1,
-        ),
-        (vec!["postcode", "ratings"], vec![sub(&["postcode"])], 0.5),
-        (vec!["postcode", "ratings"], vec![sub(&["postcode"])], 0.1),
-        (vec!["locality", "ratings"], Vec::new(), 0.5),
-        (vec!["locality", "ratings"], Vec::new(), 0.1),
-    ];
-    let first_search = runs.len();
-    for (attributes, subspaces, share) in &search_cases {
-        runs.push(CalibrationRun {
-            subspaces: subspaces.clone(),
-            workload: Workload {
-                name: "calibration",
-                searches: vec![(attributes.clone(), 1.0)],
-            },
-            mix: Mix {
-                name: "searches amid updates",
-                search_share: *share,
-            },
-            updated: &UPDATED,
-            seed: 13,
-        });
-    }
-    // The rows each search run's searches read, counted by the shards once (after the
-    // first round's run of its configuration: the same operations find the same rows).
-    let mut found = vec![0.0; runs.len()];
-    let mut rng = StdRng::seed_from_u64(bench.args.seed ^ 0xca11_b7a7);
-    let measured_runs =
-        measure_in_rounds(bench.args.rounds, runs.len(), &mut rng, |i, round, _| {
-            let run = &runs[i];
-            bench.configure(&run.subspaces)?;
-            let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-            let measured = bench.measure(operations, run.seed + 1000 * round as u64)?;
-            if round == 0 && i >= first_search {
-                let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-                found[i] = rows_found_per_search(bench, &operations, 14)?;
-            }
-            let what = if i < first_search {
-                format!("updates of {}", run.updated.join("+"))
-            } else {
-                format!("searches of {}", run.workload.searches[0].0.join("+"))
-            };
-            eprintln!(
-                "calibration round {}: {what}, {}, {:.0} % searches: {measured:.0} ops/s",
-                round + 1,
-                label(&run.subspaces),
-                run.mix.search_share * 100.0
-            );
-            Ok(measured)
-        })?;
-    let medians: Vec<f64> = measured_runs
-        .iter()
-        .map(|r| median(&mut r.clone()))
-        .collect();
-    let key_only = medians[0];
-    eprintln!(
-        "calibration: updates, key only: {key_only:.0} ops/s (rounds: {:.0?})",
-        measured_runs[0]
-    );
-    let mut update_runs = vec![UpdateRun {
-        replicas: 1,
-        untouched_subspaces: 0,
-        modified_subspaces: 0,
-        measured_throughput_ops_per_s: key_only,
-    }];
-    let mut rows_out = Vec::new();
-    for (k, (subspaces, untouched, modified)) in update_cases.iter().enumerate() {
-        let i = 1 + k;
-        let measured = medians[i];
-        eprintln!(
-            "calibration: updates of price, {}: {measured:.0} ops/s (rounds: {:.0?})",
-            label(subspaces),
-            measured_runs[i]
-        );
-        rows_out.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(measured, 1), "rounds_ops_per_s": measured_runs[i]}));
-        update_runs.push(UpdateRun {
-            replicas: 1,
-            untouched_subspaces: *untouched,
-            modified_subspaces: *modified,
-            measured_throughput_ops_per_s: measured,
-        });
-    }
-    // Runs whose throughput does not fall with more copies say nothing about a copy's
-    // cost: then equation 4 as the paper calibrates it, said so in the file.
-    let (update_costs, update_note) = match model::update_costs_from_runs(&update_runs) {
-        Ok(costs) => (costs, None),
-        Err(e) => {
-            eprintln!(
-                "calibration: {}; T_max taken as twice the key subspace's updates (equation 4)",
-                e.reason
-            );
-            (model::UpdateCosts::paper(key_only), Some(e.reason))
-        }
-    };
-    let max_throughput = update_costs.max_throughput_ops_per_s;
-    let update_fixed_cost_s = update_costs.fixed_cost_s;
-    // Runs faster than equation 4 allows for any alpha (moves cost no more than
-    // overwrites here, within the noise) give alpha 0, said so in the file.
-    let (alpha, alpha_note) =
-        match model::alpha_from_update_runs(&update_runs, max_throughput, update_fixed_cost_s) {
-            Ok(alpha) => (alpha, None),
-            Err(e) => {
-                eprintln!("calibration: {}; alpha taken as 0", e.reason);
-                (0.0, Some(e.reason))
-            }
-        };
-    let objects = bench.records.len() as u64;
-    let mut search_runs = Vec::new();
-    for (k, (attributes, subspaces, share)) in search_cases.iter().enumerate() {
-        let i = first_search + k;
-        let run = &runs[i];
-        let measured = medians[i];
-        let configuration = model_configuration(subspaces, bench.args.shards)?;
-        let update_s = UPDATED
-            .iter()
-            .map(|a| {
-                update_fixed_cost_s
-                    + model::update_chain_length(
-                        &configuration,
-                        &model::AttributeSet::from([data::id(a)]),
-                        alpha,
-                    ) / max_throughput
-            })
-            .sum::<f64>()
-            / UPDATED.len() as f64;
-        let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
-        let route = route_search(&configuration, &shape)
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
-        let with_rows = bench.with_rows(profile(&run.workload, run.mix))?;
-        let rows = with_rows.searches[0].rows.clone();
-        let read = model::objects_read(&configuration, &route, &shape, rows.as_ref(), objects);
-        let sent = model::rows_returned(&configuration, &route, &shape, rows.as_ref(), objects);
-        let exposure = model::write_exposure(&configuration, &with_rows, objects)
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
-        let asked = route.regions_contacted as f64;
-        eprintln!(
-            "calibration: searches of {attributes:?}, {}, {:.0} % of operations: {measured:.0} ops/s (rounds: {:.0?}), {asked} regions asked, {:.0} objects read ({read:.0} estimated), {sent:.0} rows sent",
-            label(subspaces),
-            share * 100.0,
-            measured_runs[i],
-            found[i]
-        );
-        rows_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(subspaces), "search_share": share, "regions_asked": asked, "objects_read": round(found[i], 1), "objects_read_estimated": round(read, 1), "rows_sent": round(sent, 1), "write_exposure": exposure, "measured_ops_per_s": round(measured, 1), "rounds_ops_per_s": measured_runs[i]}));
-        // β is fitted on the rows the shards counted: an estimate's error would be
-        // taken into β (a class estimated at 264 rows found 324).
-        search_runs.push(SearchRun {
-            search_share: *share,
-            regions_asked: asked,
-            objects_read: found[i],
-            rows_sent: sent,
-            update_s_per_op: (1.0 - share) * update_s,
-            write_exposure: exposure,
-            measured_throughput_ops_per_s: measured,
-        });
-    }
-    let costs = model::search_costs_from_runs(&search_runs)
-        .map_err(|e| anyhow::anyhow!("beta: {}: {}", e.setting, e.reason))?;
-    bench.configure(&Vec::new())?;
-    let measured = MeasuredCalibration {
-        beta_s_per_object: costs.beta_s_per_object,
-        region_cost_s: costs.region_cost_s,
-        fan_out_cost_s: costs.fan_out_cost_s,
-        sent_row_cost_s: costs.sent_row_cost_s,
-        write_rate_cost_s2: costs.write_rate_cost_s2,
-        alpha,
-        max_throughput_ops_per_s: max_throughput,
-        update_fixed_cost_s: Some(update_fixed_cost_s),
-    };
-    let file = json!({
-        "parameters": measured,
-        "key_only_update_ops_per_s": round(key_only, 1),
-        "alpha_note": alpha_note,
-        "update_costs_note": update_note,
-        "runs": rows_out,
-        "rounds": bench.args.rounds,
-        "clients": bench.args.clients,
-        "seconds": bench.args.seconds,
-        "data_dir": bench.args.data_dir,
-        "record_cache_bytes": bench.args.record_cache_bytes,
-        "listings": objects,
-    });
-    std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
-    Ok(measured)
 }
 
 /// `--diagnose-mix`: one search class at a time mixed with updates (searches 100, 50
@@ -1052,6 +786,48 @@ fn model_configuration(subspaces: &Subspaces, shards: u32) -> anyhow::Result<Con
 
 /// One workload: the sampled configurations measured against their prediction, the
 /// heuristics and the configurator's own choice.
+/// The paper's heuristics' configurations, each with its name.
+type Heuristics = Vec<(&'static str, Configuration)>;
+
+/// The query analyser's candidates for `profile` (as the database's configurator is
+/// set up here) and the paper's four heuristics, named.
+fn candidates_and_heuristics(
+    bench: &Bench,
+    profile: &WorkloadProfile,
+) -> anyhow::Result<(Vec<Configuration>, Heuristics)> {
+    let deployment = bench.deployment();
+    let error = |e: puffer_adapt::ConfigError| anyhow::anyhow!("{}: {}", e.setting, e.reason);
+    let candidates = candidate_configurations(
+        profile,
+        &AnalyserConfig {
+            max_subspace_attributes: 3,
+            max_subspaces: 3,
+            max_candidates: 4096,
+            deployment,
+        },
+    )
+    .map_err(error)?;
+    let heuristics = vec![
+        (
+            "no-subspace",
+            model::no_subspace(&deployment).map_err(error)?,
+        ),
+        (
+            "hyperspace",
+            model::hyperspace(profile, &deployment).map_err(error)?,
+        ),
+        (
+            "subspaces-all",
+            model::subspaces_all(profile, &deployment).map_err(error)?,
+        ),
+        (
+            "dominant",
+            model::dominant(profile, &deployment).map_err(error)?,
+        ),
+    ];
+    Ok((candidates, heuristics))
+}
+
 fn evaluate(
     bench: &Bench,
     workload: &Workload,
@@ -1063,36 +839,8 @@ fn evaluate(
 ) -> anyhow::Result<serde_json::Value> {
     let name = format!("{}-{}", workload.name, mix.name);
     let profile: WorkloadProfile = bench.with_rows(profile(workload, mix))?;
-    let deployment = bench.deployment();
     let error = |e: puffer_adapt::ConfigError| anyhow::anyhow!("{}: {}", e.setting, e.reason);
-    let candidates = candidate_configurations(
-        &profile,
-        &AnalyserConfig {
-            max_subspace_attributes: 3,
-            max_subspaces: 3,
-            max_candidates: 4096,
-            deployment,
-        },
-    )
-    .map_err(error)?;
-    let heuristics: Vec<(&str, Configuration)> = vec![
-        (
-            "no-subspace",
-            model::no_subspace(&deployment).map_err(error)?,
-        ),
-        (
-            "hyperspace",
-            model::hyperspace(&profile, &deployment).map_err(error)?,
-        ),
-        (
-            "subspaces-all",
-            model::subspaces_all(&profile, &deployment).map_err(error)?,
-        ),
-        (
-            "dominant",
-            model::dominant(&profile, &deployment).map_err(error)?,
-        ),
-    ];
+    let (candidates, heuristics) = candidates_and_heuristics(bench, &profile)?;
     let mut all = candidates.clone();
     all.extend(heuristics.iter().map(|(_, c)| c.clone()));
     let ranked = rank_configurations(&all, &profile, calibration).map_err(error)?;

@@ -104,7 +104,8 @@ impl Database {
 
     /// Where a search or count of `table` reads fewest: the ready subspace whose regions
     /// matching the predicate are the smallest share of its grid (then the fewest
-    /// regions, then the first by name), with those regions; `None` when none beats the
+    /// regions, then the one whose attribute ids, sorted, sort first: the model's order,
+    /// whatever order the subspaces were built in), with those regions; `None` when none beats the
     /// table's own shards so (a smaller share, or the same share in fewer regions), or
     /// the request is a get. A subspace is passed over for a read at a
     /// snapshot older than the one it was ready at, and, where this node reads it
@@ -133,7 +134,16 @@ impl Database {
             .is_some_and(|remote| remote.reads_elsewhere());
         let published = self.published();
         let table_shards = table.layout().shards;
-        let mut best: Option<(Arc<Table>, Vec<u32>, u32)> = None;
+        let schema = table.schema();
+        /// The best subspace so far: the regions it asks of its grid's, and its sorted
+        /// attribute ids.
+        struct Best {
+            copy: Arc<Table>,
+            regions: Vec<u32>,
+            grid_regions: u32,
+            order: Vec<u16>,
+        }
+        let mut best: Option<Best> = None;
         for copy in self.subspaces_of(table.name()) {
             let Some(of) = copy.subspace_of().filter(|s| {
                 s.ready
@@ -144,24 +154,45 @@ impl Database {
             };
             let regions = of.regions_for(predicate, &key_name)?;
             let total = copy.layout().shards;
+            let mut order: Vec<u16> = of
+                .attributes
+                .iter()
+                .map(|name| schema.id_of(name).unwrap_or(u16::MAX))
+                .collect();
+            order.sort_unstable();
             // Shares compared as fractions: regions / total, cross-multiplied. The table
             // itself is the first to beat (all of its shards); an equal share asking
             // fewer regions beats it too (a one-region grid over the table's 4 shards),
             // as the model routes (`puffer_adapt::hyperspace::route_search`).
-            let (best_asked, best_total) = best.as_ref().map_or(
-                (table_shards as usize, table_shards),
-                |(_, regions, total)| (regions.len(), *total),
-            );
+            // Ties between subspaces are broken as the model breaks them
+            // (`Configuration` keeps its subspaces sorted): by the order they were built
+            // in (their names), a search of a locality and a rating went to (ratings) or
+            // to (locality) as the configurations before had left the names, reading
+            // a common rating's rows where the model charged the locality's.
+            let (best_asked, best_total) = best
+                .as_ref()
+                .map_or((table_shards as usize, table_shards), |b| {
+                    (b.regions.len(), b.grid_regions)
+                });
             let (a, b) = (
                 regions.len() as u64 * u64::from(best_total),
                 best_asked as u64 * u64::from(total),
             );
-            let better = a < b || (a == b && regions.len() < best_asked);
+            let better = a < b
+                || (a == b && regions.len() < best_asked)
+                || (a == b
+                    && regions.len() == best_asked
+                    && best.as_ref().is_some_and(|b| order < b.order));
             if better {
-                best = Some((copy, regions, total));
+                best = Some(Best {
+                    copy,
+                    regions,
+                    grid_regions: total,
+                    order,
+                });
             }
         }
-        best.map(|(copy, regions, _)| (copy, regions))
+        best.map(|b| (b.copy, b.regions))
     }
 
     /// A search or count of subspace `copy` from its regions `regions`: here where this

@@ -405,10 +405,13 @@ fn reads_by_shard(db: &Database, table: &str) -> Vec<u64> {
     reads.into_iter().map(|(_, n)| n).collect()
 }
 
-#[test]
-fn a_search_fixing_a_subspace_attribute_reads_only_its_regions() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_with(dir.path(), options()).unwrap();
+/// Table `rooms` (4 shards) in a database in `dir`, after 10 batches of random writes
+/// seeded with `seed`, and the records it holds.
+fn rooms_after_random_writes(
+    dir: &std::path::Path,
+    seed: u64,
+) -> (Database, BTreeMap<Vec<u8>, Record>) {
+    let db = Database::open_with(dir, options()).unwrap();
     db.create_table_with(
         "rooms",
         schema(),
@@ -418,9 +421,16 @@ fn a_search_fixing_a_subspace_attribute_reads_only_its_regions() {
         },
     )
     .unwrap();
-    let mut rng = StdRng::seed_from_u64(7);
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut model = BTreeMap::new();
     random_writes(&db, &mut rng, &mut model, 10);
+    (db, model)
+}
+
+#[test]
+fn a_search_fixing_a_subspace_attribute_reads_only_its_regions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, model) = rooms_after_random_writes(dir.path(), 7);
     let name = db
         .add_subspace("rooms", &["city".into(), "price".into()], 16)
         .unwrap();
@@ -484,6 +494,63 @@ fn a_search_fixing_a_subspace_attribute_reads_only_its_regions() {
         whole_before[0] + 1,
         "the one region"
     );
+}
+
+/// Two subspaces that ask as few regions of as large a grid: the search goes to the one
+/// the model routes to (the first in its sorted order), whichever was built first.
+#[test]
+fn a_tie_between_subspaces_goes_where_the_model_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, model) = rooms_after_random_writes(dir.path(), 11);
+    // (rating) first, so that its name sorts before (city)'s.
+    let by_rating = db.add_subspace("rooms", &["rating".into()], 16).unwrap();
+    let by_city = db.add_subspace("rooms", &["city".into()], 16).unwrap();
+    assert!(by_rating < by_city, "{by_rating} is named before {by_city}");
+    let schema = schema();
+    assert_eq!(
+        (schema.id_of("city"), schema.id_of("rating")),
+        (Some(0), Some(2)),
+        "the model's ids are the schema's"
+    );
+    let configuration = puffer_adapt::hyperspace::Configuration::new(
+        vec![
+            puffer_adapt::hyperspace::Subspace::new([2], 16).unwrap(),
+            puffer_adapt::hyperspace::Subspace::new([0], 16).unwrap(),
+        ],
+        4,
+        1,
+    )
+    .unwrap();
+    let shape = puffer_adapt::hyperspace::SearchShape::equalities([0, 2]);
+    let route = puffer_adapt::hyperspace::route_search(&configuration, &shape).unwrap();
+    let routed = &configuration.subspaces()[route.subspace_index - 1];
+    assert_eq!(routed.attributes(), &[0], "the model routes to (city)");
+    let record = model
+        .values()
+        .find(|r| r.values.contains_key("city") && r.values.contains_key("rating"))
+        .expect("a record with a city and a rating")
+        .clone();
+    let predicate = Predicate::And(vec![
+        Predicate::Eq("city".into(), record.values["city"].clone()),
+        Predicate::Eq("rating".into(), record.values["rating"].clone()),
+    ]);
+    let (city_before, rating_before) = (
+        reads_by_shard(&db, &by_city),
+        reads_by_shard(&db, &by_rating),
+    );
+    let expected = model.values().filter(|r| holds(&predicate, r)).count();
+    assert!(expected >= 1);
+    assert_eq!(search(&db, "rooms", &predicate).len(), expected);
+    assert_eq!(
+        reads_by_shard(&db, &by_rating),
+        rating_before,
+        "(rating) is not read"
+    );
+    let city_after = reads_by_shard(&db, &by_city);
+    let read = (0..city_after.len())
+        .filter(|&s| city_after[s] > city_before[s])
+        .count();
+    assert_eq!(read, 1, "one region of (city) is read");
 }
 
 #[test]
