@@ -17,8 +17,8 @@
 //!   held until the SCU is published, so that two writes of one key are routed in the
 //!   order they commit.
 //! - **Reads**: a search or count goes to the subspace whose matching regions are the
-//!   smallest share of its grid (the rule of [`puffer_adapt::hyperspace::route_search`]),
-//!   the table itself when none prunes anything.
+//!   smallest share of its grid (the rule of [`puffer_adapt::hyperspace::route_search`],
+//!   ties broken in its order too), the table itself when none prunes anything.
 //! - **Building** a subspace ([`crate::Database::add_subspace`]) takes cuts from the
 //!   records at one snapshot, makes the hidden table (writes maintain it from then on),
 //!   copies every record of a later snapshot into it under the keys' locks, and only then
