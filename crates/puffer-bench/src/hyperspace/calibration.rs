@@ -518,3 +518,88 @@ fn measured_from_file(plan: Plan, file: &serde_json::Value) -> anyhow::Result<(P
     }
     Ok((kept, measured))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A calibration file as `calibrate` writes it for `plan`: run `i` measured
+    /// `[i, i + 0.5]` ops/s and, for a search run, `10 · i` rows read.
+    fn file_of(plan: &Plan) -> serde_json::Value {
+        let mut runs = Vec::new();
+        for (k, (subspaces, untouched, modified)) in plan.update_cases.iter().enumerate() {
+            let i = (1 + k) as f64;
+            runs.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "rounds_ops_per_s": [i, i + 0.5]}));
+        }
+        for (k, (attributes, subspaces, share)) in plan.search_cases.iter().enumerate() {
+            let i = (plan.first_search() + k) as f64;
+            runs.push(json!({"kind": "search", "attributes": attributes, "configuration": label(subspaces), "search_share": share, "objects_read": 10.0 * i, "rounds_ops_per_s": [i, i + 0.5]}));
+        }
+        json!({"key_only_update_rounds_ops_per_s": [0.0, 0.5], "runs": runs})
+    }
+
+    #[test]
+    fn a_file_with_every_run_is_read_back_run_by_run() {
+        let plan = Plan::new(16);
+        let count = plan.runs.len();
+        let file = file_of(&plan);
+        let (kept, measured) = measured_from_file(plan, &file).unwrap();
+        assert_eq!(kept.runs.len(), count);
+        for (i, rounds) in measured.rounds_ops_per_s.iter().enumerate() {
+            assert_eq!(rounds, &vec![i as f64, i as f64 + 0.5], "run {i}");
+            let rows = if i >= kept.first_search() {
+                10.0 * i as f64
+            } else {
+                0.0
+            };
+            assert_eq!(measured.rows_found[i], rows, "run {i}");
+        }
+    }
+
+    #[test]
+    fn runs_a_file_lacks_are_left_out_and_the_rest_kept_in_order() {
+        let plan = Plan::new(16);
+        let mut file = file_of(&plan);
+        // Drop the second update run and the first search run; change one search
+        // run's share so it no longer matches the plan's.
+        let first_search = plan.first_search();
+        let runs = file["runs"].as_array_mut().unwrap();
+        runs[first_search].as_object_mut().unwrap()["search_share"] = json!(0.42);
+        runs.remove(first_search - 1);
+        runs.remove(1);
+        let (kept, measured) = measured_from_file(Plan::new(16), &file).unwrap();
+        assert_eq!(kept.update_cases.len(), plan.update_cases.len() - 1);
+        assert_eq!(kept.search_cases.len(), plan.search_cases.len() - 2);
+        assert_eq!(kept.runs.len(), measured.rounds_ops_per_s.len());
+        assert_eq!(kept.update_cases[1], plan.update_cases[2]);
+        assert_eq!(kept.search_cases[0], plan.search_cases[2]);
+        // Each kept run brings its own rounds: run 2 of the plan is now 1, and the
+        // plan's third search run is the kept first.
+        assert_eq!(measured.rounds_ops_per_s[1], vec![1.0, 1.5]);
+        assert_eq!(measured.rounds_ops_per_s[2], vec![3.0, 3.5]);
+        let first = kept.first_search();
+        let planned = (first_search + 2) as f64;
+        assert_eq!(
+            measured.rounds_ops_per_s[first],
+            vec![planned, planned + 0.5]
+        );
+        assert_eq!(measured.rows_found[first], 10.0 * planned);
+    }
+
+    #[test]
+    fn a_search_run_without_rows_read_or_rounds_is_refused() {
+        let plan = Plan::new(16);
+        let first_search = plan.first_search();
+        let mut file = file_of(&plan);
+        file["runs"][first_search - 1]
+            .as_object_mut()
+            .unwrap()
+            .remove("objects_read");
+        let error = measured_from_file(Plan::new(16), &file).err().unwrap();
+        assert!(error.to_string().contains("objects_read"), "{error}");
+        let mut file = file_of(&plan);
+        file["runs"][0]["rounds_ops_per_s"] = json!([]);
+        let error = measured_from_file(Plan::new(16), &file).err().unwrap();
+        assert!(error.to_string().contains("0 rounds"), "{error}");
+    }
+}
