@@ -784,8 +784,6 @@ fn model_configuration(subspaces: &Subspaces, shards: u32) -> anyhow::Result<Con
     Configuration::new(model, shards, 1).map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))
 }
 
-/// One workload: the sampled configurations measured against their prediction, the
-/// heuristics and the configurator's own choice.
 /// The paper's heuristics' configurations, each with its name.
 type Heuristics = Vec<(&'static str, Configuration)>;
 
@@ -828,6 +826,8 @@ fn candidates_and_heuristics(
     Ok((candidates, heuristics))
 }
 
+/// One workload: the sampled configurations measured against their prediction, the
+/// heuristics and the configurator's own choice.
 fn evaluate(
     bench: &Bench,
     workload: &Workload,

@@ -135,14 +135,27 @@ impl Database {
         let published = self.published();
         let table_shards = table.layout().shards;
         let schema = table.schema();
-        /// The best subspace so far: the regions it asks of its grid's, and its sorted
-        /// attribute ids.
+        /// The best subspace so far and the regions it asks of its grid's.
         struct Best {
             copy: Arc<Table>,
             regions: Vec<u32>,
             grid_regions: u32,
-            order: Vec<u16>,
         }
+        // A subspace's attribute ids, sorted: the model's order of subspaces. Only
+        // asked on a tie, so a search builds none in the common case.
+        let order = |copy: &Table| -> Vec<u16> {
+            let mut ids: Vec<u16> = copy
+                .subspace_of()
+                .map(|of| {
+                    of.attributes
+                        .iter()
+                        .map(|name| schema.id_of(name).unwrap_or(u16::MAX))
+                        .collect()
+                })
+                .unwrap_or_default();
+            ids.sort_unstable();
+            ids
+        };
         let mut best: Option<Best> = None;
         for copy in self.subspaces_of(table.name()) {
             let Some(of) = copy.subspace_of().filter(|s| {
@@ -154,12 +167,6 @@ impl Database {
             };
             let regions = of.regions_for(predicate, &key_name)?;
             let total = copy.layout().shards;
-            let mut order: Vec<u16> = of
-                .attributes
-                .iter()
-                .map(|name| schema.id_of(name).unwrap_or(u16::MAX))
-                .collect();
-            order.sort_unstable();
             // Shares compared as fractions: regions / total, cross-multiplied. The table
             // itself is the first to beat (all of its shards); an equal share asking
             // fewer regions beats it too (a one-region grid over the table's 4 shards),
@@ -182,13 +189,12 @@ impl Database {
                 || (a == b && regions.len() < best_asked)
                 || (a == b
                     && regions.len() == best_asked
-                    && best.as_ref().is_some_and(|b| order < b.order));
+                    && best.as_ref().is_some_and(|b| order(&copy) < order(&b.copy)));
             if better {
                 best = Some(Best {
                     copy,
                     regions,
                     grid_regions: total,
-                    order,
                 });
             }
         }
