@@ -324,9 +324,15 @@ impl Database {
         let sampled: AttributeSet = numeric.iter().chain(&searched).copied().collect();
         let records = self.sample_records(&table, &sampled)?;
         self.set_numbers(&table, &numeric, &records)?;
-        fill_search_rows(&records, &schema, &searched, &mut profile, &|shape| {
-            pages.get(shape).copied().flatten()
-        });
+        let regions = self.tuning.options.regions;
+        fill_search_rows(
+            &records,
+            &schema,
+            &searched,
+            regions,
+            &mut profile,
+            &|shape| pages.get(shape).copied().flatten(),
+        );
         let record = |decision: String, ranking: Vec<RankedView>, current: Option<f64>| {
             self.tuning.with_table(table.uid(), |tuning, _| {
                 tuning.view.decision = Some(decision);
@@ -504,7 +510,8 @@ impl Database {
         let schema = table.schema();
         let searched = searched_attributes(profile);
         let records = self.sample_records(&table, &searched)?;
-        fill_search_rows(&records, &schema, &searched, profile, page_rows);
+        let regions = self.tuning.options.regions;
+        fill_search_rows(&records, &schema, &searched, regions, profile, page_rows);
         Ok(())
     }
 
@@ -588,18 +595,20 @@ fn searched_attributes(profile: &WorkloadProfile) -> AttributeSet {
 }
 
 /// Gives every search of `profile` the rows it finds in `records` (a sample holding
-/// at least the attributes `searched`), asking for the page `page_rows` gives it.
+/// at least the attributes `searched`), asking for the page `page_rows` gives it, with
+/// the records counted in the parts of grids of `subspace_regions` regions.
 fn fill_search_rows(
     records: &[Record],
     schema: &puffer_store::Schema,
     searched: &AttributeSet,
+    subspace_regions: u32,
     profile: &mut WorkloadProfile,
     page_rows: &dyn Fn(&SearchShape) -> Option<u64>,
 ) {
     if profile.searches.is_empty() {
         return;
     }
-    let sample = RowSample::new(records, schema, searched);
+    let sample = RowSample::new(records, schema, searched, subspace_regions);
     for search in &mut profile.searches {
         search.rows = Some(sample.search_rows(&search.shape, page_rows(&search.shape)));
     }
