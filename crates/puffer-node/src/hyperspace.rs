@@ -11,9 +11,9 @@ use std::ops::Bound;
 use std::time::Duration;
 
 use puffer_adapt::hyperspace::{
-    parts_per_dimension, AttributeId, AttributeSet, Calibration, Configuration, Constraint,
-    PartKey, Profiler, ProfilerConfig, RowProbe, SearchRows, SearchShape, Subspace, MAX_IN_VALUES,
-    MAX_PART_DIMENSIONS, MAX_ROW_PROBES, RANGE_FRACTION_DENOMINATOR,
+    AttributeId, AttributeSet, Calibration, Configuration, Constraint, Profiler, ProfilerConfig,
+    RowProbe, SearchRows, SearchShape, Subspace, MAX_IN_VALUES, MAX_ROW_PROBES,
+    RANGE_FRACTION_DENOMINATOR,
 };
 use puffer_query::{QueryError, Result};
 use puffer_store::{Predicate, Record, Schema, Value, WriteOp};
@@ -287,40 +287,21 @@ const _: () = assert!(ROW_PROBES <= MAX_ROW_PROBES);
 /// Matching records a probe counts the distinct values of free attributes in.
 pub const MAX_FREE_VALUE_RECORDS: usize = 256;
 
-/// Most attributes fixed by equality whose parts a probe counts records in together
-/// (the first of a search's; `2^n` masks per probe and part count).
-pub const MAX_COUNTED_DIMENSIONS: usize = 8;
-
 /// Sampled records of a table, each searched attribute's value as a comparable key:
 /// what [`RowSample::search_rows`] counts.
 pub struct RowSample {
     records: usize,
     /// Per attribute, each record's value (`None`: the record lacks it).
     values: HashMap<AttributeId, Vec<Option<String>>>,
-    /// Per attribute and parts per dimension, each record's part of a grid dimension
-    /// over the attribute cut into that many parts.
-    parts: HashMap<(AttributeId, u32), Vec<u32>>,
-    /// The parts per dimension of `parts`, ascending.
-    part_counts: Vec<u32>,
 }
 
 impl RowSample {
-    /// The values of `attributes` (ids of `schema`) in `records`, and their parts in the
-    /// grids of subspaces of `subspace_regions` regions of 1 to
-    /// [`MAX_PART_DIMENSIONS`]` + 1` dimensions (none below 2 regions): the probes count
-    /// the records in the parts a search asks of such grids. A subspace of another
-    /// region count gets the model's independence instead.
-    pub fn new(
-        records: &[Record],
-        schema: &Schema,
-        attributes: &AttributeSet,
-        subspace_regions: u32,
-    ) -> RowSample {
-        let name = |id: AttributeId| Some(&schema.attributes.get(usize::from(id))?.name);
+    /// The values of `attributes` (ids of `schema`) in `records`.
+    pub fn new(records: &[Record], schema: &Schema, attributes: &AttributeSet) -> RowSample {
         let values = attributes
             .iter()
             .filter_map(|&id| {
-                let name = name(id)?;
+                let name = &schema.attributes.get(usize::from(id))?.name;
                 let column = records
                     .iter()
                     .map(|record| record.values.get(name).map(value_key))
@@ -328,92 +309,10 @@ impl RowSample {
                 Some((id, column))
             })
             .collect();
-        let mut part_counts: Vec<u32> = (1..=MAX_PART_DIMENSIONS + 1)
-            .map(|dimensions| parts_per_dimension(subspace_regions, dimensions))
-            .filter(|&parts| parts > 1)
-            .collect();
-        part_counts.sort_unstable();
-        part_counts.dedup();
-        let parts = attributes
-            .iter()
-            .flat_map(|&id| part_counts.iter().map(move |&parts| (id, parts)))
-            .filter_map(|(id, parts)| {
-                let column = crate::subspace::parts_of_records(schema, name(id)?, parts, records)?;
-                Some(((id, parts), column))
-            })
-            .collect();
         RowSample {
             records: records.len(),
             values,
-            parts,
-            part_counts,
         }
-    }
-
-    /// [`RowProbe::part_shares`] for the probe of sampled record `probe`: per part count
-    /// and set of the `fixed` attributes (each with the sampled records holding the
-    /// probe's value of it, at most [`MAX_COUNTED_DIMENSIONS`]), the records whose
-    /// values of the set lie in the probe's parts, of all records and of each other
-    /// attribute's.
-    fn part_shares(
-        &self,
-        probe: usize,
-        fixed: &[(AttributeId, &[usize])],
-    ) -> BTreeMap<PartKey, f64> {
-        let n = self.records.max(1) as f64;
-        let fixed = &fixed[..fixed.len().min(MAX_COUNTED_DIMENSIONS)];
-        let masks = 1usize << fixed.len();
-        let mut shares = BTreeMap::new();
-        for &parts in &self.part_counts {
-            let Some(columns) = fixed
-                .iter()
-                .map(|(id, _)| self.parts.get(&(*id, parts)))
-                .collect::<Option<Vec<_>>>()
-            else {
-                continue;
-            };
-            // Per record, the set of fixed attributes whose part is the probe's; then,
-            // per set, the records whose set holds it (sums over supersets).
-            let in_parts = |records: &mut dyn Iterator<Item = usize>| -> Vec<u64> {
-                let mut counts = vec![0u64; masks];
-                for record in records {
-                    let mask = columns
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, column)| column[record] == column[probe])
-                        .fold(0, |mask, (i, _)| mask | 1 << i);
-                    counts[mask] += 1;
-                }
-                for bit in 0..fixed.len() {
-                    for mask in 0..masks {
-                        if mask & 1 << bit == 0 {
-                            counts[mask] += counts[mask | 1 << bit];
-                        }
-                    }
-                }
-                counts
-            };
-            let dimensions = |mask: usize| {
-                (0..fixed.len())
-                    .filter(move |i| mask & 1 << i != 0)
-                    .map(|i| fixed[i].0)
-            };
-            let all = in_parts(&mut (0..self.records));
-            for (mask, &count) in all.iter().enumerate().skip(1) {
-                if let Some(key) = PartKey::new(None, parts, dimensions(mask)) {
-                    shares.insert(key, count as f64 / n);
-                }
-            }
-            for (j, (id, having)) in fixed.iter().enumerate() {
-                let counts = in_parts(&mut having.iter().copied());
-                for mask in (1..masks).filter(|mask| mask & 1 << j == 0) {
-                    if let Some(key) = PartKey::new(Some(*id), parts, dimensions(mask)) {
-                        shares.insert(key, counts[mask] as f64 / n);
-                    }
-                }
-            }
-        }
-        shares
     }
 
     /// What searches of `shape` asking for `page_rows` find, estimated from the sample:
@@ -469,7 +368,6 @@ impl RowSample {
                     attribute_shares,
                     free_values: BTreeMap::new(),
                     candidate_free_values: BTreeMap::new(),
-                    part_shares: BTreeMap::new(),
                 }],
             };
         }
@@ -540,23 +438,11 @@ impl RowSample {
                     })
                     .collect();
                 let together = matching.len() as f64;
-                let fixed: Vec<(AttributeId, &[usize])> = valued
-                    .iter()
-                    .zip(&by_value)
-                    .zip(&values)
-                    .filter(|(((id, _), _), _)| {
-                        shape.attributes.get(id) == Some(&Constraint::Equality)
-                    })
-                    .map(|(((id, _), records), value)| {
-                        (*id, records.get(value).map_or(&[][..], Vec::as_slice))
-                    })
-                    .collect();
                 RowProbe {
                     matched_share: (together / n * in_factor * range_share).min(1.0),
                     attribute_shares,
                     free_values: distinct_free(matching),
                     candidate_free_values,
-                    part_shares: self.part_shares(record, &fixed),
                 }
             })
             .collect();
@@ -780,7 +666,7 @@ mod tests {
         ) {
             let schema = schema();
             let records = records(&rows);
-            let sample = RowSample::new(&records, &schema, &AttributeSet::from([0, 1, 2]), 16);
+            let sample = RowSample::new(&records, &schema, &AttributeSet::from([0, 1, 2]));
             let mut shape = SearchShape::equalities(searched.iter().copied());
             let first = *searched.iter().next().unwrap();
             if use_in {
@@ -820,14 +706,6 @@ mod tests {
                 return Ok(());
             }
             prop_assert_eq!(estimate.probes.len(), having.len().min(ROW_PROBES));
-            // A 16-region subspace of 1 to 5 dimensions cuts each into 16, 4 or 2 parts.
-            let part_table: HashMap<(u16, u32), Vec<u32>> = (0u16..3)
-                .flat_map(|id| [2u32, 4, 16].map(|parts| (id, parts)))
-                .map(|(id, parts)| {
-                    let column = crate::subspace::parts_of_records(&schema, name(id), parts, &records);
-                    ((id, parts), column.unwrap())
-                })
-                .collect();
             for probe in &estimate.probes {
                 // Some record with all the values gives exactly these shares.
                 let explained = having.iter().any(|source| {
@@ -881,44 +759,9 @@ mod tests {
                                     == Some(&(seen.len().max(1) as u32))
                             })
                     });
-                    // Per part count and set of attributes fixed by equality, the
-                    // records in the source's parts, of all and of each other one's.
-                    let counted_in_parts = || {
-                        let at = records.iter().position(|r| std::ptr::eq(r, *source)).unwrap();
-                        let equal: Vec<u16> = shape
-                            .attributes
-                            .iter()
-                            .filter(|(_, c)| **c == Constraint::Equality)
-                            .map(|(id, _)| *id)
-                            .collect();
-                        let mut expected = BTreeMap::new();
-                        for parts in [2u32, 4, 16] {
-                            for mask in 1..1usize << equal.len() {
-                                let dims: Vec<u16> = (0..equal.len())
-                                    .filter(|i| mask & 1 << i != 0)
-                                    .map(|i| equal[i])
-                                    .collect();
-                                let others = std::iter::once(None)
-                                    .chain(equal.iter().map(|a| Some(*a)))
-                                    .filter(|a| !a.is_some_and(|a| dims.contains(&a)));
-                                for attribute in others {
-                                    let count = (0..records.len())
-                                        .filter(|&r| attribute.is_none_or(|a| same(&records[r], a)))
-                                        .filter(|&r| dims.iter().all(|&d| {
-                                            part_table[&(d, parts)][r] == part_table[&(d, parts)][at]
-                                        }))
-                                        .count() as f64;
-                                    let key = PartKey::new(attribute, parts, dims.iter().copied()).unwrap();
-                                    expected.insert(key, count / n);
-                                }
-                            }
-                        }
-                        probe.part_shares == expected
-                    };
                     shares_match
                         && free_match
                         && candidate_free_match
-                        && counted_in_parts()
                         && (probe.matched_share - matched).abs() < 1e-12
                 });
                 prop_assert!(explained, "probe {:?} matches no sampled record", probe);
@@ -937,7 +780,7 @@ mod tests {
         let rows: Vec<[Option<i64>; 3]> =
             (0..1000).map(|i| [Some(1), Some(i % 3), Some(i)]).collect();
         let records = records(&rows);
-        let sample = RowSample::new(&records, &schema(), &AttributeSet::from([0, 1, 2]), 16);
+        let sample = RowSample::new(&records, &schema(), &AttributeSet::from([0, 1, 2]));
         let estimate = sample.search_rows(&SearchShape::equalities([0]), None);
         for probe in &estimate.probes {
             assert_eq!(probe.matched_share, 1.0);
@@ -948,7 +791,7 @@ mod tests {
 
     #[test]
     fn an_empty_sample_finds_nothing() {
-        let sample = RowSample::new(&[], &schema(), &AttributeSet::from([0, 1]), 16);
+        let sample = RowSample::new(&[], &schema(), &AttributeSet::from([0, 1]));
         let estimate = sample.search_rows(&SearchShape::equalities([0, 1]), None);
         assert_eq!(estimate.probes.len(), 1);
         assert_eq!(estimate.probes[0].matched_share, 0.0);

@@ -184,29 +184,6 @@ pub fn plan_grid<'a>(
     Ok(Grid { dimensions })
 }
 
-/// Each of `records`' parts of a dimension over `attribute` (of `schema`) cut into
-/// `parts` parts, as the grid of a subspace over it cuts it when planned with `records`
-/// as its sample: what the configurator counts records in the parts a search asks
-/// with. `None` where no subspace could be made over the attribute.
-pub fn parts_of_records(
-    schema: &Schema,
-    attribute: &str,
-    parts: u32,
-    records: &[Record],
-) -> Option<Vec<u32>> {
-    let grid = plan_grid(schema, &[attribute.to_string()], parts, records).ok()?;
-    let dimension = grid.dimensions.first()?;
-    Some(
-        records
-            .iter()
-            .map(|record| {
-                let value = record.values.get(attribute);
-                dimension.part_of(value.map_or(Coordinate::Missing, coordinate))
-            })
-            .collect(),
-    )
-}
-
 /// A value as a grid coordinate: strings by their bytes, booleans as one byte, numbers
 /// and timestamps as floats (which keeps their order; `-0.0` as `0.0`, as stored).
 fn coordinate(value: &Value) -> Coordinate<'_> {

@@ -51,9 +51,9 @@ pub use configurator::{decide, ConfiguratorDecision, DecisionReason, DEFAULT_SWI
 pub use heuristics::{dominant, hyperspace, no_subspace, subspaces_all};
 pub use model::{
     alpha_from_update_runs, objects_read, predicted_throughput_ops_per_s, rank_configurations,
-    rows_returned, search_costs_from_runs, Calibration, PartKey, RankedConfiguration, RowProbe,
-    SearchCosts, SearchFrequency, SearchRows, SearchRun, UpdateFrequency, UpdateRun,
-    WorkloadProfile, MAX_PART_DIMENSIONS, MAX_ROW_PROBES,
+    rows_returned, search_costs_from_runs, Calibration, RankedConfiguration, RowProbe, SearchCosts,
+    SearchFrequency, SearchRows, SearchRun, UpdateFrequency, UpdateRun, WorkloadProfile,
+    MAX_ROW_PROBES,
 };
 pub use model::{
     search_cost_s, update_chain_length, update_cost_s, update_costs_from_runs, write_exposure,

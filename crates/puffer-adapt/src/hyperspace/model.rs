@@ -177,83 +177,6 @@ pub struct RowProbe {
     /// neighbourhood's rows in one city's regions, a price's in every city's). Missing:
     /// spread over every part.
     pub candidate_free_values: BTreeMap<AttributeId, BTreeMap<AttributeId, u32>>,
-    /// Shares of the table counted in the sample where a grid's parts are what counts
-    /// (see [`PartKey`]): the records holding a constraint's value whose values of other
-    /// dimensions the search fixes lie in the same parts as the probe's, and all the
-    /// records in those parts. Where a count is missing the model takes the values of
-    /// different attributes as independent, which they often are not: prices are in
-    /// each city's currency, so a price's part of a grid holds mostly one city's
-    /// listings, and a neighbourhood's rows there are about twice what independence
-    /// gives.
-    pub part_shares: BTreeMap<PartKey, f64>,
-}
-
-/// Most dimensions a [`PartKey`] names: a subspace of the analyser's candidates has at
-/// most 3 (and 16 regions cut a subspace of 5 dimensions or more into one part each,
-/// which needs no count).
-pub const MAX_PART_DIMENSIONS: usize = 4;
-
-/// What a count of [`RowProbe::part_shares`] is of: the records with `attribute`'s
-/// value (every record when `None`) whose values of `dimensions` each lie in the part
-/// the probe's value of that dimension lies in, every dimension cut into `parts` parts
-/// as a subspace's grid cuts it (hashed strings, numbers at their quantiles).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PartKey {
-    attribute: Option<AttributeId>,
-    parts: u32,
-    /// Ascending, the unused end [`AttributeId::MAX`] (no allocation per lookup: the
-    /// ranking looks up every probe of every search in every candidate).
-    dimensions: [AttributeId; MAX_PART_DIMENSIONS],
-}
-
-impl PartKey {
-    /// The key of `attribute`'s records in `dimensions`' parts (in any order, without
-    /// repeats) of `parts` each; `None` for no dimension, more than
-    /// [`MAX_PART_DIMENSIONS`], or fewer than 2 parts (one part holds everything).
-    pub fn new(
-        attribute: Option<AttributeId>,
-        parts: u32,
-        dimensions: impl IntoIterator<Item = AttributeId>,
-    ) -> Option<PartKey> {
-        let mut sorted = [AttributeId::MAX; MAX_PART_DIMENSIONS];
-        let mut count = 0;
-        for dimension in dimensions {
-            if dimension == AttributeId::MAX {
-                return None;
-            }
-            *sorted.get_mut(count)? = dimension;
-            count += 1;
-        }
-        if count == 0 || parts < 2 {
-            return None;
-        }
-        sorted.sort_unstable();
-        Some(PartKey {
-            attribute,
-            parts,
-            dimensions: sorted,
-        })
-    }
-
-    /// The attribute whose records are counted (`None`: all).
-    pub fn attribute(&self) -> Option<AttributeId> {
-        self.attribute
-    }
-
-    /// Parts per dimension.
-    pub fn parts(&self) -> u32 {
-        self.parts
-    }
-
-    /// The dimensions, ascending.
-    pub fn dimensions(&self) -> &[AttributeId] {
-        let used = self
-            .dimensions
-            .iter()
-            .take_while(|&&d| d != AttributeId::MAX)
-            .count();
-        &self.dimensions[..used]
-    }
 }
 
 impl SearchRows {
@@ -287,9 +210,8 @@ impl SearchRows {
                     "an attribute with 0 distinct values among the matches",
                 ));
             }
-            for share in std::iter::once(&probe.matched_share)
-                .chain(probe.attribute_shares.values())
-                .chain(probe.part_shares.values())
+            for share in
+                std::iter::once(&probe.matched_share).chain(probe.attribute_shares.values())
             {
                 if !(0.0..=1.0).contains(share) {
                     return Err(config_error(
@@ -483,17 +405,12 @@ fn read_and_sent(
                 .iter()
                 .filter(|(attribute, _)| shape.attributes.contains_key(attribute))
                 .map(|(&attribute, &share)| {
-                    let counted = subspace.and_then(|s| {
-                        part_share(s, shape, probe, Some(attribute))
-                            .map(|joint| joint * objects * unfixed_share(s, shape, Some(attribute)))
-                    });
-                    let in_asked = match (counted, subspace) {
-                        (Some(counted), _) => counted,
-                        (None, Some(s)) if s.contains(attribute) => {
+                    let in_asked = match subspace {
+                        Some(s) if s.contains(attribute) => {
                             let own = own_part_share(s, shape, attribute, share);
                             share * objects * (held / own).min(1.0)
                         }
-                        (None, _) => share * objects * held,
+                        _ => share * objects * held,
                     };
                     // Only the regions holding matches read every constraint's rows; in
                     // the others some constraint finds nothing (the store starts from
@@ -565,9 +482,6 @@ fn held_share(
     let Some(subspace) = routed_subspace(configuration, route) else {
         return even;
     };
-    if let Some(joint) = part_share(subspace, shape, probe, None) {
-        return (joint * unfixed_share(subspace, shape, None)).min(1.0);
-    }
     let parts = f64::from(super::parts_per_dimension(
         subspace.regions(),
         subspace.attributes().len(),
@@ -579,47 +493,6 @@ fn held_share(
         .filter_map(|attribute| probe.attribute_shares.get(attribute))
         .fold(even, |held, &share| held * (parts * share + 1.0 - share))
         .min(1.0)
-}
-
-/// The share counted in the sample ([`RowProbe::part_shares`]) of the records with
-/// `attribute`'s value (every record when `None`) in the parts a search of `shape` and
-/// `probe`'s values asks of `subspace`'s dimensions it fixes by equality (other than
-/// `attribute`'s own, which holds all its records); `None` where the probe has no such
-/// count (no such dimension, or a grid the sample was not cut for) or `attribute` is
-/// not fixed by equality.
-fn part_share(
-    subspace: &Subspace,
-    shape: &SearchShape,
-    probe: &RowProbe,
-    attribute: Option<AttributeId>,
-) -> Option<f64> {
-    let fixed = |a: &AttributeId| shape.attributes.get(a) == Some(&Constraint::Equality);
-    if attribute.is_some_and(|a| !fixed(&a)) {
-        return None;
-    }
-    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
-    let dimensions = subspace
-        .attributes()
-        .iter()
-        .filter(|&&d| fixed(&d) && Some(d) != attribute)
-        .copied();
-    let key = PartKey::new(attribute, parts, dimensions)?;
-    probe.part_shares.get(&key).copied()
-}
-
-/// The share of `subspace`'s parts that a search of `shape` asks of the dimensions it
-/// does not fix by equality, other than `except`: what [`part_share`]'s count leaves
-/// to multiply by (a free dimension asks all its parts, a range some).
-fn unfixed_share(subspace: &Subspace, shape: &SearchShape, except: Option<AttributeId>) -> f64 {
-    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
-    subspace
-        .attributes()
-        .iter()
-        .filter(|&&d| Some(d) != except)
-        .map(|d| shape.attributes.get(d).copied())
-        .filter(|constraint| *constraint != Some(Constraint::Equality))
-        .map(|constraint| super::regions::parts_asked(constraint, parts) as f64 / f64::from(parts))
-        .product()
 }
 
 /// The share of the table in the parts of dimension `attribute` of `subspace` that a
@@ -1377,7 +1250,6 @@ mod tests {
                 attribute_shares: BTreeMap::from([(0, 0.25)]),
                 free_values: BTreeMap::new(),
                 candidate_free_values: BTreeMap::new(),
-                part_shares: BTreeMap::new(),
             }],
         };
         let shape = SearchShape::equalities([0]);
@@ -1701,7 +1573,6 @@ mod tests {
                     attribute_shares: shares.iter().copied().collect(),
                     free_values: BTreeMap::new(),
                     candidate_free_values: BTreeMap::new(),
-                    part_shares: BTreeMap::new(),
                 })
                 .collect(),
         }
@@ -1819,76 +1690,6 @@ mod tests {
             &calibration
         )
         .is_err());
-    }
-
-    #[test]
-    fn counted_part_shares_replace_independence() {
-        // O = 1600; subspace <0, 1> of 16 regions (4 by 4), as in objects_read_by_hand.
-        let configuration = Configuration::new([Subspace::new([0, 1], 16).unwrap()], 4, 1).unwrap();
-        let read = |attributes: &[AttributeId], rows: &SearchRows| {
-            let shape = SearchShape::equalities(attributes.iter().copied());
-            let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
-            objects_read(&configuration, &route, &shape, Some(rows), 1600)
-        };
-        let key = |attribute: Option<AttributeId>, dimensions: &[AttributeId]| {
-            PartKey::new(attribute, 4, dimensions.iter().copied()).unwrap()
-        };
-        // <0, 1>: independence gives 64 of attribute 0's rows in 1's part and 104 of
-        // 1's in 0's part (objects_read_by_hand). Counted: 128 and 80, so 80.
-        let mut probe = rows_of(None, &[(4.0 / 1600.0, &[(0, 0.1), (1, 0.2)])]);
-        assert!((read(&[0, 1], &probe) - 64.0).abs() < 1e-9);
-        probe.probes[0].part_shares =
-            BTreeMap::from([(key(Some(0), &[1]), 0.08), (key(Some(1), &[0]), 0.05)]);
-        assert!((read(&[0, 1], &probe) - 80.0).abs() < 1e-9);
-        // Only one counted: the other keeps independence (104 against 128).
-        probe.probes[0].part_shares.remove(&key(Some(1), &[0]));
-        assert!((read(&[0, 1], &probe) - 104.0).abs() < 1e-9);
-        // <0, 5> asks 4 regions (1 free): attribute 5's rows in 0's part, 26 by
-        // independence (objects_read_by_hand), 16 counted (all of 1's parts asked).
-        let mut probe = rows_of(None, &[(4.0 / 1600.0, &[(0, 0.1), (5, 0.05)])]);
-        probe.probes[0].part_shares = BTreeMap::from([(key(Some(5), &[0]), 0.01)]);
-        assert!((read(&[0, 5], &probe) - 16.0).abs() < 1e-9);
-        // No constraint to start from: the regions asked whole, 1 of 16 (100 rows) by
-        // independence, 480 where the sample counts 0.3 of the table in the two parts.
-        let mut probe = rows_of(None, &[(0.001, &[])]);
-        assert!((read(&[0, 1], &probe) - 100.0).abs() < 1e-9);
-        probe.probes[0].part_shares = BTreeMap::from([(key(None, &[0, 1]), 0.3)]);
-        assert!((read(&[0, 1], &probe) - 480.0).abs() < 1e-9);
-        // A count of an attribute not fixed by equality is never asked for.
-        let shape = SearchShape {
-            attributes: BTreeMap::from([
-                (0, Constraint::Equality),
-                (
-                    1,
-                    Constraint::Range {
-                        fraction_ppm: 500_000,
-                    },
-                ),
-            ]),
-            key: None,
-        };
-        let subspace = &configuration.subspaces()[0];
-        let mut probe = rows_of(None, &[(0.001, &[(0, 0.1), (1, 0.5)])])
-            .probes
-            .remove(0);
-        probe.part_shares = BTreeMap::from([(key(Some(1), &[0]), 0.01)]);
-        assert_eq!(part_share(subspace, &shape, &probe, Some(1)), None);
-        // Attribute 0's rows in the half of 1's parts asked: its own count has no other
-        // fixed dimension, so independence (0.1 · 1600 · 2/4 = 80).
-        assert_eq!(part_share(subspace, &shape, &probe, Some(0)), None);
-        assert!((unfixed_share(subspace, &shape, Some(0)) - 0.5).abs() < 1e-12);
-    }
-
-    #[test]
-    fn part_keys_are_bounded_and_sorted() {
-        let key = PartKey::new(Some(3), 4, [9, 2, 5]).unwrap();
-        assert_eq!(key.dimensions(), &[2, 5, 9]);
-        assert_eq!(key, PartKey::new(Some(3), 4, [5, 9, 2]).unwrap());
-        assert_eq!((key.attribute(), key.parts()), (Some(3), 4));
-        assert_eq!(PartKey::new(None, 4, []), None);
-        assert_eq!(PartKey::new(None, 1, [1]), None);
-        assert_eq!(PartKey::new(None, 4, [1, 2, 3, 4, 5]), None);
-        assert_eq!(PartKey::new(None, 4, [AttributeId::MAX]), None);
     }
 
     #[test]

@@ -324,15 +324,9 @@ impl Database {
         let sampled: AttributeSet = numeric.iter().chain(&searched).copied().collect();
         let records = self.sample_records(&table, &sampled)?;
         self.set_numbers(&table, &numeric, &records)?;
-        let regions = self.tuning.options.regions;
-        fill_search_rows(
-            &records,
-            &schema,
-            &searched,
-            regions,
-            &mut profile,
-            &|shape| pages.get(shape).copied().flatten(),
-        );
+        fill_search_rows(&records, &schema, &searched, &mut profile, &|shape| {
+            pages.get(shape).copied().flatten()
+        });
         let record = |decision: String, ranking: Vec<RankedView>, current: Option<f64>| {
             self.tuning.with_table(table.uid(), |tuning, _| {
                 tuning.view.decision = Some(decision);
@@ -510,8 +504,7 @@ impl Database {
         let schema = table.schema();
         let searched = searched_attributes(profile);
         let records = self.sample_records(&table, &searched)?;
-        let regions = self.tuning.options.regions;
-        fill_search_rows(&records, &schema, &searched, regions, profile, page_rows);
+        fill_search_rows(&records, &schema, &searched, profile, page_rows);
         Ok(())
     }
 
@@ -595,20 +588,18 @@ fn searched_attributes(profile: &WorkloadProfile) -> AttributeSet {
 }
 
 /// Gives every search of `profile` the rows it finds in `records` (a sample holding
-/// at least the attributes `searched`), asking for the page `page_rows` gives it, with
-/// the records counted in the parts of grids of `subspace_regions` regions.
+/// at least the attributes `searched`), asking for the page `page_rows` gives it.
 fn fill_search_rows(
     records: &[Record],
     schema: &puffer_store::Schema,
     searched: &AttributeSet,
-    subspace_regions: u32,
     profile: &mut WorkloadProfile,
     page_rows: &dyn Fn(&SearchShape) -> Option<u64>,
 ) {
     if profile.searches.is_empty() {
         return;
     }
-    let sample = RowSample::new(records, schema, searched, subspace_regions);
+    let sample = RowSample::new(records, schema, searched);
     for search in &mut profile.searches {
         search.rows = Some(sample.search_rows(&search.shape, page_rows(&search.shape)));
     }
