@@ -291,13 +291,22 @@ pub const MAX_FREE_VALUE_RECORDS: usize = 256;
 /// what [`RowSample::search_rows`] counts.
 pub struct RowSample {
     records: usize,
+    /// Records of the table the sample was drawn from (at least `records`).
+    table_records: u64,
     /// Per attribute, each record's value (`None`: the record lacks it).
     values: HashMap<AttributeId, Vec<Option<String>>>,
 }
 
 impl RowSample {
-    /// The values of `attributes` (ids of `schema`) in `records`.
-    pub fn new(records: &[Record], schema: &Schema, attributes: &AttributeSet) -> RowSample {
+    /// The values of `attributes` (ids of `schema`) in `records`, a sample of a table of
+    /// `table_records` records (taken as `records.len()` if fewer: the table shrank
+    /// since).
+    pub fn new(
+        records: &[Record],
+        table_records: u64,
+        schema: &Schema,
+        attributes: &AttributeSet,
+    ) -> RowSample {
         let values = attributes
             .iter()
             .filter_map(|&id| {
@@ -311,19 +320,43 @@ impl RowSample {
             .collect();
         RowSample {
             records: records.len(),
+            table_records: table_records.max(records.len() as u64),
             values,
         }
+    }
+
+    /// The share of the table's records that `sampled` of the sampled records stand
+    /// for, one of them the probe's own record: that one is in the table for certain,
+    /// and the others are a sample of the table's other records, so the table holds
+    /// `1 + (sampled − 1)(N − 1)/(n − 1)` such records of its `N`. Scaling all of
+    /// `sampled` by `N / n` counted the probe's record `N / n` times: the 26,458
+    /// listings sampled every 7th, a value held by one listing was estimated at 7, and
+    /// every search fixing a rare value (a price) was charged about 6 rows too many.
+    /// Exact when the sample is the whole table.
+    fn share_with_probe(&self, sampled: usize) -> f64 {
+        if sampled == 0 {
+            return 0.0;
+        }
+        let table = self.table_records as f64;
+        let others = if self.records > 1 {
+            (sampled - 1) as f64 * (table - 1.0) / (self.records - 1) as f64
+        } else {
+            0.0
+        };
+        ((1.0 + others) / table).min(1.0)
     }
 
     /// What searches of `shape` asking for `page_rows` find, estimated from the sample:
     /// up to [`ROW_PROBES`] sampled records that have every attribute the search fixes
     /// by value (equality or `IN`), evenly spaced, each taken as one search with its
     /// values (values are asked as often as records hold them). Per probe:
-    /// - an equality's share is the sampled records with the probe's value; an `IN` of
-    ///   `n` values, `n` times that; a range's, its width (the share of sampled values
-    ///   inside it);
-    /// - the matched share is the sampled records with all the probe's values, times
-    ///   the `IN` counts and the ranges' widths (taken as independent of the rest).
+    /// - an equality's share is that of the sampled records with the probe's value,
+    ///   the probe's own record counted once in the table (see `share_with_probe`);
+    ///   an `IN` of `n` values, `n` times that; a range's, its width (the share of
+    ///   sampled values inside it);
+    /// - the matched share is that of the sampled records with all the probe's values
+    ///   (counted as above), times the `IN` counts and the ranges' widths (taken as
+    ///   independent of the rest).
     ///
     /// - per sampled attribute the search leaves free, the distinct values (a missing
     ///   value is one) among the sampled records with all the probe's values (the
@@ -334,7 +367,6 @@ impl RowSample {
     /// search finds nothing. An attribute the sample lacks (not in the set it was made
     /// with) counts as found in no record.
     pub fn search_rows(&self, shape: &SearchShape, page_rows: Option<u64>) -> SearchRows {
-        let n = self.records.max(1) as f64;
         let mut valued: Vec<(AttributeId, f64)> = Vec::new();
         let mut ranges: Vec<(AttributeId, f64)> = Vec::new();
         for (&id, &constraint) in &shape.attributes {
@@ -419,8 +451,8 @@ impl RowSample {
                     .zip(&by_value)
                     .zip(&values)
                     .map(|(((id, in_values), records), value)| {
-                        let found = records.get(value).map_or(0, Vec::len) as f64;
-                        (*id, (in_values * found / n).min(1.0))
+                        let found = records.get(value).map_or(0, Vec::len);
+                        (*id, (in_values * self.share_with_probe(found)).min(1.0))
                     })
                     .chain(ranges.iter().copied())
                     .collect();
@@ -437,9 +469,9 @@ impl RowSample {
                         (*id, distinct_free(having))
                     })
                     .collect();
-                let together = matching.len() as f64;
+                let together = self.share_with_probe(matching.len());
                 RowProbe {
-                    matched_share: (together / n * in_factor * range_share).min(1.0),
+                    matched_share: (together * in_factor * range_share).min(1.0),
                     attribute_shares,
                     free_values: distinct_free(matching),
                     candidate_free_values,
@@ -666,7 +698,13 @@ mod tests {
         ) {
             let schema = schema();
             let records = records(&rows);
-            let sample = RowSample::new(&records, &schema, &AttributeSet::from([0, 1, 2]));
+            // The sample is the whole table: every share is a plain count.
+            let sample = RowSample::new(
+                &records,
+                records.len() as u64,
+                &schema,
+                &AttributeSet::from([0, 1, 2]),
+            );
             let mut shape = SearchShape::equalities(searched.iter().copied());
             let first = *searched.iter().next().unwrap();
             if use_in {
@@ -780,7 +818,12 @@ mod tests {
         let rows: Vec<[Option<i64>; 3]> =
             (0..1000).map(|i| [Some(1), Some(i % 3), Some(i)]).collect();
         let records = records(&rows);
-        let sample = RowSample::new(&records, &schema(), &AttributeSet::from([0, 1, 2]));
+        let sample = RowSample::new(
+            &records,
+            records.len() as u64,
+            &schema(),
+            &AttributeSet::from([0, 1, 2]),
+        );
         let estimate = sample.search_rows(&SearchShape::equalities([0]), None);
         for probe in &estimate.probes {
             assert_eq!(probe.matched_share, 1.0);
@@ -791,13 +834,100 @@ mod tests {
 
     #[test]
     fn an_empty_sample_finds_nothing() {
-        let sample = RowSample::new(&[], &schema(), &AttributeSet::from([0, 1]));
+        let sample = RowSample::new(&[], 100, &schema(), &AttributeSet::from([0, 1]));
         let estimate = sample.search_rows(&SearchShape::equalities([0, 1]), None);
         assert_eq!(estimate.probes.len(), 1);
         assert_eq!(estimate.probes[0].matched_share, 0.0);
         assert_eq!(
             estimate.probes[0].attribute_shares,
             BTreeMap::from([(0, 0.0), (1, 0.0)])
+        );
+    }
+
+    #[test]
+    fn a_probe_counts_its_own_record_once() {
+        // A sample of 4 records of a table of 400: a = 1, 1, 2, 3.
+        let rows: Vec<[Option<i64>; 3]> = [1, 1, 2, 3]
+            .iter()
+            .map(|&a| [Some(a), None, None])
+            .collect();
+        let sample = RowSample::new(&records(&rows), 400, &schema(), &AttributeSet::from([0]));
+        let estimate = sample.search_rows(&SearchShape::equalities([0]), None);
+        assert_eq!(estimate.probes.len(), 4);
+        let shares: Vec<f64> = estimate
+            .probes
+            .iter()
+            .map(|probe| probe.attribute_shares[&0])
+            .collect();
+        // By hand: a value sampled once is its probe's own record, 1 of 400; one sampled
+        // twice is that record and 1 of the 3 other sampled records, a third of the
+        // table's 399 others: 1 + 133 = 134 records.
+        let expected = [134.0 / 400.0, 134.0 / 400.0, 1.0 / 400.0, 1.0 / 400.0];
+        for (share, expected) in shares.iter().zip(expected) {
+            assert!((share - expected).abs() < 1e-12, "{shares:?}");
+        }
+        for probe in &estimate.probes {
+            assert_eq!(probe.matched_share, probe.attribute_shares[&0]);
+        }
+    }
+
+    /// Over random samples, the records a probe's value is estimated to have in the
+    /// table average what the table holds (counted by a scan), where scaling the
+    /// sampled count by `table / sample` (the probe's own record `table / sample` times)
+    /// averages far above it on a table of mostly rare values.
+    #[test]
+    fn probe_counts_are_unbiased_over_random_samples() {
+        use rand::rngs::StdRng;
+        use rand::seq::index::sample as sample_indices;
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(19);
+        // 3,000 records; values from 1 to 1,000 with a long tail: most held by a few
+        // records, a handful by hundreds.
+        let table: Vec<i64> = (0..3000)
+            .map(|_| (1000f64.powf(rng.gen::<f64>())) as i64)
+            .collect();
+        let mut held: HashMap<i64, usize> = HashMap::new();
+        for value in &table {
+            *held.entry(*value).or_default() += 1;
+        }
+        let (sample_size, table_size) = (300usize, table.len() as f64);
+        let (mut truth, mut estimated, mut scaled, mut probes) = (0.0, 0.0, 0.0, 0usize);
+        for _ in 0..200 {
+            let chosen = sample_indices(&mut rng, table.len(), sample_size);
+            let rows: Vec<[Option<i64>; 3]> = chosen
+                .iter()
+                .map(|i| [Some(table[i]), None, None])
+                .collect();
+            let sampled = records(&rows);
+            let sample = RowSample::new(
+                &sampled,
+                table.len() as u64,
+                &schema(),
+                &AttributeSet::from([0]),
+            );
+            let estimate = sample.search_rows(&SearchShape::equalities([0]), None);
+            // The probes are the sampled records, evenly spaced: find each one's value.
+            for (i, probe) in estimate.probes.iter().enumerate() {
+                let value = rows[i * sample_size / estimate.probes.len()][0].unwrap();
+                let in_sample = rows.iter().filter(|r| r[0] == Some(value)).count();
+                truth += held[&value] as f64;
+                estimated += probe.attribute_shares[&0] * table_size;
+                scaled += in_sample as f64 * table_size / sample_size as f64;
+                probes += 1;
+            }
+        }
+        let (truth, estimated, scaled) = (
+            truth / probes as f64,
+            estimated / probes as f64,
+            scaled / probes as f64,
+        );
+        assert!(
+            (estimated - truth).abs() < 0.03 * truth,
+            "estimated {estimated:.1} records a probe, the table holds {truth:.1}"
+        );
+        assert!(
+            scaled - truth > 5.0,
+            "scaling by table/sample should overcount by about 9: {scaled:.1} against {truth:.1}"
         );
     }
 }

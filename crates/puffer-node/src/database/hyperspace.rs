@@ -324,9 +324,15 @@ impl Database {
         let sampled: AttributeSet = numeric.iter().chain(&searched).copied().collect();
         let records = self.sample_records(&table, &sampled)?;
         self.set_numbers(&table, &numeric, &records)?;
-        fill_search_rows(&records, &schema, &searched, &mut profile, &|shape| {
-            pages.get(shape).copied().flatten()
-        });
+        let objects = table.count(&Predicate::All, ReadOptions::default())?.0;
+        fill_search_rows(
+            &records,
+            objects,
+            &schema,
+            &searched,
+            &mut profile,
+            &|shape| pages.get(shape).copied().flatten(),
+        );
         let record = |decision: String, ranking: Vec<RankedView>, current: Option<f64>| {
             self.tuning.with_table(table.uid(), |tuning, _| {
                 tuning.view.decision = Some(decision);
@@ -346,7 +352,6 @@ impl Database {
             )?;
             return Ok(false);
         };
-        let objects = table.count(&Predicate::All, ReadOptions::default())?.0;
         let model = calibration(&measured, objects);
         let layout = table.layout();
         let options = &self.tuning.options;
@@ -504,7 +509,8 @@ impl Database {
         let schema = table.schema();
         let searched = searched_attributes(profile);
         let records = self.sample_records(&table, &searched)?;
-        fill_search_rows(&records, &schema, &searched, profile, page_rows);
+        let objects = table.count(&Predicate::All, ReadOptions::default())?.0;
+        fill_search_rows(&records, objects, &schema, &searched, profile, page_rows);
         Ok(())
     }
 
@@ -587,10 +593,12 @@ fn searched_attributes(profile: &WorkloadProfile) -> AttributeSet {
         .collect()
 }
 
-/// Gives every search of `profile` the rows it finds in `records` (a sample holding
-/// at least the attributes `searched`), asking for the page `page_rows` gives it.
+/// Gives every search of `profile` the rows it finds in `records` (a sample of a
+/// table of `table_records`, holding at least the attributes `searched`), asking for
+/// the page `page_rows` gives it.
 fn fill_search_rows(
     records: &[Record],
+    table_records: u64,
     schema: &puffer_store::Schema,
     searched: &AttributeSet,
     profile: &mut WorkloadProfile,
@@ -599,7 +607,7 @@ fn fill_search_rows(
     if profile.searches.is_empty() {
         return;
     }
-    let sample = RowSample::new(records, schema, searched);
+    let sample = RowSample::new(records, table_records, schema, searched);
     for search in &mut profile.searches {
         search.rows = Some(sample.search_rows(&search.shape, page_rows(&search.shape)));
     }

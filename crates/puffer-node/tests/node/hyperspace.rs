@@ -233,7 +233,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
             r
         })
         .collect();
-    let sample = RowSample::new(&written, &schema(), &AttributeSet::from([0, 1, 2]));
+    let sample = RowSample::new(&written, 400, &schema(), &AttributeSet::from([0, 1, 2]));
     let with_rows = |mut profile: WorkloadProfile| {
         for search in &mut profile.searches {
             search.rows = Some(sample.search_rows(&search.shape, None));
