@@ -187,64 +187,107 @@ struct Measured {
     rows_found: Vec<f64>,
 }
 
+/// The calibration's runs, measured one at a time: in rounds of their own
+/// ([`calibrate`]), or in rounds shared with a workload's configurations (`--interleave`),
+/// so that the runs the parameters are fitted on and the configurations predicted with
+/// them meet the same minutes of a shared machine.
+pub(super) struct Calibrator {
+    plan: Plan,
+    /// The rows each search run's searches read, counted by the shards once (after
+    /// the first measurement of its run: the same operations find the same rows).
+    rows_found: Vec<Option<f64>>,
+}
+
+impl Calibrator {
+    pub(super) fn new(bench: &Bench) -> Calibrator {
+        let plan = Plan::new(bench.args.regions);
+        let rows_found = vec![None; plan.runs.len()];
+        Calibrator { plan, rows_found }
+    }
+
+    /// How many runs a calibration measures.
+    pub(super) fn runs(&self) -> usize {
+        self.plan.runs.len()
+    }
+
+    /// Measures run `i` once (`round` varies its operations' seed).
+    pub(super) fn measure(&mut self, bench: &Bench, i: usize, round: usize) -> anyhow::Result<f64> {
+        let run = &self.plan.runs[i];
+        let first_search = self.plan.first_search();
+        bench.configure(&run.subspaces)?;
+        let operations = bench.operations(&run.workload, run.mix, run.updated)?;
+        let measured = bench.measure(operations, run.seed + 1000 * round as u64)?;
+        if i >= first_search && self.rows_found[i].is_none() {
+            let operations = bench.operations(&run.workload, run.mix, run.updated)?;
+            self.rows_found[i] = Some(rows_found_per_search(bench, &operations, 14)?);
+        }
+        let what = if i < first_search {
+            format!("updates of {}", run.updated.join("+"))
+        } else {
+            format!("searches of {}", run.workload.searches[0].0.join("+"))
+        };
+        eprintln!(
+            "calibration round {}: {what}, {}, {:.0} % searches: {measured:.0} ops/s",
+            round + 1,
+            label(&run.subspaces),
+            run.mix.search_share * 100.0
+        );
+        Ok(measured)
+    }
+
+    /// The parameters fitted on `rounds_ops_per_s` (each run's throughputs, one per
+    /// round), written to `path` with every run.
+    pub(super) fn fit_and_write(
+        &self,
+        bench: &Bench,
+        rounds_ops_per_s: Vec<Vec<f64>>,
+        path: &Path,
+    ) -> anyhow::Result<MeasuredCalibration> {
+        let rounds = rounds_ops_per_s.first().map_or(0, Vec::len);
+        let measured = Measured {
+            rounds_ops_per_s,
+            rows_found: self.rows_found.iter().map(|r| r.unwrap_or(0.0)).collect(),
+        };
+        let (parameters, key_only, notes, runs_out) = fit(bench, &self.plan, &measured)?;
+        let file = json!({
+            "parameters": parameters,
+            "key_only_update_ops_per_s": round(key_only, 1),
+            "key_only_update_rounds_ops_per_s": measured.rounds_ops_per_s[0],
+            "alpha_note": notes.alpha,
+            "update_costs_note": notes.update_costs,
+            "runs": runs_out,
+            "rounds": rounds,
+            "clients": bench.args.clients,
+            "seconds": bench.args.seconds,
+            "data_dir": bench.args.data_dir,
+            "record_cache_bytes": bench.args.record_cache_bytes,
+            "listings": bench.records.len(),
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
+        Ok(parameters)
+    }
+}
+
 /// The calibration runs (§4.3) and the parameters they give, written to `path`. Every
 /// run is measured in `--rounds` rounds and its median kept: fitted on one run each,
 /// the parameters moved the model's predictions by about a tenth from one calibration
 /// to the next (its mean signed error on workloads A and B was −6 % after one and
-/// +9.7 % after another).
-pub(super) fn calibrate(bench: &Bench, path: &Path) -> anyhow::Result<MeasuredCalibration> {
-    let plan = Plan::new(bench.args.regions);
-    let runs = &plan.runs;
-    let first_search = plan.first_search();
-    // The rows each search run's searches read, counted by the shards once (after the
-    // first round's run of its configuration: the same operations find the same rows).
-    let mut found = vec![0.0; runs.len()];
+/// +9.7 % after another). Answers the calibrator too, with the rows it counted.
+pub(super) fn calibrate(
+    bench: &Bench,
+    path: &Path,
+) -> anyhow::Result<(MeasuredCalibration, Calibrator)> {
+    let mut calibrator = Calibrator::new(bench);
     let mut rng = StdRng::seed_from_u64(bench.args.seed ^ 0xca11_b7a7);
-    let rounds_ops_per_s =
-        measure_in_rounds(bench.args.rounds, runs.len(), &mut rng, |i, round, _| {
-            let run = &runs[i];
-            bench.configure(&run.subspaces)?;
-            let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-            let measured = bench.measure(operations, run.seed + 1000 * round as u64)?;
-            if round == 0 && i >= first_search {
-                let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-                found[i] = rows_found_per_search(bench, &operations, 14)?;
-            }
-            let what = if i < first_search {
-                format!("updates of {}", run.updated.join("+"))
-            } else {
-                format!("searches of {}", run.workload.searches[0].0.join("+"))
-            };
-            eprintln!(
-                "calibration round {}: {what}, {}, {:.0} % searches: {measured:.0} ops/s",
-                round + 1,
-                label(&run.subspaces),
-                run.mix.search_share * 100.0
-            );
-            Ok(measured)
-        })?;
-    let measured = Measured {
-        rounds_ops_per_s,
-        rows_found: found,
-    };
-    let (parameters, key_only, notes, runs_out) = fit(bench, &plan, &measured)?;
+    let rounds_ops_per_s = measure_in_rounds(
+        bench.args.rounds,
+        calibrator.runs(),
+        &mut rng,
+        |i, round, _| calibrator.measure(bench, i, round),
+    )?;
+    let parameters = calibrator.fit_and_write(bench, rounds_ops_per_s, path)?;
     bench.configure(&Vec::new())?;
-    let file = json!({
-        "parameters": parameters,
-        "key_only_update_ops_per_s": round(key_only, 1),
-        "key_only_update_rounds_ops_per_s": measured.rounds_ops_per_s[0],
-        "alpha_note": notes.alpha,
-        "update_costs_note": notes.update_costs,
-        "runs": runs_out,
-        "rounds": bench.args.rounds,
-        "clients": bench.args.clients,
-        "seconds": bench.args.seconds,
-        "data_dir": bench.args.data_dir,
-        "record_cache_bytes": bench.args.record_cache_bytes,
-        "listings": bench.records.len(),
-    });
-    std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
-    Ok(parameters)
+    Ok((parameters, calibrator))
 }
 
 /// Why a parameter was taken as the paper takes it rather than fitted (`None`: fitted).

@@ -16,7 +16,10 @@
 //! 2. **Model accuracy** (Table 2, Figure 6): for each of workloads A, B, C at 90/10, 50/50
 //!    and 10/90 searches to updates, the model's 5 best candidates and 5 others at random,
 //!    each built and measured: the mean absolute error of predicted against measured
-//!    throughput, and Kendall's tau of the two rankings.
+//!    throughput, and Kendall's tau of the two rankings. With `--interleave`, the
+//!    calibration's runs are measured again with each workload, in the same rounds and
+//!    one random order with its configurations, and the workload is predicted with the
+//!    parameters fitted on them.
 //! 3. **Oracles** (Figures 8 and 9): the configuration the database's own configurator
 //!    picks from the profile of the operations it served, against the paper's heuristics
 //!    (no subspace, hyperspace, subspaces-all, dominant), each measured.
@@ -80,7 +83,9 @@ pub struct HyperspaceArgs {
     /// Measure nothing: fit the parameters again, with this build's model, on the runs
     /// `<out>/calibration.json` holds (written back, the earlier parameters kept
     /// beside them), then predict again every configuration `<out>/model_accuracy.csv`
-    /// and `<out>/oracles.csv` hold, against the throughput measured there.
+    /// and `<out>/oracles.csv` hold, against the throughput measured there. A workload
+    /// with a `<out>/calibration-<W>.json` (an `--interleave` run) is fitted on that
+    /// file's runs and predicted with them.
     #[arg(long, conflicts_with_all = ["calibrate", "calibrate_only"])]
     refit: bool,
     /// Client threads (closed loop).
@@ -109,6 +114,15 @@ pub struct HyperspaceArgs {
     /// on a shared machine: the same one measured up to a third apart between runs.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Measure the calibration's runs again with each workload (A, B, C): in every
+    /// round, in one random order with the configurations of its three mixes, and
+    /// predict them with the parameters fitted on those runs
+    /// (`<out>/calibration-<W>.json`). The calibration before (`calibration.json`)
+    /// then picks which configurations are measured and is the configurator's. On a
+    /// shared machine the same run measured a third apart an hour later: parameters
+    /// fitted in one hour and configurations measured in the next differ by that much.
+    #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "calibrate_only"])]
+    interleave: bool,
     /// Only measure searches of each class alone in a set of configurations, against
     /// the model's search cost (`<out>/search_runs.csv`): where the model's error is.
     #[arg(long)]
@@ -367,34 +381,26 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         }
     );
     let calibration_path = args.out_dir.join("calibration.json");
-    let measured = match std::fs::read(&calibration_path) {
+    let (measured, calibrator) = match std::fs::read(&calibration_path) {
         Ok(bytes) if !(args.calibrate || args.calibrate_only || args.refit) => {
-            serde_json::from_slice::<serde_json::Value>(&bytes)
+            let measured = serde_json::from_slice::<serde_json::Value>(&bytes)
                 .ok()
                 .and_then(|v| {
                     serde_json::from_value::<MeasuredCalibration>(v["parameters"].clone()).ok()
                 })
                 .with_context(|| {
                     format!("{} does not hold a calibration", calibration_path.display())
-                })?
+                })?;
+            (measured, None)
         }
-        _ if args.refit => calibration::refit(&bench, &calibration_path)?,
-        _ => calibration::calibrate(&bench, &calibration_path)?,
+        _ if args.refit => (calibration::refit(&bench, &calibration_path)?, None),
+        _ => {
+            let (measured, calibrator) = calibration::calibrate(&bench, &calibration_path)?;
+            (measured, Some(calibrator))
+        }
     };
     bench.decider().set_hyperspace_calibration(measured)?;
-    println!(
-        "calibration: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
-        measured.beta_s_per_object,
-        measured.region_cost_s,
-        measured.fan_out_cost_s,
-        measured.sent_row_cost_s,
-        measured.write_rate_cost_s2,
-        measured.alpha,
-        measured.max_throughput_ops_per_s,
-        measured
-            .update_fixed_cost_s
-            .map_or("1/T_max (equation 4)".to_string(), |f| format!("{f:.3e} s")),
-    );
+    print_calibration("calibration", &measured);
     if args.calibrate_only {
         println!(
             "{}",
@@ -405,7 +411,25 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     let objects = bench.records.len() as u64;
     let model_calibration = puffer_node::hyperspace::calibration(&measured, objects);
     if args.refit {
-        return repredict::repredict(&bench, &model_calibration);
+        // An `--interleave` run predicted each workload with its own calibration.
+        let mut per_workload = BTreeMap::new();
+        for workload in workloads() {
+            let path = args
+                .out_dir
+                .join(format!("calibration-{}.json", workload.name));
+            if path.exists() {
+                let refitted = calibration::refit(&bench, &path)?;
+                print_calibration(
+                    &format!("calibration of workload {}", workload.name),
+                    &refitted,
+                );
+                per_workload.insert(
+                    workload.name.to_string(),
+                    puffer_node::hyperspace::calibration(&refitted, objects),
+                );
+            }
+        }
+        return repredict::repredict(&bench, &model_calibration, &per_workload);
     }
     if args.diagnose {
         return diagnose(&bench, &model_calibration);
@@ -417,8 +441,22 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     let mut oracle_rows = Vec::new();
     let mut summaries = Vec::new();
     let mut rng = StdRng::seed_from_u64(args.seed);
+    // Rows counted by the calibration are kept: the same operations find the same rows.
+    let mut calibrator = calibrator.unwrap_or_else(|| calibration::Calibrator::new(&bench));
     for workload in workloads() {
         if !args.workloads.iter().any(|name| name == workload.name) {
+            continue;
+        }
+        if args.interleave {
+            summaries.extend(evaluate_interleaved(
+                &bench,
+                &workload,
+                &model_calibration,
+                &mut calibrator,
+                &mut rng,
+                &mut accuracy_rows,
+                &mut oracle_rows,
+            )?);
             continue;
         }
         for mix in MIXES {
@@ -467,6 +505,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
             "seconds": args.seconds,
             "data_dir": args.data_dir,
             "record_cache_bytes": args.record_cache_bytes,
+            "interleave": args.interleave,
             "regions": args.regions,
             "shards": args.shards,
             "calibration": measured,
@@ -475,6 +514,23 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         })
     );
     Ok(())
+}
+
+/// Prints `what`'s parameters on one line.
+fn print_calibration(what: &str, measured: &MeasuredCalibration) {
+    println!(
+        "{what}: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
+        measured.beta_s_per_object,
+        measured.region_cost_s,
+        measured.fan_out_cost_s,
+        measured.sent_row_cost_s,
+        measured.write_rate_cost_s2,
+        measured.alpha,
+        measured.max_throughput_ops_per_s,
+        measured
+            .update_fixed_cost_s
+            .map_or("1/T_max (equation 4)".to_string(), |f| format!("{f:.3e} s")),
+    );
 }
 
 /// Measures each of `count` items `rounds` times (see `--rounds`): in their
@@ -826,28 +882,37 @@ fn candidates_and_heuristics(
     Ok((candidates, heuristics))
 }
 
-/// One workload: the sampled configurations measured against their prediction, the
-/// heuristics and the configurator's own choice.
-fn evaluate(
+/// What one workload at one mix measures: the model's best configurations, others at
+/// random, the heuristics' and the configurator's own choice.
+struct Selection {
+    name: String,
+    profile: WorkloadProfile,
+    /// Every configuration ranked: the candidates and the heuristics'.
+    all: Vec<Configuration>,
+    best: Vec<Configuration>,
+    others: Vec<Configuration>,
+    heuristics: Heuristics,
+    chosen: Subspaces,
+    chosen_configuration: Configuration,
+    /// Each configuration of the above once.
+    to_measure: Vec<Configuration>,
+}
+
+/// Picks what [`Selection`] holds: the model's ranking with `calibration`, and the
+/// configurator's choice after it served the workload.
+fn select(
     bench: &Bench,
     workload: &Workload,
     mix: Mix,
     calibration: &Calibration,
     rng: &mut StdRng,
-    accuracy_rows: &mut Vec<String>,
-    oracle_rows: &mut Vec<String>,
-) -> anyhow::Result<serde_json::Value> {
+) -> anyhow::Result<Selection> {
     let name = format!("{}-{}", workload.name, mix.name);
     let profile: WorkloadProfile = bench.with_rows(profile(workload, mix))?;
-    let error = |e: puffer_adapt::ConfigError| anyhow::anyhow!("{}: {}", e.setting, e.reason);
     let (candidates, heuristics) = candidates_and_heuristics(bench, &profile)?;
     let mut all = candidates.clone();
     all.extend(heuristics.iter().map(|(_, c)| c.clone()));
-    let ranked = rank_configurations(&all, &profile, calibration).map_err(error)?;
-    let predicted: BTreeMap<Configuration, f64> = ranked
-        .iter()
-        .map(|r| (r.configuration.clone(), r.predicted_throughput_ops_per_s))
-        .collect();
+    let ranked = rank_configurations(&all, &profile, calibration).map_err(config_error)?;
     // The model's best, then others at random.
     let best: Vec<Configuration> = ranked
         .iter()
@@ -880,8 +945,6 @@ fn evaluate(
         .map(|s| (s.attributes, s.regions))
         .collect();
     let chosen_configuration = model_configuration(&chosen, bench.args.shards)?;
-    // Every configuration once: the sample, the heuristics and the choice, measured
-    // in rounds (see `--rounds`), each one's median kept.
     let mut to_measure: Vec<Configuration> = Vec::new();
     for configuration in best
         .iter()
@@ -893,27 +956,206 @@ fn evaluate(
             to_measure.push(configuration.clone());
         }
     }
+    Ok(Selection {
+        name,
+        profile,
+        all,
+        best,
+        others,
+        heuristics,
+        chosen,
+        chosen_configuration,
+        to_measure,
+    })
+}
+
+fn config_error(e: puffer_adapt::ConfigError) -> anyhow::Error {
+    anyhow::anyhow!("{}: {}", e.setting, e.reason)
+}
+
+/// Measures `selection`'s configuration `i` once.
+fn measure_configuration(
+    bench: &Bench,
+    workload: &Workload,
+    mix: Mix,
+    configuration: &Configuration,
+    round: usize,
+    position: usize,
+) -> anyhow::Result<f64> {
+    bench.configure(&subspaces_of(configuration))?;
+    let seed = 100 + (round * 1000 + position) as u64;
+    bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)
+}
+
+/// One workload at one mix: its [`Selection`] measured in rounds (see `--rounds`), each
+/// configuration's median kept, predicted with `calibration`.
+fn evaluate(
+    bench: &Bench,
+    workload: &Workload,
+    mix: Mix,
+    calibration: &Calibration,
+    rng: &mut StdRng,
+    accuracy_rows: &mut Vec<String>,
+    oracle_rows: &mut Vec<String>,
+) -> anyhow::Result<serde_json::Value> {
+    let selection = select(bench, workload, mix, calibration, rng)?;
+    let to_measure = &selection.to_measure;
     let measured_runs = measure_in_rounds(
         bench.args.rounds,
         to_measure.len(),
         rng,
         |i, round, position| {
-            bench.configure(&subspaces_of(&to_measure[i]))?;
-            let seed = 100 + (round * 1000 + position) as u64;
-            bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)
+            measure_configuration(bench, workload, mix, &to_measure[i], round, position)
         },
     )?;
     let rounds: BTreeMap<Configuration, Vec<f64>> =
         to_measure.iter().cloned().zip(measured_runs).collect();
+    report(
+        bench,
+        &selection,
+        calibration,
+        &rounds,
+        accuracy_rows,
+        oracle_rows,
+    )
+}
+
+/// What `--interleave` measures in one shared order: a calibration run, or
+/// configuration `.1` of the mix `.0`'s selection.
+#[derive(Clone, Copy)]
+enum Item {
+    Calibration(usize),
+    Configuration(usize, usize),
+}
+
+/// `--interleave`: workload `workload` at every mix, each mix's selection picked with
+/// `calibration` (the one the configurator holds), then every configuration and every
+/// calibration run measured in rounds of one random order, and the configurations
+/// predicted with the parameters fitted on this workload's calibration runs
+/// (`<out>/calibration-<W>.json`).
+fn evaluate_interleaved(
+    bench: &Bench,
+    workload: &Workload,
+    calibration: &Calibration,
+    calibrator: &mut calibration::Calibrator,
+    rng: &mut StdRng,
+    accuracy_rows: &mut Vec<String>,
+    oracle_rows: &mut Vec<String>,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut selections = Vec::new();
+    for mix in MIXES {
+        let name = format!("{}-{}", workload.name, mix.name);
+        selections.push(
+            select(bench, workload, mix, calibration, rng)
+                .with_context(|| format!("workload {name}"))?,
+        );
+    }
+    let mut items: Vec<Item> = (0..calibrator.runs()).map(Item::Calibration).collect();
+    for (s, selection) in selections.iter().enumerate() {
+        items.extend((0..selection.to_measure.len()).map(|i| Item::Configuration(s, i)));
+    }
+    // The first round in a random order too: in their own order the calibration's
+    // runs would all come first.
+    items.shuffle(rng);
+    let runs =
+        measure_in_rounds(
+            bench.args.rounds,
+            items.len(),
+            rng,
+            |k, round, position| match items[k] {
+                Item::Calibration(i) => calibrator.measure(bench, i, round),
+                Item::Configuration(s, i) => measure_configuration(
+                    bench,
+                    workload,
+                    MIXES[s],
+                    &selections[s].to_measure[i],
+                    round,
+                    position,
+                ),
+            },
+        )?;
+    let sizes: Vec<usize> = selections.iter().map(|s| s.to_measure.len()).collect();
+    let (calibration_rounds, by_selection) = file_rounds(&items, runs, calibrator.runs(), &sizes);
+    let configuration_rounds: Vec<BTreeMap<Configuration, Vec<f64>>> = selections
+        .iter()
+        .zip(by_selection)
+        .map(|(selection, rounds)| selection.to_measure.iter().cloned().zip(rounds).collect())
+        .collect();
+    let path = bench
+        .args
+        .out_dir
+        .join(format!("calibration-{}.json", workload.name));
+    let measured = calibrator.fit_and_write(bench, calibration_rounds, &path)?;
+    print_calibration(
+        &format!("calibration of workload {}", workload.name),
+        &measured,
+    );
+    let fitted = puffer_node::hyperspace::calibration(&measured, bench.records.len() as u64);
+    let mut summaries = Vec::new();
+    for (selection, rounds) in selections.iter().zip(&configuration_rounds) {
+        let mut summary = report(
+            bench,
+            selection,
+            &fitted,
+            rounds,
+            accuracy_rows,
+            oracle_rows,
+        )
+        .with_context(|| format!("workload {}", selection.name))?;
+        summary["calibration"] = json!(measured);
+        summaries.push(summary);
+    }
+    Ok(summaries)
+}
+
+/// Each item's rounds (`runs`, in `items`' order) filed back: the calibration's runs
+/// by index (`calibration_runs` of them), and each selection's configurations by index
+/// (`sizes[s]` of selection `s`).
+fn file_rounds(
+    items: &[Item],
+    runs: Vec<Vec<f64>>,
+    calibration_runs: usize,
+    sizes: &[usize],
+) -> (Vec<Vec<f64>>, Vec<Vec<Vec<f64>>>) {
+    let mut calibration_rounds = vec![Vec::new(); calibration_runs];
+    let mut configuration_rounds: Vec<Vec<Vec<f64>>> =
+        sizes.iter().map(|&n| vec![Vec::new(); n]).collect();
+    for (item, rounds) in items.iter().zip(runs) {
+        match *item {
+            Item::Calibration(i) => calibration_rounds[i] = rounds,
+            Item::Configuration(s, i) => configuration_rounds[s][i] = rounds,
+        }
+    }
+    (calibration_rounds, configuration_rounds)
+}
+
+/// The rows and the summary of `selection` measured (`rounds`: each configuration's
+/// throughputs) and predicted with `calibration`.
+fn report(
+    bench: &Bench,
+    selection: &Selection,
+    calibration: &Calibration,
+    rounds: &BTreeMap<Configuration, Vec<f64>>,
+    accuracy_rows: &mut Vec<String>,
+    oracle_rows: &mut Vec<String>,
+) -> anyhow::Result<serde_json::Value> {
+    let name = &selection.name;
+    let predicted: BTreeMap<Configuration, f64> =
+        rank_configurations(&selection.all, &selection.profile, calibration)
+            .map_err(config_error)?
+            .into_iter()
+            .map(|r| (r.configuration, r.predicted_throughput_ops_per_s))
+            .collect();
     let measured: BTreeMap<Configuration, f64> = rounds
         .iter()
         .map(|(configuration, runs)| (configuration.clone(), median(&mut runs.clone())))
         .collect();
     let mut sampled = Vec::new();
-    for (configuration, kind) in best
+    for (configuration, kind) in selection
+        .best
         .iter()
         .map(|c| (c, "model-best"))
-        .chain(others.iter().map(|c| (c, "random")))
+        .chain(selection.others.iter().map(|c| (c, "random")))
     {
         let t = measured[configuration];
         let p = predicted[configuration];
@@ -924,14 +1166,15 @@ fn evaluate(
         sampled.push((p, t));
     }
     let mut heuristic_results = Vec::new();
-    for (heuristic, configuration) in &heuristics {
+    for (heuristic, configuration) in &selection.heuristics {
         let t = measured[configuration];
         let shown = label(&subspaces_of(configuration));
         oracle_rows.push(format!("{name},{heuristic},\"{shown}\",{t:.1}"));
         heuristic_results.push((heuristic.to_string(), shown, t));
     }
-    let automatic = measured[&chosen_configuration];
-    let automatic_label = label(&chosen);
+    let chosen_configuration = &selection.chosen_configuration;
+    let automatic = measured[chosen_configuration];
+    let automatic_label = label(&selection.chosen);
     oracle_rows.push(format!(
         "{name},automatic,\"{automatic_label}\",{automatic:.1}"
     ));
@@ -950,7 +1193,7 @@ fn evaluate(
         "kendall_tau": round(tau, 3),
         "automatic": automatic_label,
         "automatic_ops_per_s": round(automatic, 1),
-        "automatic_predicted_ops_per_s": predicted.get(&chosen_configuration).map(|p| round(*p, 1)),
+        "automatic_predicted_ops_per_s": predicted.get(chosen_configuration).map(|p| round(*p, 1)),
         "best_measured": best_measured_configuration,
         "best_measured_ops_per_s": round(best_measured, 1),
         "automatic_within_5_percent_of_best": automatic >= 0.95 * best_measured,
@@ -1128,6 +1371,45 @@ fn print_summary(summaries: &[serde_json::Value], adaptation: Option<&serde_json
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Items shuffled, measured in rounds as `--interleave` measures them: every
+    /// calibration run and every configuration gets its own throughputs back, in round
+    /// order, and none is left without.
+    #[test]
+    fn interleaved_rounds_are_filed_under_their_own_items() {
+        let (calibration_runs, sizes) = (5, vec![3, 0, 4]);
+        let mut items: Vec<Item> = (0..calibration_runs).map(Item::Calibration).collect();
+        for (s, &n) in sizes.iter().enumerate() {
+            items.extend((0..n).map(|i| Item::Configuration(s, i)));
+        }
+        let mut rng = StdRng::seed_from_u64(7);
+        items.shuffle(&mut rng);
+        // A throughput that names its item and round: 1000 s + i + round / 10 for a
+        // configuration, 500 + i + round / 10 for a calibration run.
+        let value = |item: Item, round: usize| match item {
+            Item::Calibration(i) => 500.0 + i as f64 + round as f64 / 10.0,
+            Item::Configuration(s, i) => 1000.0 * (s + 1) as f64 + i as f64 + round as f64 / 10.0,
+        };
+        let runs = measure_in_rounds(3, items.len(), &mut rng, |k, round, _| {
+            Ok(value(items[k], round))
+        })
+        .unwrap();
+        let (calibration, configurations) = file_rounds(&items, runs, calibration_runs, &sizes);
+        for (i, rounds) in calibration.iter().enumerate() {
+            let expected: Vec<f64> = (0..3).map(|r| value(Item::Calibration(i), r)).collect();
+            assert_eq!(rounds, &expected, "calibration run {i}");
+        }
+        assert_eq!(configurations.len(), sizes.len());
+        for (s, rounds_of) in configurations.iter().enumerate() {
+            assert_eq!(rounds_of.len(), sizes[s]);
+            for (i, rounds) in rounds_of.iter().enumerate() {
+                let expected: Vec<f64> = (0..3)
+                    .map(|r| value(Item::Configuration(s, i), r))
+                    .collect();
+                assert_eq!(rounds, &expected, "selection {s}, configuration {i}");
+            }
+        }
+    }
 
     /// Against a log of every call: each item measured once per round, the first round
     /// in order, every round a permutation, and each answer filed under its own item in

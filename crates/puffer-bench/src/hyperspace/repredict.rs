@@ -38,7 +38,13 @@ fn read_rows(path: &Path) -> anyhow::Result<Vec<String>> {
     Ok(text.lines().skip(1).map(str::to_string).collect())
 }
 
-pub(super) fn repredict(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> {
+/// `calibration` predicts every workload but those `per_workload` (by letter) has a
+/// calibration of their own for (an `--interleave` run's `calibration-<W>.json`).
+pub(super) fn repredict(
+    bench: &Bench,
+    calibration: &Calibration,
+    per_workload: &BTreeMap<String, Calibration>,
+) -> anyhow::Result<()> {
     let out = &bench.args.out_dir;
     let mut sampled = Vec::new();
     // Every configuration measured, per workload: the sample's and the oracles'.
@@ -84,6 +90,7 @@ pub(super) fn repredict(bench: &Bench, calibration: &Calibration) -> anyhow::Res
     let mut summaries = Vec::new();
     let mut all_signed: Vec<f64> = Vec::new();
     for workload in workloads() {
+        let calibration = per_workload.get(workload.name).unwrap_or(calibration);
         for mix in MIXES {
             let name = format!("{}-{}", workload.name, mix.name);
             let rows: Vec<&Sampled> = sampled.iter().filter(|s| s.workload == name).collect();
