@@ -15,7 +15,9 @@ use rand::SeedableRng;
 use serde_json::json;
 
 use super::workload::{label, median, profile, workloads, Mix, Workload, UPDATED};
-use super::{data, measure_in_rounds, model_configuration, rows_found_per_search, Bench};
+use super::{
+    config_error, data, measure_in_rounds, model_configuration, rows_found_per_search, Bench,
+};
 use super::{Subspaces, MAX_ROUNDS};
 use crate::stats::round;
 
@@ -383,14 +385,13 @@ fn fit(
             .sum::<f64>()
             / UPDATED.len() as f64;
         let shape = SearchShape::equalities(attributes.iter().map(|a| data::id(a)));
-        let route = route_search(&configuration, &shape)
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+        let route = route_search(&configuration, &shape).map_err(config_error)?;
         let with_rows = bench.with_rows(profile(&run.workload, run.mix))?;
         let rows = with_rows.searches[0].rows.clone();
         let read = model::objects_read(&configuration, &route, &shape, rows.as_ref(), objects);
         let sent = model::rows_returned(&configuration, &route, &shape, rows.as_ref(), objects);
-        let exposure = model::write_exposure(&configuration, &with_rows, objects)
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+        let exposure =
+            model::write_exposure(&configuration, &with_rows, objects).map_err(config_error)?;
         let asked = route.regions_contacted as f64;
         let rounds = &measured.rounds_ops_per_s[i];
         eprintln!(

@@ -618,7 +618,7 @@ fn diagnose_mix(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> 
                 search.rows.as_ref(),
                 calibration,
             )
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+            .map_err(config_error)?;
             for share in [1.0, 0.5, 0.1] {
                 // Compacted again, so every share starts from the same stages.
                 bench.configure(subspaces)?;
@@ -780,8 +780,7 @@ fn diagnose(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> {
                 .with_rows(profile(&workload, searches_only))?
                 .searches
                 .remove(0);
-            let route = route_search(&configuration, &search.shape)
-                .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+            let route = route_search(&configuration, &search.shape).map_err(config_error)?;
             let read = model::objects_read(
                 &configuration,
                 &route,
@@ -802,7 +801,7 @@ fn diagnose(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> {
                 search.rows.as_ref(),
                 calibration,
             )
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
+            .map_err(config_error)?;
             let shown = label(subspaces);
             let class = attributes.join("+");
             eprintln!(
@@ -836,8 +835,8 @@ fn model_configuration(subspaces: &Subspaces, shards: u32) -> anyhow::Result<Con
             model::Subspace::new(attributes.iter().map(|a| data::id(a)), *regions)
         })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))?;
-    Configuration::new(model, shards, 1).map_err(|e| anyhow::anyhow!("{}: {}", e.setting, e.reason))
+        .map_err(config_error)?;
+    Configuration::new(model, shards, 1).map_err(config_error)
 }
 
 /// The paper's heuristics' configurations, each with its name.
@@ -850,7 +849,6 @@ fn candidates_and_heuristics(
     profile: &WorkloadProfile,
 ) -> anyhow::Result<(Vec<Configuration>, Heuristics)> {
     let deployment = bench.deployment();
-    let error = |e: puffer_adapt::ConfigError| anyhow::anyhow!("{}: {}", e.setting, e.reason);
     let candidates = candidate_configurations(
         profile,
         &AnalyserConfig {
@@ -860,23 +858,23 @@ fn candidates_and_heuristics(
             deployment,
         },
     )
-    .map_err(error)?;
+    .map_err(config_error)?;
     let heuristics = vec![
         (
             "no-subspace",
-            model::no_subspace(&deployment).map_err(error)?,
+            model::no_subspace(&deployment).map_err(config_error)?,
         ),
         (
             "hyperspace",
-            model::hyperspace(profile, &deployment).map_err(error)?,
+            model::hyperspace(profile, &deployment).map_err(config_error)?,
         ),
         (
             "subspaces-all",
-            model::subspaces_all(profile, &deployment).map_err(error)?,
+            model::subspaces_all(profile, &deployment).map_err(config_error)?,
         ),
         (
             "dominant",
-            model::dominant(profile, &deployment).map_err(error)?,
+            model::dominant(profile, &deployment).map_err(config_error)?,
         ),
     ];
     Ok((candidates, heuristics))
@@ -969,11 +967,13 @@ fn select(
     })
 }
 
-fn config_error(e: puffer_adapt::ConfigError) -> anyhow::Error {
+/// A model error as the benchmark reports it: the setting, then why.
+pub(super) fn config_error(e: puffer_adapt::ConfigError) -> anyhow::Error {
     anyhow::anyhow!("{}: {}", e.setting, e.reason)
 }
 
-/// Measures `selection`'s configuration `i` once.
+/// Measures `configuration` once under `workload` at `mix` (the round and the position
+/// in it give the operations' seed).
 fn measure_configuration(
     bench: &Bench,
     workload: &Workload,
@@ -1384,8 +1384,8 @@ mod tests {
         }
         let mut rng = StdRng::seed_from_u64(7);
         items.shuffle(&mut rng);
-        // A throughput that names its item and round: 1000 s + i + round / 10 for a
-        // configuration, 500 + i + round / 10 for a calibration run.
+        // A throughput that names its item and round: 1000 (s + 1) + i + round / 10 for
+        // configuration i of selection s, 500 + i + round / 10 for calibration run i.
         let value = |item: Item, round: usize| match item {
             Item::Calibration(i) => 500.0 + i as f64 + round as f64 / 10.0,
             Item::Configuration(s, i) => 1000.0 * (s + 1) as f64 + i as f64 + round as f64 / 10.0,

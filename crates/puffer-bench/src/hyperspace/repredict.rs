@@ -14,7 +14,7 @@ use puffer_adapt::hyperspace::{rank_configurations, Calibration};
 use serde_json::json;
 
 use super::workload::{kendall_tau, label, profile, workloads, MIXES};
-use super::{candidates_and_heuristics, subspaces_of, Bench};
+use super::{candidates_and_heuristics, config_error, subspaces_of, Bench};
 use crate::stats::round;
 
 /// One row of `model_accuracy.csv`.
@@ -98,11 +98,9 @@ pub(super) fn repredict(
                 continue;
             }
             let profile = bench.with_rows(profile(&workload, mix))?;
-            let error =
-                |e: puffer_adapt::ConfigError| anyhow::anyhow!("{}: {}", e.setting, e.reason);
             let (mut all, heuristics) = candidates_and_heuristics(bench, &profile)?;
             all.extend(heuristics.into_iter().map(|(_, c)| c));
-            let ranked = rank_configurations(&all, &profile, calibration).map_err(error)?;
+            let ranked = rank_configurations(&all, &profile, calibration).map_err(config_error)?;
             let predicted: BTreeMap<String, f64> = ranked
                 .iter()
                 .map(|r| {
