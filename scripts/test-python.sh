@@ -2,7 +2,15 @@
 # Tests the Python client (clients/python) against the real server binary.
 # Builds `puffer`, makes a virtualenv in target/pyenv if missing, installs pytest, pandas, pyarrow and the
 # package into it, and runs the suite. Usage: bash scripts/test-python.sh [pytest args]
+# With --setup-only first, only makes the virtualenv and installs into it (no build, no
+# test): scripts/test.sh does that from PyPI while the workspace builds.
 set -euo pipefail
+
+setup_only=0
+if [[ "${1:-}" == "--setup-only" ]]; then
+    setup_only=1
+    shift
+fi
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -16,17 +24,22 @@ if ! python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; 
     exit 1
 fi
 
-echo "== building the server binary"
-# The test profile and the whole workspace's features: the binary `cargo test --workspace`
-# already built for the integration tests (with `-p puffer` alone, features resolve for
-# that package only and half the dependencies build again: 2 minutes here).
-cargo build --profile test --workspace --bin puffer
-target_dir="${CARGO_TARGET_DIR:-target}"
-case "$target_dir" in
-    /*) ;;
-    *) target_dir="$repo_root/$target_dir" ;;
-esac
-export PUFFER_BIN="${PUFFER_BIN:-$target_dir/debug/puffer}"
+build_server() {
+    echo "== building the server binary"
+    # The test profile and the whole workspace's features: the binary `cargo test --workspace`
+    # already built for the integration tests (with `-p puffer` alone, features resolve for
+    # that package only and half the dependencies build again: 2 minutes here).
+    cargo build --profile test --workspace --bin puffer
+    target_dir="${CARGO_TARGET_DIR:-target}"
+    case "$target_dir" in
+        /*) ;;
+        *) target_dir="$repo_root/$target_dir" ;;
+    esac
+    export PUFFER_BIN="${PUFFER_BIN:-$target_dir/debug/puffer}"
+}
+if [[ "$setup_only" -eq 0 ]]; then
+    build_server
+fi
 
 venv="$repo_root/target/pyenv"
 python="$venv/bin/python"
@@ -48,6 +61,10 @@ fi
 
 echo "== installing pytest, pandas and pyarrow (for the DataFrame and Arrow tests) and the client"
 "$python" -m pip install -q --disable-pip-version-check ${pip_user[@]+"${pip_user[@]}"} pytest pandas pyarrow ./clients/python
+
+if [[ "$setup_only" -eq 1 ]]; then
+    exit 0
+fi
 
 echo "== running the Python client tests (PUFFER_BIN=$PUFFER_BIN)"
 # The package has a src/ layout, so the installed copy is what the tests import.

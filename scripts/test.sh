@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole PufferDB test suite: the fuzz targets for a bounded time, formatting, lints,
-# every test of the workspace, and the Python client's tests against the real server.
+# The whole PufferDB test suite: formatting, lints, every test of the workspace (the
+# fuzz corpora replayed among them), and the Python client's tests against the real server.
 # Tests that need ../shared/data skip themselves when it is absent.
 # Usage: bash scripts/test.sh   (from any directory)
 set -euo pipefail
@@ -11,25 +11,23 @@ cd "$repo_root"
 # shellcheck source=scripts/prerequisites.sh
 source "$repo_root/scripts/prerequisites.sh"
 puffer_need_packages --with-etcd
-puffer_need_moto "$repo_root"
 
-# Fuzzing first: in CI its build is removed afterwards, so the disk never holds it and
-# the workspace's test build at once.
-# A smoke run: an unoptimised build (half the build time) and 5 s a target (CI is kept
-# under 30 minutes; 10 s a target took 40 s more for no finding in any run); the corpora's
-# seeds are replayed on stable by the fuzz_corpora test, long runs are scripts/fuzz.sh 240.
-echo "== fuzz targets, 5 s each (scripts/fuzz.sh --dev 5)"
-if cargo +nightly --version >/dev/null 2>&1; then
-    bash scripts/fuzz.sh --dev 5
-    if [[ "${PUFFER_REQUIRE_SERVICES:-}" == "1" ]]; then
-        rm -rf fuzz/target
-    fi
-elif [[ "${PUFFER_REQUIRE_SERVICES:-}" == "1" ]]; then
-    echo "test: the nightly toolchain is missing, and PUFFER_REQUIRE_SERVICES=1 forbids skipping the fuzz targets" >&2
-    exit 1
-else
-    echo "*** SKIPPED: the fuzz targets need the nightly toolchain (rustup toolchain install nightly) ***" >&2
-fi
+# PyPI's installs (moto, the S3 server of the deep-storage tests; the Python client's
+# test dependencies) take network time, not CPU (moto's alone took 72 s here), and ran
+# before and after the build. They run while the workspace builds, logged to a file
+# shown after it, and are waited for before any test runs.
+mkdir -p "$repo_root/target"
+python_setup_log="$repo_root/target/python-setup.log"
+{
+    puffer_need_moto "$repo_root"
+    bash scripts/test-python.sh --setup-only
+} >"$python_setup_log" 2>&1 &
+python_setup=$!
+
+# The fuzz targets are not run here: their nightly build with sanitizers took 4 of CI's
+# minutes (CI is kept under 30) for a 5 s smoke run a target that found nothing in any run.
+# Their oracles (fuzz/src/harness.rs) and corpora are replayed on stable by the
+# fuzz_corpora test below; fuzzing itself is scripts/fuzz.sh (240 s a target, nightly).
 
 echo "== cargo fmt --all --check"
 cargo fmt --all --check
@@ -53,6 +51,17 @@ export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 export CLIPPY_ARGS="-Dwarnings__CLIPPY_HACKERY__"
 
 echo "== cargo test --workspace (linted by clippy, warnings as errors)"
+cargo test --workspace --no-run
+echo "== waiting for the Python environments (PyPI, $python_setup_log)"
+if ! wait "$python_setup"; then
+    cat "$python_setup_log" >&2
+    echo "test: setting up the Python environments failed (log above)" >&2
+    exit 1
+fi
+cat "$python_setup_log"
+# Exports PUFFER_MOTO_BIN here (the background job's export died with it); installs
+# nothing when the job did.
+puffer_need_moto "$repo_root"
 cargo test --workspace
 
 echo "== Python client"
