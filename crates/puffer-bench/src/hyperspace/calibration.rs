@@ -14,6 +14,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::json;
 
+use super::cpu::CpuRates;
 use super::workload::{label, median, profile, workloads, Mix, Workload, UPDATED};
 use super::{
     config_error, data, measure_in_rounds, model_configuration, rows_found_per_search, Bench,
@@ -187,6 +188,11 @@ impl Plan {
 struct Measured {
     rounds_ops_per_s: Vec<Vec<f64>>,
     rows_found: Vec<f64>,
+    /// Per run, the median over its rounds of the CPU seconds a second its shards'
+    /// sealing and compacting took, and all the process's threads (`None`: not
+    /// measured, or a file written before they were).
+    background_cpu_s_per_s: Vec<Option<f64>>,
+    cpu_s_per_s: Vec<Option<f64>>,
 }
 
 /// The calibration's runs, measured one at a time: in rounds of their own
@@ -198,13 +204,20 @@ pub(super) struct Calibrator {
     /// The rows each search run's searches read, counted by the shards once (after
     /// the first measurement of its run: the same operations find the same rows).
     rows_found: Vec<Option<f64>>,
+    /// Each run's threads' CPU in every round it was measured in.
+    cpu: Vec<Vec<CpuRates>>,
 }
 
 impl Calibrator {
     pub(super) fn new(bench: &Bench) -> Calibrator {
         let plan = Plan::new(bench.args.regions);
         let rows_found = vec![None; plan.runs.len()];
-        Calibrator { plan, rows_found }
+        let cpu = vec![Vec::new(); plan.runs.len()];
+        Calibrator {
+            plan,
+            rows_found,
+            cpu,
+        }
     }
 
     /// How many runs a calibration measures.
@@ -218,7 +231,8 @@ impl Calibrator {
         let first_search = self.plan.first_search();
         bench.configure(&run.subspaces)?;
         let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-        let measured = bench.measure(operations, run.seed + 1000 * round as u64)?;
+        let (measured, cpu) = bench.measure_with_cpu(operations, run.seed + 1000 * round as u64)?;
+        self.cpu[i].extend(cpu);
         if i >= first_search && self.rows_found[i].is_none() {
             let operations = bench.operations(&run.workload, run.mix, run.updated)?;
             self.rows_found[i] = Some(rows_found_per_search(bench, &operations, 14)?);
@@ -246,15 +260,26 @@ impl Calibrator {
         path: &Path,
     ) -> anyhow::Result<MeasuredCalibration> {
         let rounds = rounds_ops_per_s.first().map_or(0, Vec::len);
+        let median_of = |rates: &Vec<CpuRates>, of: fn(&CpuRates) -> f64| {
+            (!rates.is_empty()).then(|| median(&mut rates.iter().map(of).collect::<Vec<_>>()))
+        };
         let measured = Measured {
             rounds_ops_per_s,
             rows_found: self.rows_found.iter().map(|r| r.unwrap_or(0.0)).collect(),
+            background_cpu_s_per_s: self
+                .cpu
+                .iter()
+                .map(|r| median_of(r, CpuRates::background))
+                .collect(),
+            cpu_s_per_s: self.cpu.iter().map(|r| median_of(r, |r| r.all)).collect(),
         };
         let (parameters, key_only, notes, runs_out) = fit(bench, &self.plan, &measured)?;
         let file = json!({
             "parameters": parameters,
             "key_only_update_ops_per_s": round(key_only, 1),
             "key_only_update_rounds_ops_per_s": measured.rounds_ops_per_s[0],
+            "key_only_background_cpu_s_per_s": measured.background_cpu_s_per_s[0],
+            "key_only_cpu_s_per_s": measured.cpu_s_per_s[0],
             "alpha_note": notes.alpha,
             "update_costs_note": notes.update_costs,
             "runs": runs_out,
@@ -331,7 +356,7 @@ fn fit(
             "calibration: updates of price, {}: {ops:.0} ops/s (rounds: {rounds:.0?})",
             label(subspaces),
         );
-        runs_out.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(ops, 1), "rounds_ops_per_s": rounds}));
+        runs_out.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(ops, 1), "rounds_ops_per_s": rounds, "background_cpu_s_per_s": measured.background_cpu_s_per_s[i], "cpu_s_per_s": measured.cpu_s_per_s[i]}));
         update_runs.push(UpdateRun {
             replicas: 1,
             untouched_subspaces: *untouched,
@@ -399,7 +424,7 @@ fn fit(
             label(subspaces),
             share * 100.0,
         );
-        runs_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(subspaces), "search_share": share, "regions_asked": asked, "objects_read": round(found, 1), "objects_read_estimated": round(read, 1), "rows_sent": round(sent, 1), "write_exposure": exposure, "measured_ops_per_s": round(ops, 1), "rounds_ops_per_s": rounds}));
+        runs_out.push(json!({"kind": "search", "attributes": attributes, "configuration": label(subspaces), "search_share": share, "regions_asked": asked, "objects_read": round(found, 1), "objects_read_estimated": round(read, 1), "rows_sent": round(sent, 1), "write_exposure": exposure, "measured_ops_per_s": round(ops, 1), "rounds_ops_per_s": rounds, "background_cpu_s_per_s": measured.background_cpu_s_per_s[i], "cpu_s_per_s": measured.cpu_s_per_s[i]}));
         // β is fitted on the rows the shards counted: an estimate's error would be
         // taken into β (a class estimated at 264 rows found 324).
         search_runs.push(SearchRun {
@@ -508,6 +533,8 @@ fn measured_from_file(plan: Plan, file: &serde_json::Value) -> anyhow::Result<(P
     let mut measured = Measured {
         rounds_ops_per_s: vec![key_only],
         rows_found: vec![0.0],
+        background_cpu_s_per_s: vec![file["key_only_background_cpu_s_per_s"].as_f64()],
+        cpu_s_per_s: vec![file["key_only_cpu_s_per_s"].as_f64()],
     };
     let mut missing = Vec::new();
     for (case, run) in update_cases.into_iter().zip(runs.by_ref()) {
@@ -522,6 +549,10 @@ fn measured_from_file(plan: Plan, file: &serde_json::Value) -> anyhow::Result<(P
             Some(f) => {
                 measured.rounds_ops_per_s.push(rounds_of(f)?);
                 measured.rows_found.push(0.0);
+                measured
+                    .background_cpu_s_per_s
+                    .push(f["background_cpu_s_per_s"].as_f64());
+                measured.cpu_s_per_s.push(f["cpu_s_per_s"].as_f64());
                 kept.update_cases.push(case);
                 kept.runs.push(run);
             }
@@ -543,6 +574,10 @@ fn measured_from_file(plan: Plan, file: &serde_json::Value) -> anyhow::Result<(P
                     .with_context(|| format!("search run on {shown} holds no objects_read"))?;
                 measured.rounds_ops_per_s.push(rounds_of(f)?);
                 measured.rows_found.push(rows);
+                measured
+                    .background_cpu_s_per_s
+                    .push(f["background_cpu_s_per_s"].as_f64());
+                measured.cpu_s_per_s.push(f["cpu_s_per_s"].as_f64());
                 kept.search_cases.push(case);
                 kept.runs.push(run);
             }
@@ -568,16 +603,18 @@ mod tests {
     use super::*;
 
     /// A calibration file as `calibrate` writes it for `plan`: run `i` measured
-    /// `[i, i + 0.5]` ops/s and, for a search run, `10 · i` rows read.
+    /// `[i, i + 0.5]` ops/s, background CPU `i / 100` s/s (none for the key subspace's
+    /// run, as in a file written before it was measured) and, for a search run, `10 ·
+    /// i` rows read.
     fn file_of(plan: &Plan) -> serde_json::Value {
         let mut runs = Vec::new();
         for (k, (subspaces, untouched, modified)) in plan.update_cases.iter().enumerate() {
             let i = (1 + k) as f64;
-            runs.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "rounds_ops_per_s": [i, i + 0.5]}));
+            runs.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "rounds_ops_per_s": [i, i + 0.5], "background_cpu_s_per_s": i / 100.0}));
         }
         for (k, (attributes, subspaces, share)) in plan.search_cases.iter().enumerate() {
             let i = (plan.first_search() + k) as f64;
-            runs.push(json!({"kind": "search", "attributes": attributes, "configuration": label(subspaces), "search_share": share, "objects_read": 10.0 * i, "rounds_ops_per_s": [i, i + 0.5]}));
+            runs.push(json!({"kind": "search", "attributes": attributes, "configuration": label(subspaces), "search_share": share, "objects_read": 10.0 * i, "rounds_ops_per_s": [i, i + 0.5], "background_cpu_s_per_s": i / 100.0}));
         }
         json!({"key_only_update_rounds_ops_per_s": [0.0, 0.5], "runs": runs})
     }
@@ -597,6 +634,9 @@ mod tests {
                 0.0
             };
             assert_eq!(measured.rows_found[i], rows, "run {i}");
+            let background = (i > 0).then_some(i as f64 / 100.0);
+            assert_eq!(measured.background_cpu_s_per_s[i], background, "run {i}");
+            assert_eq!(measured.cpu_s_per_s[i], None, "run {i}");
         }
     }
 
@@ -628,6 +668,14 @@ mod tests {
             vec![planned, planned + 0.5]
         );
         assert_eq!(measured.rows_found[first], 10.0 * planned);
+        assert_eq!(
+            measured.background_cpu_s_per_s[first],
+            Some(planned / 100.0)
+        );
+        assert_eq!(
+            measured.background_cpu_s_per_s.len(),
+            measured.rounds_ops_per_s.len()
+        );
     }
 
     #[test]

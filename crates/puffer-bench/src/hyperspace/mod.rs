@@ -32,6 +32,7 @@
 mod calibration;
 mod chart;
 mod cluster;
+mod cpu;
 pub mod data;
 mod repredict;
 pub mod workload;
@@ -259,15 +260,39 @@ impl Bench {
 
     /// Operations per second of `operations` on the current configuration: the median
     /// second of a run (see [`measure`]).
+    /// Prints what the process's threads spent meanwhile (see [`cpu`]).
     fn measure(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
-        measure(
+        Ok(self.measure_with_cpu(operations, seed)?.0)
+    }
+
+    /// [`Bench::measure`], with the CPU the process's threads spent meanwhile, per
+    /// second of the run (`None` where `/proc` cannot be read).
+    fn measure_with_cpu(
+        &self,
+        operations: Operations,
+        seed: u64,
+    ) -> anyhow::Result<(f64, Option<cpu::CpuRates>)> {
+        let before = cpu::ThreadCpu::sample();
+        let started = Instant::now();
+        let measured = measure(
             &self.db,
             &Arc::new(operations),
             self.args.clients,
             self.args.warm_seconds,
             self.args.seconds,
             seed,
-        )
+        )?;
+        let rates = match (before, cpu::ThreadCpu::sample()) {
+            (Some(before), Some(after)) => Some(cpu::CpuRates::of(
+                &after.since(&before),
+                started.elapsed().as_secs_f64(),
+            )),
+            _ => None,
+        };
+        if let Some(rates) = &rates {
+            eprintln!("  {rates}");
+        }
+        Ok((measured, rates))
     }
 
     /// `profile` with the rows its searches find, estimated as the configurator does
@@ -982,9 +1007,18 @@ fn measure_configuration(
     round: usize,
     position: usize,
 ) -> anyhow::Result<f64> {
-    bench.configure(&subspaces_of(configuration))?;
+    let subspaces = subspaces_of(configuration);
+    bench.configure(&subspaces)?;
     let seed = 100 + (round * 1000 + position) as u64;
-    bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)
+    let measured = bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)?;
+    eprintln!(
+        "{}-{} round {}: {}: {measured:.0} ops/s",
+        workload.name,
+        mix.name,
+        round + 1,
+        label(&subspaces)
+    );
+    Ok(measured)
 }
 
 /// One workload at one mix: its [`Selection`] measured in rounds (see `--rounds`), each
