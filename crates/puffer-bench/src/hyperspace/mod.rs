@@ -34,6 +34,7 @@ mod chart;
 mod cluster;
 mod cpu;
 pub mod data;
+mod decompose;
 mod repredict;
 pub mod workload;
 
@@ -59,8 +60,8 @@ use serde_json::json;
 
 use crate::stats::round;
 use workload::{
-    kendall_tau, label, measure, median, profile, run_series, workloads, Mix, Operations, Workload,
-    MIXES, PAGE_ROWS, TABLE, UPDATED,
+    kendall_tau, label, median, profile, run_series, workloads, Mix, Operations, Workload, MIXES,
+    PAGE_ROWS, TABLE, UPDATED,
 };
 
 #[derive(clap::Args, Clone)]
@@ -122,7 +123,7 @@ pub struct HyperspaceArgs {
     /// then picks which configurations are measured and is the configurator's. On a
     /// shared machine the same run measured a third apart an hour later: parameters
     /// fitted in one hour and configurations measured in the next differ by that much.
-    #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "calibrate_only"])]
+    #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "decompose", "calibrate_only"])]
     interleave: bool,
     /// Only measure searches of each class alone in a set of configurations, against
     /// the model's search cost (`<out>/search_runs.csv`): where the model's error is.
@@ -132,6 +133,12 @@ pub struct HyperspaceArgs {
     /// what a search costs while records are being written (`<out>/mix_runs.csv`).
     #[arg(long)]
     diagnose_mix: bool,
+    /// Only run again every configuration of `<out>/model_accuracy.csv` under its
+    /// workload, each operation timed by kind, against the model's cost of each kind
+    /// (`<out>/decompose.csv`): which kinds the prediction's miss is in. Predicted with
+    /// `<out>/calibration-<W>.json` where an `--interleave` run left one.
+    #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "calibrate_only"])]
+    decompose: bool,
     /// Only these workloads (of A, B, C), each at every mix.
     #[arg(long, value_delimiter = ',', default_values = ["A", "B", "C"])]
     workloads: Vec<String>,
@@ -258,8 +265,25 @@ impl Bench {
         self.settle()
     }
 
+    /// [`Bench::measure`], with what each kind of operation took (see
+    /// [`workload::measure_kinds`]).
+    fn measure_kinds(
+        &self,
+        operations: Operations,
+        seed: u64,
+    ) -> anyhow::Result<(f64, Vec<workload::KindTime>)> {
+        workload::measure_kinds(
+            &self.db,
+            &Arc::new(operations),
+            self.args.clients,
+            self.args.warm_seconds,
+            self.args.seconds,
+            seed,
+        )
+    }
+
     /// Operations per second of `operations` on the current configuration: the median
-    /// second of a run (see [`measure`]).
+    /// second of a run (see [`workload::measure_kinds`]).
     /// Prints what the process's threads spent meanwhile (see [`cpu`]).
     fn measure(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
         Ok(self.measure_with_cpu(operations, seed)?.0)
@@ -274,14 +298,7 @@ impl Bench {
     ) -> anyhow::Result<(f64, Option<cpu::CpuRates>)> {
         let before = cpu::ThreadCpu::sample();
         let started = Instant::now();
-        let measured = measure(
-            &self.db,
-            &Arc::new(operations),
-            self.args.clients,
-            self.args.warm_seconds,
-            self.args.seconds,
-            seed,
-        )?;
+        let (measured, _) = self.measure_kinds(operations, seed)?;
         let rates = match (before, cpu::ThreadCpu::sample()) {
             (Some(before), Some(after)) => Some(cpu::CpuRates::of(
                 &after.since(&before),
@@ -406,23 +423,13 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         }
     );
     let calibration_path = args.out_dir.join("calibration.json");
-    let (measured, calibrator) = match std::fs::read(&calibration_path) {
-        Ok(bytes) if !(args.calibrate || args.calibrate_only || args.refit) => {
-            let measured = serde_json::from_slice::<serde_json::Value>(&bytes)
-                .ok()
-                .and_then(|v| {
-                    serde_json::from_value::<MeasuredCalibration>(v["parameters"].clone()).ok()
-                })
-                .with_context(|| {
-                    format!("{} does not hold a calibration", calibration_path.display())
-                })?;
-            (measured, None)
-        }
-        _ if args.refit => (calibration::refit(&bench, &calibration_path)?, None),
-        _ => {
-            let (measured, calibrator) = calibration::calibrate(&bench, &calibration_path)?;
-            (measured, Some(calibrator))
-        }
+    let (measured, calibrator) = if args.refit {
+        (calibration::refit(&bench, &calibration_path)?, None)
+    } else if calibration_path.exists() && !(args.calibrate || args.calibrate_only) {
+        (read_calibration(&calibration_path)?, None)
+    } else {
+        let (measured, calibrator) = calibration::calibrate(&bench, &calibration_path)?;
+        (measured, Some(calibrator))
     };
     bench.decider().set_hyperspace_calibration(measured)?;
     print_calibration("calibration", &measured);
@@ -437,23 +444,11 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     let model_calibration = puffer_node::hyperspace::calibration(&measured, objects);
     if args.refit {
         // An `--interleave` run predicted each workload with its own calibration.
-        let mut per_workload = BTreeMap::new();
-        for workload in workloads() {
-            let path = args
-                .out_dir
-                .join(format!("calibration-{}.json", workload.name));
-            if path.exists() {
-                let refitted = calibration::refit(&bench, &path)?;
-                print_calibration(
-                    &format!("calibration of workload {}", workload.name),
-                    &refitted,
-                );
-                per_workload.insert(
-                    workload.name.to_string(),
-                    puffer_node::hyperspace::calibration(&refitted, objects),
-                );
-            }
-        }
+        let per_workload = per_workload_calibrations(args, objects, |workload, path| {
+            let refitted = calibration::refit(&bench, path)?;
+            print_calibration(&format!("calibration of workload {workload}"), &refitted);
+            Ok(refitted)
+        })?;
         return repredict::repredict(&bench, &model_calibration, &per_workload);
     }
     if args.diagnose {
@@ -461,6 +456,12 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     }
     if args.diagnose_mix {
         return diagnose_mix(&bench, &model_calibration);
+    }
+    if args.decompose {
+        // As the run that measured them predicted them.
+        let per_workload =
+            per_workload_calibrations(args, objects, |_, path| read_calibration(path))?;
+        return decompose::decompose(&bench, &model_calibration, &per_workload);
     }
     let mut accuracy_rows = Vec::new();
     let mut oracle_rows = Vec::new();
@@ -542,6 +543,38 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
 }
 
 /// Prints `what`'s parameters on one line.
+/// The model's calibration of each workload (by letter) that an `--interleave` run
+/// left a file for in `--out-dir` (`calibration-<W>.json`), each read by `read`.
+fn per_workload_calibrations(
+    args: &HyperspaceArgs,
+    objects: u64,
+    mut read: impl FnMut(&str, &std::path::Path) -> anyhow::Result<MeasuredCalibration>,
+) -> anyhow::Result<BTreeMap<String, Calibration>> {
+    let mut per_workload = BTreeMap::new();
+    for workload in workloads() {
+        let path = args
+            .out_dir
+            .join(format!("calibration-{}.json", workload.name));
+        if path.exists() {
+            let measured = read(workload.name, &path)?;
+            per_workload.insert(
+                workload.name.to_string(),
+                puffer_node::hyperspace::calibration(&measured, objects),
+            );
+        }
+    }
+    Ok(per_workload)
+}
+
+/// The parameters a calibration file (`calibration.json`) holds.
+fn read_calibration(path: &std::path::Path) -> anyhow::Result<MeasuredCalibration> {
+    let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| serde_json::from_value::<MeasuredCalibration>(v["parameters"].clone()).ok())
+        .with_context(|| format!("{} does not hold a calibration", path.display()))
+}
+
 fn print_calibration(what: &str, measured: &MeasuredCalibration) {
     println!(
         "{what}: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
@@ -733,7 +766,8 @@ fn rows_found_per_search(bench: &Bench, operations: &Operations, seed: u64) -> a
     // A mix of one search in ten runs about ten operations a search; the bound stops
     // a mix without searches.
     for _ in 0..COUNTED_SEARCHES * 100 {
-        if operations.run_one(&bench.db, &mut rng)? {
+        let kind = operations.run_one(&bench.db, &mut rng)?;
+        if operations.is_search(kind) {
             searches += 1;
             if searches == COUNTED_SEARCHES {
                 break;

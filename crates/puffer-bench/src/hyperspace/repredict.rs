@@ -27,13 +27,13 @@ struct Sampled {
 
 /// Splits a row `name,"configuration",a,b,...` (the only quoted field) into the name,
 /// the configuration and the fields after it.
-fn split_row(row: &str) -> Option<(&str, &str, Vec<&str>)> {
+pub(super) fn split_row(row: &str) -> Option<(&str, &str, Vec<&str>)> {
     let (name, rest) = row.split_once(",\"")?;
     let (configuration, rest) = rest.split_once("\",")?;
     Some((name, configuration, rest.split(',').collect()))
 }
 
-fn read_rows(path: &Path) -> anyhow::Result<Vec<String>> {
+pub(super) fn read_rows(path: &Path) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     Ok(text.lines().skip(1).map(str::to_string).collect())
 }

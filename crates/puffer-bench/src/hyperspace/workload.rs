@@ -176,15 +176,22 @@ impl Operations {
         })
     }
 
-    /// Runs one operation; whether it was a search.
-    pub fn run_one(&self, db: &Database, rng: &mut StdRng) -> anyhow::Result<bool> {
+    /// Operation kinds: each search class in the workload's order, then the update.
+    pub fn kinds(&self) -> usize {
+        self.classes.len() + 1
+    }
+
+    /// Runs one operation; its kind (a search class's index, or [`Operations::kinds`]
+    /// − 1 for an update).
+    pub fn run_one(&self, db: &Database, rng: &mut StdRng) -> anyhow::Result<usize> {
         if rng.gen_bool(self.search_share) {
             let pick = rng.gen::<f64>();
-            let (attributes, _, having) = self
+            let class = self
                 .classes
                 .iter()
-                .find(|(_, cumulative, _)| pick < *cumulative)
-                .unwrap_or_else(|| self.classes.last().expect("a class"));
+                .position(|(_, cumulative, _)| pick < *cumulative)
+                .unwrap_or(self.classes.len() - 1);
+            let (attributes, _, having) = &self.classes[class];
             let listing = &self.records[having[rng.gen_range(0..having.len())]];
             let predicate = Predicate::And(
                 attributes
@@ -193,14 +200,19 @@ impl Operations {
                     .collect(),
             );
             search(db, predicate)?;
-            Ok(true)
+            Ok(class)
         } else {
             let attribute = self.updated[rng.gen_range(0..self.updated.len())];
             let listing = &self.records[rng.gen_range(0..self.records.len())];
             let donor = &self.records[rng.gen_range(0..self.records.len())];
             update(db, &listing.key, attribute, donor)?;
-            Ok(false)
+            Ok(self.classes.len())
         }
+    }
+
+    /// Whether `kind` (from [`Operations::run_one`]) is a search.
+    pub fn is_search(&self, kind: usize) -> bool {
+        kind < self.classes.len()
     }
 }
 
@@ -255,30 +267,73 @@ pub fn write_retrying(db: &Database, ops: Vec<WriteOp>) -> anyhow::Result<()> {
     bail!("the store stayed overloaded for 20 s")
 }
 
+/// What the clients' operations of one kind (see [`Operations::run_one`]) took in the
+/// measured seconds of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KindTime {
+    /// Operations of the kind started in the measured seconds and finished.
+    pub operations: u64,
+    /// Their summed latency, seconds.
+    pub latency_s: f64,
+}
+
+impl KindTime {
+    /// The kind's mean latency, seconds (0 without operations).
+    pub fn mean_latency_s(&self) -> f64 {
+        if self.operations == 0 {
+            0.0
+        } else {
+            self.latency_s / self.operations as f64
+        }
+    }
+}
+
 /// Closed-loop clients running `operations` for `seconds` (rounded up to whole seconds,
 /// at least 1) after `warm_seconds`: the median of the operations completed in each
-/// measured second. The median, not the mean: on a shared machine a second in which
-/// another tenant took the cores says nothing about the configuration, and one such
-/// second moved a 3 s mean by up to half.
-pub fn measure(
+/// measured second, and what each kind of operation took in the measured seconds. The
+/// median, not the mean: on a shared machine a second in which another tenant took the
+/// cores says nothing about the configuration, and one such second moved a 3 s mean by
+/// up to half.
+pub fn measure_kinds(
     db: &Arc<Database>,
     operations: &Arc<Operations>,
     clients: usize,
     warm_seconds: f64,
     seconds: f64,
     seed: u64,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, Vec<KindTime>)> {
     let measured_seconds = seconds.ceil().max(1.0);
     let warm_seconds = warm_seconds.ceil().max(0.0);
-    let series = run_series(
+    let series = run_series_timed(
         db,
         operations,
         clients,
         warm_seconds + measured_seconds,
         seed,
         None,
+        warm_seconds,
     )?;
-    Ok(median_count(&series[warm_seconds as usize..]))
+    Ok((
+        median_count(&series.per_second[warm_seconds as usize..]),
+        series.kinds,
+    ))
+}
+
+/// Each kind's share of the machine's time in a closed loop whose clients share the
+/// cores, in seconds of one operation of that kind: its mean latency scaled so that the
+/// kinds' costs, weighted by how often each ran, add up to `1 / throughput`. With every
+/// client waiting its turn on the same cores, an operation's latency is its own work
+/// times the same queueing factor for all, which the scaling takes out: what is left
+/// compares, kind by kind, with the model's cost of each.
+pub fn kind_costs_s(kinds: &[KindTime], throughput_ops_per_s: f64) -> Vec<f64> {
+    let operations: u64 = kinds.iter().map(|k| k.operations).sum();
+    let latency_s: f64 = kinds.iter().map(|k| k.latency_s).sum();
+    if operations == 0 || latency_s <= 0.0 || throughput_ops_per_s <= 0.0 {
+        return vec![0.0; kinds.len()];
+    }
+    // Σ share_k · L_k = latency_s / operations, to be 1 / throughput.
+    let scale = operations as f64 / (latency_s * throughput_ops_per_s);
+    kinds.iter().map(|k| k.mean_latency_s() * scale).collect()
 }
 
 /// The median of `counts` (the mean of the middle two for an even count; 0 for none).
@@ -307,6 +362,27 @@ pub fn run_series(
     seed: u64,
     switch: Option<(f64, Arc<Operations>)>,
 ) -> anyhow::Result<Vec<u64>> {
+    Ok(run_series_timed(db, operations, clients, seconds, seed, switch, seconds)?.per_second)
+}
+
+/// A run's operations per second, and what each kind took from `timed_from` on.
+pub struct Series {
+    pub per_second: Vec<u64>,
+    /// Per kind of the first operations (see [`Operations::run_one`]).
+    pub kinds: Vec<KindTime>,
+}
+
+/// [`run_series`], timing each operation started from `timed_from` seconds on, by kind.
+fn run_series_timed(
+    db: &Arc<Database>,
+    operations: &Arc<Operations>,
+    clients: usize,
+    seconds: f64,
+    seed: u64,
+    switch: Option<(f64, Arc<Operations>)>,
+    timed_from: f64,
+) -> anyhow::Result<Series> {
+    let kinds = operations.kinds();
     let stop = Arc::new(AtomicBool::new(false));
     let current = Arc::new(std::sync::RwLock::new(operations.clone()));
     let buckets: Arc<Vec<AtomicU64>> = Arc::new(
@@ -319,17 +395,25 @@ pub fn run_series(
         .map(|c| {
             let (db, stop, current, buckets) =
                 (db.clone(), stop.clone(), current.clone(), buckets.clone());
-            std::thread::spawn(move || -> anyhow::Result<()> {
+            std::thread::spawn(move || -> anyhow::Result<Vec<KindTime>> {
                 let mut rng = StdRng::seed_from_u64(seed * 1000 + c as u64);
+                let mut times = vec![KindTime::default(); kinds];
                 while !stop.load(Ordering::Relaxed) {
                     let operations = current.read().expect("workload lock").clone();
-                    operations.run_one(&db, &mut rng)?;
-                    let second = start.elapsed().as_secs() as usize;
-                    if let Some(bucket) = buckets.get(second) {
+                    let began = start.elapsed();
+                    let kind = operations.run_one(&db, &mut rng)?;
+                    let ended = start.elapsed();
+                    // Only while the first operations run: a switched workload's kinds
+                    // are another workload's.
+                    if began.as_secs_f64() >= timed_from && kind < times.len() {
+                        times[kind].operations += 1;
+                        times[kind].latency_s += (ended - began).as_secs_f64();
+                    }
+                    if let Some(bucket) = buckets.get(ended.as_secs() as usize) {
                         bucket.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Ok(())
+                Ok(times)
             })
         })
         .collect();
@@ -341,16 +425,24 @@ pub fn run_series(
         std::thread::sleep(Duration::from_secs_f64(seconds));
     }
     stop.store(true, Ordering::Relaxed);
+    let mut times = vec![KindTime::default(); kinds];
     for handle in handles {
-        handle
+        let client = handle
             .join()
             .map_err(|_| anyhow::anyhow!("a client panicked"))??;
+        for (total, one) in times.iter_mut().zip(client) {
+            total.operations += one.operations;
+            total.latency_s += one.latency_s;
+        }
     }
-    Ok(buckets
-        .iter()
-        .take(seconds.ceil() as usize)
-        .map(|b| b.load(Ordering::Relaxed))
-        .collect())
+    Ok(Series {
+        per_second: buckets
+            .iter()
+            .take(seconds.ceil() as usize)
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect(),
+        kinds: times,
+    })
 }
 
 /// Kendall's tau-a of two rankings given as values (pairs tied in either count as
@@ -388,9 +480,72 @@ pub fn label(subspaces: &[(Vec<String>, u32)]) -> String {
         .join(" ")
 }
 
+/// The subspaces [`label`] shows, each with `regions` regions: the inverse of
+/// [`label`] (which does not show regions).
+pub fn parse_label(shown: &str, regions: u32) -> anyhow::Result<Vec<(Vec<String>, u32)>> {
+    if shown == "key only" {
+        return Ok(Vec::new());
+    }
+    shown
+        .split(' ')
+        .map(|subspace| {
+            let inner = subspace
+                .strip_prefix('(')
+                .and_then(|s| s.strip_suffix(')'))
+                .with_context(|| format!("{subspace:?} is not a subspace in parentheses"))?;
+            let attributes: Vec<String> = inner.split(',').map(str::to_string).collect();
+            if attributes.iter().any(|a| a.is_empty()) {
+                bail!("{subspace:?} names an empty attribute");
+            }
+            Ok((attributes, regions))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_parse_back_into_their_subspaces() {
+        for subspaces in [
+            Vec::new(),
+            vec![(vec!["locality".to_string()], 16)],
+            vec![
+                (vec!["locality".to_string(), "price".to_string()], 16),
+                (vec!["postcode".to_string()], 16),
+            ],
+        ] {
+            assert_eq!(parse_label(&label(&subspaces), 16).unwrap(), subspaces);
+        }
+        for bad in ["", "(locality", "locality", "(locality,)", "(a) ()"] {
+            assert!(parse_label(bad, 16).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn kind_costs_scale_latencies_to_the_throughput() {
+        // Two kinds, three quarters of one at 1 ms, a quarter of the other at 3 ms, at
+        // 500 ops/s: 2 ms an operation of the machine's time, so the queueing factor
+        // is 2 ms / 1.5 ms and the costs 1.33 and 4 ms.
+        let kinds = [
+            KindTime {
+                operations: 300,
+                latency_s: 0.3,
+            },
+            KindTime {
+                operations: 100,
+                latency_s: 0.3,
+            },
+        ];
+        let costs = kind_costs_s(&kinds, 500.0);
+        assert!((costs[0] - 0.002 / 1.5).abs() < 1e-12, "{costs:?}");
+        assert!((costs[1] - 0.004).abs() < 1e-12, "{costs:?}");
+        let weighted = 0.75 * costs[0] + 0.25 * costs[1];
+        assert!((weighted - 1.0 / 500.0).abs() < 1e-12);
+        assert_eq!(kind_costs_s(&kinds, 0.0), vec![0.0, 0.0]);
+        assert_eq!(kind_costs_s(&[KindTime::default()], 100.0), vec![0.0]);
+    }
 
     #[test]
     fn kendall_tau_counts_concordant_and_discordant_pairs() {

@@ -1,0 +1,234 @@
+//! `--decompose`: where, in a workload's own mix, the model's prediction of a
+//! configuration goes wrong, operation kind by operation kind.
+//!
+//! Every configuration an earlier run measured (`<out>/model_accuracy.csv`) is built
+//! again and its workload run, each operation timed by its kind (a search class, or the
+//! update). With the clients sharing the machine's cores, an operation's latency is its
+//! own work times a queueing factor common to all kinds; scaled so that the kinds' costs,
+//! weighted by how often each ran, add up to `1 / T` ([`kind_costs_s`]), each kind's
+//! measured cost stands beside the model's cost of it (equation 2 with the write term
+//! at the predicted throughput, equation 4 for the update), whose weighted sum is the
+//! model's `1 / T`. The difference, weighted by the kind's share, is its part of the
+//! prediction's miss. `--diagnose` measures one class alone on compacted regions;
+//! this measures every class where the workload runs: amid its updates, beside its
+//! other classes, on the regions those leave behind.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use puffer_adapt::hyperspace::{
+    self as model, predicted_throughput_ops_per_s, route_search, Calibration, Configuration,
+    WorkloadProfile,
+};
+use serde_json::json;
+
+use super::repredict::{read_rows, split_row};
+use super::workload::{
+    kind_costs_s, parse_label, profile, workloads, KindTime, Workload, MIXES, UPDATED,
+};
+use super::{config_error, model_configuration, write_csv, Bench};
+use crate::stats::round;
+
+/// The model's cost of each kind of `profile`'s operations in `configuration`, seconds,
+/// in [`super::workload::Operations`]' order (its search classes, then the update):
+/// weighted by the profile's frequencies, they add up to the model's `1 / T`.
+fn model_kind_costs_s(
+    configuration: &Configuration,
+    profile: &WorkloadProfile,
+    calibration: &Calibration,
+) -> anyhow::Result<(f64, Vec<f64>)> {
+    let predicted = predicted_throughput_ops_per_s(configuration, profile, calibration)
+        .map_err(config_error)?;
+    let total: f64 = profile.searches.iter().map(|s| s.frequency).sum::<f64>()
+        + profile.updates.iter().map(|u| u.frequency).sum::<f64>();
+    let update_share = profile.updates.iter().map(|u| u.frequency).sum::<f64>() / total;
+    let mut costs = Vec::with_capacity(profile.searches.len() + 1);
+    for search in &profile.searches {
+        let alone = model::search_cost_s(
+            configuration,
+            &search.shape,
+            search.rows.as_ref(),
+            calibration,
+        )
+        .map_err(config_error)?;
+        let route = route_search(configuration, &search.shape).map_err(config_error)?;
+        let exposure = model::written_exposure(
+            configuration,
+            &route,
+            &search.shape,
+            search.rows.as_ref(),
+            calibration.objects,
+        );
+        costs.push(alone + calibration.write_rate_cost_s2 * predicted * update_share * exposure);
+    }
+    // The workload's updates, each of `UPDATED` equally often: their mean cost.
+    let updates: f64 = profile.updates.iter().map(|u| u.frequency).sum();
+    let mut update_cost = 0.0;
+    for update in &profile.updates {
+        let cost = model::update_cost_s(configuration, &update.attributes, calibration)
+            .map_err(config_error)?;
+        update_cost += cost * update.frequency / updates.max(f64::MIN_POSITIVE);
+    }
+    costs.push(update_cost);
+    Ok((predicted, costs))
+}
+
+/// The kinds' names: each search class's attributes, then "update".
+fn kind_names(workload: &Workload) -> Vec<String> {
+    workload
+        .searches
+        .iter()
+        .map(|(attributes, _)| attributes.join("+"))
+        .chain(std::iter::once("update".to_string()))
+        .collect()
+}
+
+/// Runs `--decompose` over the workloads asked for; `calibrations` predicts each
+/// workload (by letter) and `fallback` those without one of their own.
+pub(super) fn decompose(
+    bench: &Bench,
+    fallback: &Calibration,
+    calibrations: &BTreeMap<String, Calibration>,
+) -> anyhow::Result<()> {
+    let out = &bench.args.out_dir;
+    let mut sampled: Vec<(String, String)> = Vec::new();
+    for row in read_rows(&out.join("model_accuracy.csv"))? {
+        let (workload, configuration, _) =
+            split_row(&row).with_context(|| format!("model_accuracy.csv: row {row:?}"))?;
+        sampled.push((workload.to_string(), configuration.to_string()));
+    }
+    let mut rows = Vec::new();
+    let mut summaries = Vec::new();
+    for workload in workloads() {
+        if !bench.args.workloads.iter().any(|w| w == workload.name) {
+            continue;
+        }
+        let calibration = calibrations.get(workload.name).unwrap_or(fallback);
+        let names = kind_names(&workload);
+        for mix in MIXES {
+            let name = format!("{}-{}", workload.name, mix.name);
+            let labels: Vec<&String> = sampled
+                .iter()
+                .filter(|(w, _)| *w == name)
+                .map(|(_, c)| c)
+                .collect();
+            if labels.is_empty() {
+                continue;
+            }
+            let profile = bench.with_rows(profile(&workload, mix))?;
+            for (position, shown) in labels.into_iter().enumerate() {
+                let subspaces = parse_label(shown, bench.args.regions)
+                    .with_context(|| format!("model_accuracy.csv: {name}: {shown:?}"))?;
+                let configuration = model_configuration(&subspaces, bench.args.shards)?;
+                let (predicted, model_costs) =
+                    model_kind_costs_s(&configuration, &profile, calibration)?;
+                bench.configure(&subspaces)?;
+                let (measured, kinds) = bench.measure_kinds(
+                    bench.operations(&workload, mix, &UPDATED)?,
+                    900 + position as u64,
+                )?;
+                let measured_costs = kind_costs_s(&kinds, measured);
+                let operations: u64 = kinds.iter().map(|k| k.operations).sum();
+                eprintln!(
+                    "{name}: {shown}: measured {measured:.0} ops/s, predicted {predicted:.0}"
+                );
+                let mut kinds_json = Vec::new();
+                for (k, kind_name) in names.iter().enumerate() {
+                    let KindTime {
+                        operations: ran, ..
+                    } = kinds[k];
+                    let share = ran as f64 / operations.max(1) as f64;
+                    let (measured_s, model_s) = (measured_costs[k], model_costs[k]);
+                    // Its part of the miss: what it took beyond the model's cost, per
+                    // operation of the workload.
+                    let miss_us = share * (measured_s - model_s) * 1e6;
+                    eprintln!(
+                        "  {kind_name:<28} {:>5.1} %  latency {:>8.0} us  cost {:>6.0} us, model {:>6.0} us  ({:+.0} us of the miss)",
+                        share * 100.0,
+                        kinds[k].mean_latency_s() * 1e6,
+                        measured_s * 1e6,
+                        model_s * 1e6,
+                        miss_us
+                    );
+                    rows.push(format!(
+                        "{name},\"{shown}\",{kind_name},{:.4},{:.1},{:.1},{:.1},{measured:.1},{predicted:.1}",
+                        share,
+                        kinds[k].mean_latency_s() * 1e6,
+                        measured_s * 1e6,
+                        model_s * 1e6,
+                    ));
+                    kinds_json.push(json!({
+                        "kind": kind_name,
+                        "share": round(share, 4),
+                        "cost_us": round(measured_s * 1e6, 1),
+                        "model_cost_us": round(model_s * 1e6, 1),
+                    }));
+                }
+                summaries.push(json!({
+                    "workload": name,
+                    "configuration": shown,
+                    "measured_ops_per_s": round(measured, 1),
+                    "predicted_ops_per_s": round(predicted, 1),
+                    "kinds": kinds_json,
+                }));
+            }
+        }
+    }
+    bench.configure(&Vec::new())?;
+    write_csv(
+        &out.join("decompose.csv"),
+        "workload,configuration,kind,share,latency_us,cost_us,model_cost_us,measured_ops_per_s,predicted_ops_per_s",
+        &rows,
+    )?;
+    println!(
+        "{}",
+        json!({"experiment": "hyperspace-decompose", "configurations": summaries})
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_kind_costs_add_up_to_its_prediction() {
+        let workload = &workloads()[2];
+        // Balanced: searches and updates both weigh, and the write term is not 0.
+        // Without rows (none estimated here) the model charges whole regions.
+        let profile = profile(workload, MIXES[1]);
+        let calibration = Calibration {
+            beta_s_per_object: 1e-6,
+            region_cost_s: 5e-5,
+            fan_out_cost_s: 2e-5,
+            sent_row_cost_s: 0.0,
+            write_rate_cost_s2: 3e-7,
+            alpha: 0.5,
+            max_throughput_ops_per_s: 20_000.0,
+            update_fixed_cost_s: 2e-5,
+            objects: 26_000,
+        };
+        let subspaces = parse_label("(locality,price) (postcode)", 16).unwrap();
+        let configuration = model_configuration(&subspaces, 4).unwrap();
+        let (predicted, costs) =
+            model_kind_costs_s(&configuration, &profile, &calibration).unwrap();
+        let total: f64 = profile.searches.iter().map(|s| s.frequency).sum::<f64>()
+            + profile.updates.iter().map(|u| u.frequency).sum::<f64>();
+        let weighted: f64 = profile
+            .searches
+            .iter()
+            .map(|s| s.frequency)
+            .chain(std::iter::once(
+                profile.updates.iter().map(|u| u.frequency).sum::<f64>(),
+            ))
+            .zip(&costs)
+            .map(|(f, c)| f / total * c)
+            .sum();
+        assert!(
+            (weighted * predicted - 1.0).abs() < 1e-9,
+            "weighted cost {weighted} s against 1/T {}",
+            1.0 / predicted
+        );
+        assert_eq!(costs.len(), workload.searches.len() + 1);
+    }
+}
