@@ -53,6 +53,9 @@ fn members_come_and_go_with_their_leases() {
     // An id is held once among live nodes.
     let twin = Membership::join(&etcd, card("a"), TTL).unwrap_err();
     assert!(matches!(twin, ClusterError::Invalid(_)), "{twin}");
+    // Seen renewed (its time to live, in etcd's whole seconds, never dropped), not
+    // merely outliving the wait for a crashed node's lease.
+    assert!(twin.to_string().contains("being renewed"), "{twin}");
 
     // Renewals keep a member in well past its TTL.
     std::thread::sleep(TTL * 2);

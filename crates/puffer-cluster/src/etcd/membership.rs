@@ -146,6 +146,12 @@ pub struct Membership {
 /// Longest a node waits for the lease of a crashed node with its id to expire.
 pub const MAX_JOIN_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a joining node watches the lease holding its id before a time to live that
+/// has not dropped (in etcd's whole seconds) proves the lease renewed: an expiring one
+/// drops at least a second in any second and a half; two keep a margin for etcd's
+/// rounding.
+const STILL_FOR: Duration = Duration::from_secs(2);
+
 impl Membership {
     /// Grants a lease of `ttl`, puts the card on it, and keeps the lease alive in the
     /// background. `Invalid` if a live node has the same id (one whose lease is renewed);
@@ -162,6 +168,8 @@ impl Membership {
         let started = std::time::Instant::now();
         let mut give_up = started + MAX_JOIN_WAIT;
         let mut last_left: Option<i64> = None;
+        // The holder's lease, when its time to live was first read, and what it read.
+        let mut first_read: Option<(i64, std::time::Instant, i64)> = None;
         let lease = loop {
             let lease = etcd
                 .call(move |mut client| async move { client.lease_grant(ttl_s, None).await })?
@@ -206,7 +214,22 @@ impl Membership {
             // restart): one still there after twice that and some is renewed.
             let expiring_within = Duration::from_secs(2 * granted.max(0) as u64 + 5);
             give_up = give_up.min(started + expiring_within);
-            let renewed = last_left.is_some_and(|before| left > before);
+            // etcd answers in whole seconds, so a lease renewed every third of its TTL
+            // can read the same second at every look and never be seen to rise. One
+            // that expires loses a whole second in any second: one that has not
+            // dropped below its first reading after STILL_FOR is renewed (a lease at 0
+            // may linger in etcd a moment past its expiry, so it proves nothing).
+            let holder_lease = holder.unwrap_or(0);
+            if left < 0 || first_read.is_some_and(|(lease, _, _)| lease != holder_lease) {
+                first_read = None;
+            }
+            if left >= 0 && first_read.is_none() {
+                first_read = Some((holder_lease, std::time::Instant::now(), left));
+            }
+            let still = first_read.is_some_and(|(_, at, first_left)| {
+                at.elapsed() >= STILL_FOR && left > 0 && left >= first_left
+            });
+            let renewed = still || last_left.is_some_and(|before| left > before);
             if renewed || std::time::Instant::now() >= give_up {
                 return Err(ClusterError::Invalid(format!(
                     "a live node already has id {:?} (its lease is {})",
