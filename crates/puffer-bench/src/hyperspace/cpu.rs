@@ -14,6 +14,23 @@ const TICKS_PER_S: f64 = 100.0;
 /// hundred; beyond this the sample is refused rather than read for seconds.
 const MAX_THREADS: usize = 20_000;
 
+/// CPU seconds the calling thread has run (`CLOCK_THREAD_CPUTIME_ID`, nanoseconds
+/// apart); 0 where the clock cannot be read. What an operation took of the machine on
+/// its client's thread, queueing for the cores left out (the work its regions hand to
+/// their replicas' workers is on their threads, not here).
+pub fn this_thread_s() -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec, written by the call and read after it.
+    let answered = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    if answered != 0 {
+        return 0.0;
+    }
+    now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
+}
+
 /// CPU seconds of the process's live threads, summed by thread name, and of the whole
 /// process (threads that ended included: the clients of a run end with it).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -134,6 +151,31 @@ fn parse_stat(stat: &str) -> Option<(String, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_threads_clock_counts_its_own_work_only() {
+        let before = this_thread_s();
+        // Another thread spinning adds nothing to this one's clock...
+        let other = std::thread::spawn(|| {
+            let started = this_thread_s();
+            let mut x = 0u64;
+            while this_thread_s() - started < 0.05 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            this_thread_s() - started
+        });
+        let spun = other.join().unwrap();
+        let idle = this_thread_s() - before;
+        assert!(spun >= 0.05, "{spun}");
+        assert!(idle < spun, "idle {idle} s against {spun} s spun elsewhere");
+        // ...and its own does.
+        let started = this_thread_s();
+        let mut x = 0u64;
+        while this_thread_s() - started < 0.02 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(this_thread_s() - before >= 0.02);
+    }
 
     #[test]
     fn stat_lines_are_read_from_the_last_parenthesis() {

@@ -9,9 +9,14 @@
 //! measured cost stands beside the model's cost of it (equation 2 with the write term
 //! at the predicted throughput, equation 4 for the update), whose weighted sum is the
 //! model's `1 / T`. The difference, weighted by the kind's share, is its part of the
-//! prediction's miss. `--diagnose` measures one class alone on compacted regions;
-//! this measures every class where the workload runs: amid its updates, beside its
-//! other classes, on the regions those leave behind.
+//! prediction's miss. The scaling holds for work done on the cores; an update also
+//! waits for its batch's commit, which the scaling counts as work, so updates come out
+//! dearer and searches cheaper than they are, the more so the more the mix updates.
+//! Each kind's CPU on its client's thread is printed beside it: all of a search that
+//! asks one region (the first region is read on the asking thread), none of the
+//! commit's. `--diagnose` measures one class alone on compacted regions; this measures
+//! every class where the workload runs: amid its updates, beside its other classes, on
+//! the regions those leave behind.
 
 use std::collections::BTreeMap;
 
@@ -29,14 +34,25 @@ use super::workload::{
 use super::{config_error, model_configuration, write_csv, Bench};
 use crate::stats::round;
 
-/// The model's cost of each kind of `profile`'s operations in `configuration`, seconds,
-/// in [`super::workload::Operations`]' order (its search classes, then the update):
-/// weighted by the profile's frequencies, they add up to the model's `1 / T`.
-fn model_kind_costs_s(
+/// What the model says of one kind of operation.
+struct ModelKind {
+    /// Seconds of the machine one operation of the kind takes.
+    cost_s: f64,
+    /// Regions a search asks (for the update: 0).
+    regions_asked: u64,
+    /// Rows a search reads (for the update: 0).
+    rows_read: f64,
+}
+
+/// What the model says of each kind of `profile`'s operations in `configuration`, in
+/// [`super::workload::Operations`]' order (its search classes, then the update), and
+/// its predicted throughput: the kinds' costs weighted by the profile's frequencies add
+/// up to the model's `1 / T`.
+fn model_kinds(
     configuration: &Configuration,
     profile: &WorkloadProfile,
     calibration: &Calibration,
-) -> anyhow::Result<(f64, Vec<f64>)> {
+) -> anyhow::Result<(f64, Vec<ModelKind>)> {
     let predicted = predicted_throughput_ops_per_s(configuration, profile, calibration)
         .map_err(config_error)?;
     let total: f64 = profile.searches.iter().map(|s| s.frequency).sum::<f64>()
@@ -59,7 +75,17 @@ fn model_kind_costs_s(
             search.rows.as_ref(),
             calibration.objects,
         );
-        costs.push(alone + calibration.write_rate_cost_s2 * predicted * update_share * exposure);
+        costs.push(ModelKind {
+            cost_s: alone + calibration.write_rate_cost_s2 * predicted * update_share * exposure,
+            regions_asked: route.regions_contacted,
+            rows_read: model::objects_read(
+                configuration,
+                &route,
+                &search.shape,
+                search.rows.as_ref(),
+                calibration.objects,
+            ),
+        });
     }
     // The workload's updates, each of `UPDATED` equally often: their mean cost.
     let updates: f64 = profile.updates.iter().map(|u| u.frequency).sum();
@@ -69,7 +95,11 @@ fn model_kind_costs_s(
             .map_err(config_error)?;
         update_cost += cost * update.frequency / updates.max(f64::MIN_POSITIVE);
     }
-    costs.push(update_cost);
+    costs.push(ModelKind {
+        cost_s: update_cost,
+        regions_asked: 0,
+        rows_read: 0.0,
+    });
     Ok((predicted, costs))
 }
 
@@ -120,8 +150,7 @@ pub(super) fn decompose(
                 let subspaces = parse_label(shown, bench.args.regions)
                     .with_context(|| format!("model_accuracy.csv: {name}: {shown:?}"))?;
                 let configuration = model_configuration(&subspaces, bench.args.shards)?;
-                let (predicted, model_costs) =
-                    model_kind_costs_s(&configuration, &profile, calibration)?;
+                let (predicted, model_kinds) = model_kinds(&configuration, &profile, calibration)?;
                 bench.configure(&subspaces)?;
                 let (measured, kinds) = bench.measure_kinds(
                     bench.operations(&workload, mix, &UPDATED)?,
@@ -138,28 +167,36 @@ pub(super) fn decompose(
                         operations: ran, ..
                     } = kinds[k];
                     let share = ran as f64 / operations.max(1) as f64;
-                    let (measured_s, model_s) = (measured_costs[k], model_costs[k]);
+                    let model_kind = &model_kinds[k];
+                    let (measured_s, model_s) = (measured_costs[k], model_kind.cost_s);
                     // Its part of the miss: what it took beyond the model's cost, per
                     // operation of the workload.
                     let miss_us = share * (measured_s - model_s) * 1e6;
                     eprintln!(
-                        "  {kind_name:<28} {:>5.1} %  latency {:>8.0} us  cost {:>6.0} us, model {:>6.0} us  ({:+.0} us of the miss)",
+                        "  {kind_name:<28} {:>5.1} %  latency {:>8.0} us  CPU {:>6.0} us  cost {:>6.0} us, model {:>6.0} us  ({:+.0} us of the miss), {} regions, {:.0} rows",
                         share * 100.0,
                         kinds[k].mean_latency_s() * 1e6,
+                        kinds[k].mean_cpu_s() * 1e6,
                         measured_s * 1e6,
                         model_s * 1e6,
-                        miss_us
+                        miss_us,
+                        model_kind.regions_asked,
+                        model_kind.rows_read,
                     );
                     rows.push(format!(
-                        "{name},\"{shown}\",{kind_name},{:.4},{:.1},{:.1},{:.1},{measured:.1},{predicted:.1}",
+                        "{name},\"{shown}\",{kind_name},{:.4},{:.1},{:.1},{:.1},{:.1},{},{:.1},{measured:.1},{predicted:.1}",
                         share,
                         kinds[k].mean_latency_s() * 1e6,
+                        kinds[k].mean_cpu_s() * 1e6,
                         measured_s * 1e6,
                         model_s * 1e6,
+                        model_kind.regions_asked,
+                        model_kind.rows_read,
                     ));
                     kinds_json.push(json!({
                         "kind": kind_name,
                         "share": round(share, 4),
+                        "client_cpu_us": round(kinds[k].mean_cpu_s() * 1e6, 1),
                         "cost_us": round(measured_s * 1e6, 1),
                         "model_cost_us": round(model_s * 1e6, 1),
                     }));
@@ -177,7 +214,7 @@ pub(super) fn decompose(
     bench.configure(&Vec::new())?;
     write_csv(
         &out.join("decompose.csv"),
-        "workload,configuration,kind,share,latency_us,cost_us,model_cost_us,measured_ops_per_s,predicted_ops_per_s",
+        "workload,configuration,kind,share,latency_us,client_cpu_us,cost_us,model_cost_us,regions_asked,rows_read,measured_ops_per_s,predicted_ops_per_s",
         &rows,
     )?;
     println!(
@@ -210,8 +247,8 @@ mod tests {
         };
         let subspaces = parse_label("(locality,price) (postcode)", 16).unwrap();
         let configuration = model_configuration(&subspaces, 4).unwrap();
-        let (predicted, costs) =
-            model_kind_costs_s(&configuration, &profile, &calibration).unwrap();
+        let (predicted, kinds) = model_kinds(&configuration, &profile, &calibration).unwrap();
+        let costs: Vec<f64> = kinds.iter().map(|k| k.cost_s).collect();
         let total: f64 = profile.searches.iter().map(|s| s.frequency).sum::<f64>()
             + profile.updates.iter().map(|u| u.frequency).sum::<f64>();
         let weighted: f64 = profile

@@ -275,16 +275,21 @@ pub struct KindTime {
     pub operations: u64,
     /// Their summed latency, seconds.
     pub latency_s: f64,
+    /// The CPU seconds their clients' threads spent on them (see
+    /// [`super::cpu::this_thread_s`]).
+    pub cpu_s: f64,
 }
 
 impl KindTime {
     /// The kind's mean latency, seconds (0 without operations).
     pub fn mean_latency_s(&self) -> f64 {
-        if self.operations == 0 {
-            0.0
-        } else {
-            self.latency_s / self.operations as f64
-        }
+        self.latency_s / self.operations.max(1) as f64
+    }
+
+    /// The CPU seconds one operation of the kind took on its client's thread (0
+    /// without operations).
+    pub fn mean_cpu_s(&self) -> f64 {
+        self.cpu_s / self.operations.max(1) as f64
     }
 }
 
@@ -401,13 +406,16 @@ fn run_series_timed(
                 while !stop.load(Ordering::Relaxed) {
                     let operations = current.read().expect("workload lock").clone();
                     let began = start.elapsed();
+                    let cpu_began = super::cpu::this_thread_s();
                     let kind = operations.run_one(&db, &mut rng)?;
+                    let cpu_s = super::cpu::this_thread_s() - cpu_began;
                     let ended = start.elapsed();
                     // Only while the first operations run: a switched workload's kinds
                     // are another workload's.
                     if began.as_secs_f64() >= timed_from && kind < times.len() {
                         times[kind].operations += 1;
                         times[kind].latency_s += (ended - began).as_secs_f64();
+                        times[kind].cpu_s += cpu_s;
                     }
                     if let Some(bucket) = buckets.get(ended.as_secs() as usize) {
                         bucket.fetch_add(1, Ordering::Relaxed);
@@ -433,6 +441,7 @@ fn run_series_timed(
         for (total, one) in times.iter_mut().zip(client) {
             total.operations += one.operations;
             total.latency_s += one.latency_s;
+            total.cpu_s += one.cpu_s;
         }
     }
     Ok(Series {
@@ -532,10 +541,12 @@ mod tests {
             KindTime {
                 operations: 300,
                 latency_s: 0.3,
+                cpu_s: 0.1,
             },
             KindTime {
                 operations: 100,
                 latency_s: 0.3,
+                cpu_s: 0.1,
             },
         ];
         let costs = kind_costs_s(&kinds, 500.0);
