@@ -31,7 +31,7 @@ use super::repredict::{read_rows, split_row};
 use super::workload::{
     kind_costs_s, parse_label, profile, workloads, KindTime, Workload, MIXES, UPDATED,
 };
-use super::{config_error, model_configuration, write_csv, Bench};
+use super::{config_error, model_configuration, rows_found_per_search, write_csv, Bench};
 use crate::stats::round;
 
 /// What the model says of one kind of operation.
@@ -158,8 +158,22 @@ pub(super) fn decompose(
                 )?;
                 let measured_costs = kind_costs_s(&kinds, measured);
                 let operations: u64 = kinds.iter().map(|k| k.operations).sum();
+                // What a search of the mix reads, counted by the shards, against the
+                // model's rows weighted by how often each class is searched.
+                let found = rows_found_per_search(
+                    bench,
+                    &bench.operations(&workload, mix, &UPDATED)?,
+                    950 + position as u64,
+                )?;
+                let searches: f64 = profile.searches.iter().map(|s| s.frequency).sum();
+                let charged: f64 = profile
+                    .searches
+                    .iter()
+                    .zip(&model_kinds)
+                    .map(|(s, k)| s.frequency / searches * k.rows_read)
+                    .sum();
                 eprintln!(
-                    "{name}: {shown}: measured {measured:.0} ops/s, predicted {predicted:.0}"
+                    "{name}: {shown}: measured {measured:.0} ops/s, predicted {predicted:.0}; rows a search: {found:.1} found, {charged:.1} charged"
                 );
                 let mut kinds_json = Vec::new();
                 for (k, kind_name) in names.iter().enumerate() {
@@ -204,12 +218,21 @@ pub(super) fn decompose(
                 summaries.push(json!({
                     "workload": name,
                     "configuration": shown,
+                    "rows_found_per_search": round(found, 1),
+                    "rows_charged_per_search": round(charged, 1),
                     "measured_ops_per_s": round(measured, 1),
                     "predicted_ops_per_s": round(predicted, 1),
                     "kinds": kinds_json,
                 }));
             }
         }
+    }
+    if summaries.is_empty() {
+        anyhow::bail!(
+            "{} holds no configuration of workloads {:?}: nothing to decompose",
+            out.join("model_accuracy.csv").display(),
+            bench.args.workloads
+        );
     }
     bench.configure(&Vec::new())?;
     write_csv(
