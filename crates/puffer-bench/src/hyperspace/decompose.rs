@@ -31,7 +31,10 @@ use super::repredict::{read_rows, split_row};
 use super::workload::{
     kind_costs_s, parse_label, profile, workloads, KindTime, Workload, MIXES, UPDATED,
 };
-use super::{config_error, model_configuration, rows_found_per_search, write_csv, Bench};
+use super::{
+    config_error, model_configuration, rows_found_per_search, table_and_subspace_stats, write_csv,
+    Bench,
+};
 use crate::stats::round;
 
 /// What the model says of one kind of operation.
@@ -172,8 +175,15 @@ pub(super) fn decompose(
                     .zip(&model_kinds)
                     .map(|(s, k)| s.frequency / searches * k.rows_read)
                     .sum();
+                // Records in segments, deleted versions included, over the table and
+                // each subspace: beyond the listings, the versions updates left behind
+                // until a merge, which searches find and skip.
+                let segment_records: Vec<u64> = table_and_subspace_stats(&bench.db)?
+                    .iter()
+                    .map(|stats| stats.segment_records)
+                    .collect();
                 eprintln!(
-                    "{name}: {shown}: measured {measured:.0} ops/s, predicted {predicted:.0}; rows a search: {found:.1} found, {charged:.1} charged"
+                    "{name}: {shown}: measured {measured:.0} ops/s, predicted {predicted:.0}; rows a search: {found:.1} found, {charged:.1} charged; records in segments (table, subspaces): {segment_records:?}"
                 );
                 let mut kinds_json = Vec::new();
                 for (k, kind_name) in names.iter().enumerate() {
@@ -220,6 +230,7 @@ pub(super) fn decompose(
                     "configuration": shown,
                     "rows_found_per_search": round(found, 1),
                     "rows_charged_per_search": round(charged, 1),
+                    "segment_records": segment_records,
                     "measured_ops_per_s": round(measured, 1),
                     "predicted_ops_per_s": round(predicted, 1),
                     "kinds": kinds_json,
