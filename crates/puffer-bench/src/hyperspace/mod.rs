@@ -542,7 +542,6 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints `what`'s parameters on one line.
 /// The model's calibration of each workload (by letter) that an `--interleave` run
 /// left a file for in `--out-dir` (`calibration-<W>.json`), each read by `read`.
 fn per_workload_calibrations(
@@ -575,6 +574,7 @@ fn read_calibration(path: &std::path::Path) -> anyhow::Result<MeasuredCalibratio
         .with_context(|| format!("{} does not hold a calibration", path.display()))
 }
 
+/// Prints `what`'s parameters on one line.
 fn print_calibration(what: &str, measured: &MeasuredCalibration) {
     println!(
         "{what}: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",

@@ -371,7 +371,7 @@ pub fn run_series(
 }
 
 /// A run's operations per second, and what each kind took from `timed_from` on.
-pub struct Series {
+struct Series {
     pub per_second: Vec<u64>,
     /// Per kind of the first operations (see [`Operations::run_one`]).
     pub kinds: Vec<KindTime>,
@@ -406,16 +406,20 @@ fn run_series_timed(
                 while !stop.load(Ordering::Relaxed) {
                     let operations = current.read().expect("workload lock").clone();
                     let began = start.elapsed();
-                    let cpu_began = super::cpu::this_thread_s();
-                    let kind = operations.run_one(&db, &mut rng)?;
-                    let cpu_s = super::cpu::this_thread_s() - cpu_began;
-                    let ended = start.elapsed();
                     // Only while the first operations run: a switched workload's kinds
-                    // are another workload's.
-                    if began.as_secs_f64() >= timed_from && kind < times.len() {
+                    // are another workload's. The thread's clock is read only then.
+                    let timed = began.as_secs_f64() >= timed_from;
+                    let cpu_began = if timed {
+                        super::cpu::this_thread_s()
+                    } else {
+                        0.0
+                    };
+                    let kind = operations.run_one(&db, &mut rng)?;
+                    let ended = start.elapsed();
+                    if timed && kind < times.len() {
                         times[kind].operations += 1;
                         times[kind].latency_s += (ended - began).as_secs_f64();
-                        times[kind].cpu_s += cpu_s;
+                        times[kind].cpu_s += super::cpu::this_thread_s() - cpu_began;
                     }
                     if let Some(bucket) = buckets.get(ended.as_secs() as usize) {
                         bucket.fetch_add(1, Ordering::Relaxed);
