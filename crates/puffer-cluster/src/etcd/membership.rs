@@ -148,8 +148,8 @@ pub const MAX_JOIN_WAIT: Duration = Duration::from_secs(60);
 
 /// How long a joining node watches the lease holding its id before a time to live that
 /// has not dropped (in etcd's whole seconds) proves the lease renewed: an expiring one
-/// drops at least a second in any second and a half; two keep a margin for etcd's
-/// rounding.
+/// drops at least a second in any second; two keep a margin for etcd's rounding and
+/// for its answers' delay.
 const STILL_FOR: Duration = Duration::from_secs(2);
 
 impl Membership {
