@@ -281,7 +281,7 @@ fn range_constraint(
 }
 
 /// Probes a search shape gets from a [`RowSample`] (at most the model's bound).
-pub const ROW_PROBES: usize = 64;
+pub const ROW_PROBES: usize = 256;
 const _: () = assert!(ROW_PROBES <= MAX_ROW_PROBES);
 
 /// Matching records a probe counts the distinct values of free attributes in.
@@ -400,6 +400,7 @@ impl RowSample {
                     attribute_shares,
                     free_values: BTreeMap::new(),
                     candidate_free_values: BTreeMap::new(),
+                    candidate_free_shares: BTreeMap::new(),
                 }],
             };
         }
@@ -429,17 +430,36 @@ impl RowSample {
             .filter(|(id, _)| !shape.attributes.contains_key(id))
             .map(|(id, column)| (*id, column))
             .collect();
-        // Per free attribute, the distinct values among the first of `records`.
-        let distinct_free = |records: &[usize]| -> BTreeMap<AttributeId, u32> {
-            let counted = &records[..records.len().min(MAX_FREE_VALUE_RECORDS)];
-            free.iter()
-                .map(|(id, column)| {
+        // Per free attribute, how many sampled records hold each value.
+        let free_counts: Vec<HashMap<Option<&str>, usize>> = free
+            .iter()
+            .map(|(_, column)| {
+                let mut counts: HashMap<Option<&str>, usize> = HashMap::new();
+                for value in column.iter() {
+                    *counts.entry(value.as_deref()).or_default() += 1;
+                }
+                counts
+            })
+            .collect();
+        // Per free attribute, the distinct values among the first of `records`, and
+        // the share of the sample holding them.
+        let distinct_free =
+            |records: &[usize]| -> (BTreeMap<AttributeId, u32>, BTreeMap<AttributeId, f64>) {
+                let counted = &records[..records.len().min(MAX_FREE_VALUE_RECORDS)];
+                let mut values = BTreeMap::new();
+                let mut shares = BTreeMap::new();
+                for ((id, column), counts) in free.iter().zip(&free_counts) {
                     let distinct: HashSet<Option<&str>> =
                         counted.iter().map(|&r| column[r].as_deref()).collect();
-                    (*id, (distinct.len() as u32).max(1))
-                })
-                .collect()
-        };
+                    let held: usize = distinct
+                        .iter()
+                        .map(|v| counts.get(v).copied().unwrap_or(0))
+                        .sum();
+                    values.insert(*id, (distinct.len() as u32).max(1));
+                    shares.insert(*id, (held as f64 / self.records.max(1) as f64).min(1.0));
+                }
+                (values, shares)
+            };
         let in_factor: f64 = valued.iter().map(|(_, values)| values).product();
         let probes = ROW_PROBES.min(having.len());
         let probes = (0..probes)
@@ -460,21 +480,21 @@ impl RowSample {
                 // The first records only: a count matters only while it is below a
                 // dimension's parts, and probes of popular values would otherwise
                 // read thousands of records each.
-                let candidate_free_values = valued
-                    .iter()
-                    .zip(&by_value)
-                    .zip(&values)
-                    .map(|(((id, _), records), value)| {
-                        let having = records.get(value).map_or(&[][..], Vec::as_slice);
-                        (*id, distinct_free(having))
-                    })
-                    .collect();
+                let mut candidate_free_values = BTreeMap::new();
+                let mut candidate_free_shares = BTreeMap::new();
+                for (((id, _), records), value) in valued.iter().zip(&by_value).zip(&values) {
+                    let having = records.get(value).map_or(&[][..], Vec::as_slice);
+                    let (distinct, shares) = distinct_free(having);
+                    candidate_free_values.insert(*id, distinct);
+                    candidate_free_shares.insert(*id, shares);
+                }
                 let together = self.share_with_probe(matching.len());
                 RowProbe {
                     matched_share: (together * in_factor * range_share).min(1.0),
                     attribute_shares,
-                    free_values: distinct_free(matching),
+                    free_values: distinct_free(matching).0,
                     candidate_free_values,
+                    candidate_free_shares,
                 }
             })
             .collect();

@@ -186,7 +186,7 @@ pub fn plan_grid<'a>(
 
 /// A value as a grid coordinate: strings by their bytes, booleans as one byte, numbers
 /// and timestamps as floats (which keeps their order; `-0.0` as `0.0`, as stored).
-fn coordinate(value: &Value) -> Coordinate<'_> {
+pub fn coordinate(value: &Value) -> Coordinate<'_> {
     match value {
         Value::String(bytes) => Coordinate::Bytes(bytes),
         Value::Bool(false) => Coordinate::Bytes(&[0]),

@@ -177,6 +177,12 @@ pub struct RowProbe {
     /// neighbourhood's rows in one city's regions, a price's in every city's). Missing:
     /// spread over every part.
     pub candidate_free_values: BTreeMap<AttributeId, BTreeMap<AttributeId, u32>>,
+    /// Per attribute fixed by value, per unconstrained attribute, the share of the
+    /// table holding the values its candidates hold there (the sum over those values,
+    /// at most 1): how much of the table lies in the parts its candidates lie in (a
+    /// neighbourhood's city holds a third of the listings, not a quarter of a grid cut
+    /// by city in four). Missing: the parts' even share.
+    pub candidate_free_shares: BTreeMap<AttributeId, BTreeMap<AttributeId, f64>>,
 }
 
 impl SearchRows {
@@ -210,8 +216,14 @@ impl SearchRows {
                     "an attribute with 0 distinct values among the matches",
                 ));
             }
-            for share in
-                std::iter::once(&probe.matched_share).chain(probe.attribute_shares.values())
+            for share in std::iter::once(&probe.matched_share)
+                .chain(probe.attribute_shares.values())
+                .chain(
+                    probe
+                        .candidate_free_shares
+                        .values()
+                        .flat_map(|shares| shares.values()),
+                )
             {
                 if !(0.0..=1.0).contains(share) {
                     return Err(config_error(
@@ -342,19 +354,26 @@ fn search_cost_and_exposure(
 
 /// Objects a search of `shape` reads on `route` in a table of `objects`, the mean over
 /// `rows`' probes:
-/// - candidates: the fewest that one constraint finds in the regions asked. A
-///   constraint on a dimension of the routed subspace finds those of its rows that the
-///   other dimensions' parts asked hold: all its rows are in its own parts, and their
-///   values of the other dimensions are taken as independent of it (a locality and a
-///   price cut 4 by 4: the locality's rows in the price's quarter). One on another
-///   attribute finds its share of the regions asked (its values taken as independent
-///   of the cut); the key's equality or `IN` finds one record per value; with no constraint
-///   the search reads the regions asked whole;
+/// - each constraint's rows in the regions asked. A constraint on a dimension of the
+///   routed subspace finds those of its rows that the other dimensions' parts asked
+///   hold: all its rows are in its own parts, and their values of the other dimensions
+///   are taken as independent of it (a locality and a price cut 4 by 4: the locality's
+///   rows in the price's quarter). One on another attribute finds its share of the
+///   regions asked (its values taken as independent of the cut); the key's equality or
+///   `IN` finds one record per value; with no constraint the search reads the regions
+///   asked whole;
+/// - candidates: each region asked reads the rows of the constraint that finds the
+///   fewest there, in every region asked, whether it holds matches or not. Where a
+///   constraint's rows hold few values of a dimension the search leaves free
+///   ([`RowProbe::candidate_free_values`]), they lie in those values' parts only, and
+///   the regions beyond read nothing; the other constraints are charged their rows in
+///   those parts (weighted by the share of the table there,
+///   [`RowProbe::candidate_free_shares`]);
 /// - the page: each region stops once it has found the page (`page_rows`), so a
 ///   search whose matches exceed a page in every region holding them reads only the
-///   page's share of its candidates. The regions holding matches are those asked, less
-///   the parts of each free dimension of the subspace that no match's value falls in
-///   ([`RowProbe::free_values`]); matches are taken as spread evenly over them.
+///   page's share of its candidates there. The regions holding matches are those asked,
+///   less the parts of each free dimension of the subspace that no match's value falls
+///   in ([`RowProbe::free_values`]); matches are taken as spread evenly over them.
 ///
 /// Without `rows`, every object of the regions asked (the paper's equation 2).
 pub fn objects_read(
@@ -398,9 +417,9 @@ fn read_and_sent(
             let holding = holding_regions(configuration, route, shape, &probe.free_values);
             let held = held_share(configuration, route, shape, probe);
             let matched = probe.matched_share * objects;
-            // A constraint finds at least the search's matches, all in the regions
-            // asked, whatever the independence assumed below says.
-            let candidates = probe
+            // Per constraint: its rows in the regions asked, and the regions they lie
+            // in (at least those holding matches: every match meets every constraint).
+            let constraints: Vec<(AttributeId, f64, f64)> = probe
                 .attribute_shares
                 .iter()
                 .filter(|(attribute, _)| shape.attributes.contains_key(attribute))
@@ -412,23 +431,68 @@ fn read_and_sent(
                         }
                         _ => share * objects * held,
                     };
-                    // Only the regions holding matches read every constraint's rows; in
-                    // the others some constraint finds nothing (the store starts from
-                    // the fewest in each region).
                     let lie_in = probe
                         .candidate_free_values
                         .get(&attribute)
-                        .map_or(route.regions_contacted as f64, |free| {
+                        .map_or(asked, |free| {
                             holding_regions(configuration, route, shape, free)
-                        });
-                    in_asked * holding / lie_in.max(holding)
+                        })
+                        .clamp(holding, asked.max(holding));
+                    (attribute, in_asked, lie_in)
                 })
-                .fold(key_candidates.min(objects * held), f64::min)
-                .max(matched);
+                .collect();
+            // Each region reads the rows of the constraint finding the fewest there.
+            // Every constraint finds rows only in the regions of the most confined one
+            // (whose rows lie in the fewest: a neighbourhood's in its city's parts);
+            // the others read nothing. The regions are taken as nested, all holding the
+            // matches'. Each constraint is charged its rows in those regions
+            // ([`rows_in_regions_of`]), and the search the fewest.
+            let confined = constraints
+                .iter()
+                .min_by(|a, b| a.2.total_cmp(&b.2))
+                .map(|&(attribute, _, lie_in)| (attribute, lie_in));
+            let (fewest, common_regions) = match confined {
+                Some((most_confined, lie_in)) => (
+                    constraints
+                        .iter()
+                        .map(|&(attribute, rows, _)| {
+                            rows * rows_in_regions_of(
+                                configuration,
+                                route,
+                                shape,
+                                probe,
+                                attribute,
+                                most_confined,
+                            )
+                        })
+                        .fold(f64::INFINITY, f64::min),
+                    lie_in,
+                ),
+                None => (f64::INFINITY, asked.max(holding)),
+            };
+            // A constraint finds at least the search's matches, all in the regions
+            // holding them, whatever the independence assumed above says; the key's
+            // and the regions' own records bound it.
+            let candidates = fewest.min(key_candidates).min(objects * held).max(matched);
+            // The regions holding matches read their share of it (at least the
+            // matches), cut by the page below; the others read theirs whole: no page
+            // fills there.
+            let holding_share = (holding / common_regions).min(1.0);
+            let in_holding = if fewest.is_finite() {
+                (candidates * holding_share).max(matched)
+            } else {
+                candidates
+            };
+            let elsewhere = candidates - in_holding;
             match rows.page_rows {
                 Some(page) if matched > page as f64 * holding => {
                     let cut = page as f64 * holding / matched;
-                    (candidates * cut, page as f64 * holding, held * cut)
+                    let read = in_holding * cut + elsewhere;
+                    (
+                        read,
+                        page as f64 * holding,
+                        held * read / candidates.max(f64::MIN_POSITIVE),
+                    )
                 }
                 _ => (candidates, matched, held),
             }
@@ -438,6 +502,64 @@ fn read_and_sent(
         });
     let probes = rows.probes.len() as f64;
     (read / probes, sent / probes, exposure / probes)
+}
+
+/// The share of constraint `attribute`'s rows in the regions asked on `route` that lie
+/// in the regions where constraint `most_confined`'s rows lie (1 for itself): per
+/// dimension of the routed subspace the search leaves free, where `most_confined`'s
+/// candidates hold `k` of its `p` parts' values, `attribute`'s rows there are
+/// - all of them where its own candidates lie in no more parts;
+/// - `k / k'` where they lie in `k' > k` parts of their own (spread evenly);
+/// - where they spread over every part, the share of the table in those `k` parts:
+///   the values' own share `S` ([`RowProbe::candidate_free_shares`]) and their part of
+///   the rest, `S + (1 − S) k / p` (`k / p` without `S`): a neighbourhood's city's part
+///   holds the city's listings, and a price's rows there are the price's share of those.
+fn rows_in_regions_of(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    probe: &RowProbe,
+    attribute: AttributeId,
+    most_confined: AttributeId,
+) -> f64 {
+    if attribute == most_confined {
+        return 1.0;
+    }
+    let Some(subspace) = routed_subspace(configuration, route) else {
+        return 1.0;
+    };
+    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
+    let lain_in = |constraint: AttributeId, dimension: AttributeId| -> u32 {
+        probe
+            .candidate_free_values
+            .get(&constraint)
+            .and_then(|free| free.get(&dimension))
+            .map_or(parts, |&values| values.min(parts))
+    };
+    subspace
+        .attributes()
+        .iter()
+        .filter(|dimension| !shape.attributes.contains_key(dimension))
+        .map(|&dimension| {
+            let (k, own) = (
+                lain_in(most_confined, dimension),
+                lain_in(attribute, dimension),
+            );
+            if own <= k {
+                1.0
+            } else if own < parts {
+                f64::from(k) / f64::from(own)
+            } else {
+                let even = f64::from(k) / f64::from(parts);
+                probe
+                    .candidate_free_shares
+                    .get(&most_confined)
+                    .and_then(|shares| shares.get(&dimension))
+                    .map_or(even, |&share| share + (1.0 - share) * even)
+                    .min(1.0)
+            }
+        })
+        .product()
 }
 
 /// The share of the rows written into the table that a search of `shape` on `route`
@@ -1250,6 +1372,7 @@ mod tests {
                 attribute_shares: BTreeMap::from([(0, 0.25)]),
                 free_values: BTreeMap::new(),
                 candidate_free_values: BTreeMap::new(),
+                candidate_free_shares: BTreeMap::new(),
             }],
         };
         let shape = SearchShape::equalities([0]);
@@ -1573,6 +1696,7 @@ mod tests {
                     attribute_shares: shares.iter().copied().collect(),
                     free_values: BTreeMap::new(),
                     candidate_free_values: BTreeMap::new(),
+                    candidate_free_shares: BTreeMap::new(),
                 })
                 .collect(),
         }
@@ -1603,17 +1727,34 @@ mod tests {
         assert!((read(&[0, 1], &probe) - 64.0).abs() < 1e-9);
         // <1, 5> with 0 free: 4 regions asked, holding 0.2 + 0.8 / 4 = 0.4 of the table;
         // the matches hold one value of 0: one region holds them. Attribute 1's 320
-        // rows spread over the 4: 80 in it. Attribute 5 finds 0.3 of the 640 there,
-        // 192: where its rows also hold one value of 0 (a neighbourhood's, one city),
-        // all 192 are in that region and the store starts from 1's 80 there; where they
-        // spread over the 4, 48 are, and it starts from those.
+        // rows spread over the 4: 80 in each. Attribute 5 finds 0.3 of the 640 there,
+        // 192, also spread: 48 in each. Every region reads its fewest, 48, whether it
+        // holds matches or not: 192.
         let mut probe = rows_of(Some(100), &[(4.0 / 1600.0, &[(1, 0.2), (5, 0.3)])]);
         probe.probes[0].free_values.insert(0, 1);
-        assert!((read(&[1, 5], &probe) - 48.0).abs() < 1e-9);
+        assert!((read(&[1, 5], &probe) - 192.0).abs() < 1e-9);
+        // Where 5's rows hold one value of 0 (a neighbourhood's, one city), all 192
+        // are in one region, and the other three find none of them: that region reads
+        // 1's rows there, a quarter of 320 (80), as its parts are even...
         probe.probes[0]
             .candidate_free_values
             .insert(5, BTreeMap::from([(0, 1)]));
         assert!((read(&[1, 5], &probe) - 80.0).abs() < 1e-9);
+        // ... or, where that value of 0 holds 0.4 of the table, its part holds 0.4 +
+        // 0.6 / 4 = 0.55 of it: 176 of 1's rows.
+        probe.probes[0]
+            .candidate_free_shares
+            .insert(5, BTreeMap::from([(0, 0.4)]));
+        assert!((read(&[1, 5], &probe) - 176.0).abs() < 1e-9);
+        // 1's rows in two of the four parts of 0, 5's in three: the regions read are
+        // 1's two, which hold all 320 of 1's rows and two thirds of 5's 192, 128.
+        probe.probes[0]
+            .candidate_free_values
+            .insert(5, BTreeMap::from([(0, 3)]));
+        probe.probes[0]
+            .candidate_free_values
+            .insert(1, BTreeMap::from([(0, 2)]));
+        assert!((read(&[1, 5], &probe) - 128.0).abs() < 1e-9);
         // <0>: 160 candidates, 160 matches, a page of 10 in each of 4 regions: 40,
         // and the 40 are sent; a search with 4 matches is sent those 4.
         let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);

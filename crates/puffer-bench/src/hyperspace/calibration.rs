@@ -19,7 +19,7 @@ use super::workload::{label, median, profile, workloads, Mix, Workload, UPDATED}
 use super::{
     config_error, data, measure_in_rounds, model_configuration, rows_found_per_search, Bench,
 };
-use super::{Subspaces, MAX_ROUNDS};
+use super::{Subspaces, COUNTED_SEARCHES, MAX_ROUNDS};
 use crate::stats::round;
 
 /// One calibration run: a configuration and the operations measured on it.
@@ -235,7 +235,12 @@ impl Calibrator {
         self.cpu[i].extend(cpu);
         if i >= first_search && self.rows_found[i].is_none() {
             let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-            self.rows_found[i] = Some(rows_found_per_search(bench, &operations, 14)?);
+            self.rows_found[i] = Some(rows_found_per_search(
+                bench,
+                &operations,
+                14,
+                COUNTED_SEARCHES,
+            )?);
         }
         let what = if i < first_search {
             format!("updates of {}", run.updated.join("+"))

@@ -32,11 +32,11 @@ use serde_json::json;
 
 use super::repredict::{read_rows, split_row};
 use super::workload::{
-    kind_costs_s, parse_label, profile, workloads, KindTime, Workload, MIXES, UPDATED,
+    kind_costs_s, parse_label, profile, workloads, KindTime, Mix, Workload, MIXES, UPDATED,
 };
 use super::{
     config_error, model_configuration, rows_found_per_search, table_and_subspace_stats, write_csv,
-    Bench,
+    Bench, COUNTED_SEARCHES,
 };
 use crate::stats::round;
 
@@ -109,6 +109,36 @@ fn model_kinds(
     Ok((predicted, costs))
 }
 
+/// Searches of one class run alone to count the rows each finds.
+const COUNTED_CLASS_SEARCHES: u64 = 100;
+
+/// Rows one search of each of `workload`'s classes finds, each class run alone
+/// ([`COUNTED_CLASS_SEARCHES`] searches, no update between them) on the regions the
+/// timed run left behind: the measured side of the model's rows, class by class.
+fn rows_found_per_class(bench: &Bench, workload: &Workload, seed: u64) -> anyhow::Result<Vec<f64>> {
+    let searches_only = Mix {
+        name: "searches",
+        search_share: 1.0,
+    };
+    workload
+        .searches
+        .iter()
+        .enumerate()
+        .map(|(k, (attributes, _))| {
+            let class = Workload {
+                name: workload.name,
+                searches: vec![(attributes.clone(), 1.0)],
+            };
+            rows_found_per_search(
+                bench,
+                &bench.operations(&class, searches_only, &UPDATED)?,
+                seed + k as u64,
+                COUNTED_CLASS_SEARCHES,
+            )
+        })
+        .collect()
+}
+
 /// The kinds' names: each search class's attributes, then "update".
 fn kind_names(workload: &Workload) -> Vec<String> {
     workload
@@ -170,7 +200,10 @@ pub(super) fn decompose(
                     bench,
                     &bench.operations(&workload, mix, &UPDATED)?,
                     950 + position as u64,
+                    COUNTED_SEARCHES,
                 )?;
+                let class_found =
+                    rows_found_per_class(bench, &workload, 1_000 + 100 * position as u64)?;
                 let searches: f64 = profile.searches.iter().map(|s| s.frequency).sum();
                 let charged: f64 = profile
                     .searches
@@ -199,8 +232,10 @@ pub(super) fn decompose(
                     // Its part of the miss: what it took beyond the model's cost, per
                     // operation of the workload.
                     let miss_us = share * (measured_s - model_s) * 1e6;
+                    // The update finds no rows of its own.
+                    let found = class_found.get(k).copied().unwrap_or(0.0);
                     eprintln!(
-                        "  {kind_name:<28} {:>5.1} %  latency {:>8.0} us  CPU {:>6.0} us  cost {:>6.0} us, model {:>6.0} us  ({:+.0} us of the miss), {} regions, {:.0} rows",
+                        "  {kind_name:<28} {:>5.1} %  latency {:>8.0} us  CPU {:>6.0} us  cost {:>6.0} us, model {:>6.0} us  ({:+.0} us of the miss), {} regions, {:.0} rows ({found:.0} found)",
                         share * 100.0,
                         kinds[k].mean_latency_s() * 1e6,
                         kinds[k].mean_cpu_s() * 1e6,
@@ -211,7 +246,7 @@ pub(super) fn decompose(
                         model_kind.rows_read,
                     );
                     rows.push(format!(
-                        "{name},\"{shown}\",{kind_name},{:.4},{:.1},{:.1},{:.1},{:.1},{},{:.1},{measured:.1},{predicted:.1}",
+                        "{name},\"{shown}\",{kind_name},{:.4},{:.1},{:.1},{:.1},{:.1},{},{:.1},{found:.1},{measured:.1},{predicted:.1}",
                         share,
                         kinds[k].mean_latency_s() * 1e6,
                         kinds[k].mean_cpu_s() * 1e6,
@@ -226,6 +261,8 @@ pub(super) fn decompose(
                         "client_cpu_us": round(kinds[k].mean_cpu_s() * 1e6, 1),
                         "cost_us": round(measured_s * 1e6, 1),
                         "model_cost_us": round(model_s * 1e6, 1),
+                        "rows_charged": round(model_kind.rows_read, 1),
+                        "rows_found": round(found, 1),
                     }));
                 }
                 summaries.push(json!({
@@ -251,7 +288,7 @@ pub(super) fn decompose(
     bench.configure(&Vec::new())?;
     write_csv(
         &out.join("decompose.csv"),
-        "workload,configuration,kind,share,latency_us,client_cpu_us,cost_us,model_cost_us,regions_asked,rows_read,measured_ops_per_s,predicted_ops_per_s",
+        "workload,configuration,kind,share,latency_us,client_cpu_us,cost_us,model_cost_us,regions_asked,rows_read,rows_found,measured_ops_per_s,predicted_ops_per_s",
         &rows,
     )?;
     println!(

@@ -36,6 +36,7 @@ mod cpu;
 pub mod data;
 mod decompose;
 mod repredict;
+mod rows;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -139,6 +140,11 @@ pub struct HyperspaceArgs {
     /// `<out>/calibration-<W>.json` where an `--interleave` run left one.
     #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "calibrate_only"])]
     decompose: bool,
+    /// Only count, in memory, the rows each search class reads in every configuration
+    /// of `<out>/model_accuracy.csv` (each region reading its fewest constraint's rows),
+    /// against the rows the model charges (`<out>/rows.csv`). Nothing is timed.
+    #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "decompose", "interleave", "calibrate", "calibrate_only"])]
+    rows: bool,
     /// Only these workloads (of A, B, C), each at every mix.
     #[arg(long, value_delimiter = ',', default_values = ["A", "B", "C"])]
     workloads: Vec<String>,
@@ -422,6 +428,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
             String::new()
         }
     );
+    if args.rows {
+        return rows::rows(&bench);
+    }
     let calibration_path = args.out_dir.join("calibration.json");
     let (measured, calibrator) = if args.refit {
         (calibration::refit(&bench, &calibration_path)?, None)
@@ -753,23 +762,28 @@ fn rows_found(bench: &Bench) -> anyhow::Result<u64> {
     Ok(found)
 }
 
-/// Searches run one after another to count the rows each finds.
+/// Searches of a mix run one after another to count the rows each finds.
 const COUNTED_SEARCHES: u64 = 400;
 
-/// Rows one search of `operations` finds, counted by the shards over
-/// [`COUNTED_SEARCHES`] searches run one after another (with the updates the mix has
-/// between them): what a search reads, measured rather than estimated.
-fn rows_found_per_search(bench: &Bench, operations: &Operations, seed: u64) -> anyhow::Result<f64> {
+/// Rows one search of `operations` finds, counted by the shards over `counted`
+/// searches run one after another (with the updates the mix has between them): what a
+/// search reads, measured rather than estimated.
+fn rows_found_per_search(
+    bench: &Bench,
+    operations: &Operations,
+    seed: u64,
+    counted: u64,
+) -> anyhow::Result<f64> {
     let mut rng = StdRng::seed_from_u64(seed);
     let before = rows_found(bench)?;
     let mut searches = 0;
     // A mix of one search in ten runs about ten operations a search; the bound stops
     // a mix without searches.
-    for _ in 0..COUNTED_SEARCHES * 100 {
+    for _ in 0..counted * 100 {
         let kind = operations.run_one(&bench.db, &mut rng)?;
         if operations.is_search(kind) {
             searches += 1;
-            if searches == COUNTED_SEARCHES {
+            if searches == counted {
                 break;
             }
         }
@@ -834,6 +848,7 @@ fn diagnose(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> {
                 bench,
                 &bench.operations(&workload, searches_only, &UPDATED)?,
                 seed,
+                COUNTED_SEARCHES,
             )?;
             let search = bench
                 .with_rows(profile(&workload, searches_only))?

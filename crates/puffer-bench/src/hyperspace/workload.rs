@@ -132,6 +132,21 @@ pub fn profile(workload: &Workload, mix: Mix) -> WorkloadProfile {
     }
 }
 
+/// The listings (indexes into `records`) that have every one of `attributes`: those a
+/// search of the class takes its values from.
+pub fn listings_with(records: &[Record], attributes: &[&str]) -> anyhow::Result<Vec<usize>> {
+    let having: Vec<usize> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| attributes.iter().all(|a| r.values.contains_key(*a)))
+        .map(|(i, _)| i)
+        .collect();
+    if having.is_empty() {
+        bail!("no listing has all of {attributes:?}");
+    }
+    Ok(having)
+}
+
 /// What one client does: searches by class, updates, from a seed.
 pub struct Operations {
     records: Arc<Vec<Record>>,
@@ -157,15 +172,7 @@ impl Operations {
         let mut classes = Vec::new();
         for (attributes, weight) in &workload.searches {
             cumulative += weight / total;
-            let having: Vec<usize> = records
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| attributes.iter().all(|a| r.values.contains_key(*a)))
-                .map(|(i, _)| i)
-                .collect();
-            if having.is_empty() {
-                bail!("no listing has all of {attributes:?}");
-            }
+            let having = listings_with(&records, attributes)?;
             classes.push((attributes.clone(), cumulative, having));
         }
         Ok(Operations {
