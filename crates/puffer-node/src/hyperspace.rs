@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use puffer_adapt::hyperspace::{
     AttributeId, AttributeSet, Calibration, Configuration, Constraint, Profiler, ProfilerConfig,
-    RowProbe, SearchRows, SearchShape, Subspace, MAX_IN_VALUES, MAX_ROW_PROBES,
-    RANGE_FRACTION_DENOMINATOR,
+    RowProbe, SearchRows, SearchShape, Subspace, MAX_FREE_VALUE_SHARES, MAX_IN_VALUES,
+    MAX_ROW_PROBES, RANGE_FRACTION_DENOMINATOR,
 };
 use puffer_query::{QueryError, Result};
 use puffer_store::{Predicate, Record, Schema, Value, WriteOp};
@@ -401,6 +401,7 @@ impl RowSample {
                     free_values: BTreeMap::new(),
                     candidate_free_values: BTreeMap::new(),
                     candidate_free_shares: BTreeMap::new(),
+                    free_value_shares: BTreeMap::new(),
                 }],
             };
         }
@@ -460,6 +461,27 @@ impl RowSample {
                 }
                 (values, shares)
             };
+        // Per free attribute, the shares of its most common values among the first of
+        // `records` (a probe's matches).
+        let value_shares = |records: &[usize]| -> BTreeMap<AttributeId, Vec<f64>> {
+            let counted = &records[..records.len().min(MAX_FREE_VALUE_RECORDS)];
+            free.iter()
+                .map(|(id, column)| {
+                    let mut counts: HashMap<Option<&str>, usize> = HashMap::new();
+                    for &r in counted {
+                        *counts.entry(column[r].as_deref()).or_default() += 1;
+                    }
+                    let mut counts: Vec<usize> = counts.into_values().collect();
+                    counts.sort_unstable_by(|a, b| b.cmp(a));
+                    let shares = counts
+                        .iter()
+                        .take(MAX_FREE_VALUE_SHARES)
+                        .map(|&c| c as f64 / counted.len().max(1) as f64)
+                        .collect();
+                    (*id, shares)
+                })
+                .collect()
+        };
         let in_factor: f64 = valued.iter().map(|(_, values)| values).product();
         let probes = ROW_PROBES.min(having.len());
         let probes = (0..probes)
@@ -495,6 +517,7 @@ impl RowSample {
                     free_values: distinct_free(matching).0,
                     candidate_free_values,
                     candidate_free_shares,
+                    free_value_shares: value_shares(matching),
                 }
             })
             .collect();

@@ -53,7 +53,7 @@ pub use model::{
     alpha_from_update_runs, objects_read, predicted_throughput_ops_per_s, rank_configurations,
     rows_returned, search_costs_from_runs, Calibration, RankedConfiguration, RowProbe, SearchCosts,
     SearchFrequency, SearchRows, SearchRun, UpdateFrequency, UpdateRun, WorkloadProfile,
-    MAX_ROW_PROBES,
+    MAX_FREE_VALUE_SHARES, MAX_ROW_PROBES,
 };
 pub use model::{
     search_cost_s, update_chain_length, update_cost_s, update_costs_from_runs, write_exposure,

@@ -50,7 +50,7 @@
 //! `K (1 + |N|) T_real`); [`alpha_from_update_runs`] inverts equation 4 exactly, so a
 //! throughput predicted with the returned `α` reproduces the measured one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{
     check_update_attributes, regions::route_search_unchecked, AttributeId, AttributeSet,
@@ -183,7 +183,17 @@ pub struct RowProbe {
     /// neighbourhood's city holds a third of the listings, not a quarter of a grid cut
     /// by city in four). Missing: the parts' even share.
     pub candidate_free_shares: BTreeMap<AttributeId, BTreeMap<AttributeId, f64>>,
+    /// Per unconstrained attribute, the shares of the matching records holding its
+    /// most common values, largest first (at most [`MAX_FREE_VALUE_SHARES`], summing to
+    /// at most 1; the rest hold its other values): how unevenly the matches fill the
+    /// parts of a free dimension, and so how many of them a region's page holds (a
+    /// neighbourhood's listings, nine in ten without a pool, fill one part's page and
+    /// not the other's). Missing: evenly over [`RowProbe::free_values`]' count.
+    pub free_value_shares: BTreeMap<AttributeId, Vec<f64>>,
 }
+
+/// Most values of a free attribute whose shares of the matches a [`RowProbe`] keeps.
+pub const MAX_FREE_VALUE_SHARES: usize = 8;
 
 impl SearchRows {
     fn check(&self) -> Result<(), ConfigError> {
@@ -216,8 +226,22 @@ impl SearchRows {
                     "an attribute with 0 distinct values among the matches",
                 ));
             }
+            for shares in probe.free_value_shares.values() {
+                let total: f64 = shares.iter().sum();
+                if shares.len() > MAX_FREE_VALUE_SHARES || total > 1.0 + 1e-9 {
+                    return Err(config_error(
+                        "search_rows",
+                        format!(
+                            "{} values' shares of the matches summing to {total}: at most \
+                             {MAX_FREE_VALUE_SHARES}, summing to at most 1",
+                            shares.len()
+                        ),
+                    ));
+                }
+            }
             for share in std::iter::once(&probe.matched_share)
                 .chain(probe.attribute_shares.values())
+                .chain(probe.free_value_shares.values().flatten())
                 .chain(
                     probe
                         .candidate_free_shares
@@ -342,8 +366,25 @@ fn search_cost_and_exposure(
     calibration: &Calibration,
 ) -> (f64, f64) {
     let route = route_search_unchecked(configuration, shape);
+    route_cost_and_exposure(configuration, &route, shape, rows, calibration)
+}
+
+/// A search's costs by what decides them: the search (its index in the profile), the
+/// subspace it is routed to (`None`: the key subspace) and the regions it asks of how
+/// many in its grid. Candidate configurations share most of their subspaces, so the
+/// ranking works out each once: 4,096 candidates of 14 classes, 256 probes each.
+type RouteCosts = HashMap<(usize, Option<Subspace>, u64, u64), (f64, f64)>;
+
+/// [`search_cost_and_exposure`] on `route`.
+fn route_cost_and_exposure(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    rows: Option<&SearchRows>,
+    calibration: &Calibration,
+) -> (f64, f64) {
     let (read, sent, exposure) =
-        read_and_sent(configuration, &route, shape, rows, calibration.objects);
+        read_and_sent(configuration, route, shape, rows, calibration.objects);
     let asked = route.regions_contacted as f64;
     let cost = asked * calibration.region_cost_s
         + (asked - 1.0).max(0.0) * calibration.fan_out_cost_s
@@ -484,17 +525,20 @@ fn read_and_sent(
                 candidates
             };
             let elsewhere = candidates - in_holding;
-            match rows.page_rows {
-                Some(page) if matched > page as f64 * holding => {
-                    let cut = page as f64 * holding / matched;
-                    let read = in_holding * cut + elsewhere;
-                    (
-                        read,
-                        page as f64 * holding,
-                        held * read / candidates.max(f64::MIN_POSITIVE),
-                    )
-                }
-                _ => (candidates, matched, held),
+            // Each region holding matches stops at its page: the share of the matches
+            // the pages hold, over the regions as the matches fill them.
+            let paged = rows.page_rows.map_or(1.0, |page| {
+                paged_share(configuration, route, shape, probe, page as f64, matched)
+            });
+            if paged < 1.0 {
+                let read = in_holding * paged + elsewhere;
+                (
+                    read,
+                    matched * paged,
+                    held * read / candidates.max(f64::MIN_POSITIVE),
+                )
+            } else {
+                (candidates, matched, held)
             }
         })
         .fold((0.0, 0.0, 0.0), |(read, sent, exposure), (r, s, e)| {
@@ -502,6 +546,87 @@ fn read_and_sent(
         });
     let probes = rows.probes.len() as f64;
     (read / probes, sent / probes, exposure / probes)
+}
+
+/// The share of a search's `matched` matches that the regions holding them send back
+/// before each has its `page` (1 when no region fills a page): `Σ_r min(matched ·
+/// q_r, page) / matched`, `q_r` the share of the matches in region `r`. Per dimension
+/// of the routed subspace the search leaves free, the matches fill its parts as their
+/// values do ([`RowProbe::free_value_shares`], each value in a part of its own while
+/// there are parts left, then in the emptiest; the rest of the matches spread evenly
+/// over as many parts as they hold values, [`RowProbe::free_values`]); the dimensions
+/// are taken as independent, and the regions asked along the search's own dimensions
+/// share the matches evenly. In the key subspace the matches spread evenly over the
+/// regions asked (keys are all distinct).
+fn paged_share(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    probe: &RowProbe,
+    page: f64,
+    matched: f64,
+) -> f64 {
+    if matched <= page {
+        return 1.0;
+    }
+    let asked = route.regions_contacted as f64;
+    let Some(subspace) = routed_subspace(configuration, route) else {
+        return (page * asked / matched).min(1.0);
+    };
+    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
+    // The regions asked along the search's own dimensions: the matches' shares there
+    // are even; along each free dimension, its parts' shares.
+    let free: Vec<Vec<f64>> = subspace
+        .attributes()
+        .iter()
+        .filter(|dimension| !shape.attributes.contains_key(dimension))
+        .map(|dimension| {
+            part_shares(
+                probe.free_value_shares.get(dimension).map(Vec::as_slice),
+                probe.free_values.get(dimension).copied(),
+                parts,
+            )
+        })
+        .collect();
+    // A free dimension is asked in every one of its parts.
+    let free_regions = f64::from(parts).powi(free.len() as i32);
+    let own_regions = (asked / free_regions).max(1.0);
+    // Every region's share, one dimension at a time (at most the grid's regions).
+    let mut shares = vec![1.0 / own_regions];
+    for dimension in &free {
+        shares = shares
+            .iter()
+            .flat_map(|&share| dimension.iter().map(move |&part| share * part))
+            .collect();
+    }
+    let sent: f64 = shares
+        .iter()
+        .map(|&share| (matched * share).min(page))
+        .sum::<f64>()
+        * own_regions;
+    (sent / matched).min(1.0)
+}
+
+/// The shares of a free dimension's `parts` that matches fill, those with some (see
+/// [`paged_share`]): `shares` of their most common values, `values` distinct ones in
+/// all (`None`: as many as there are parts).
+fn part_shares(shares: Option<&[f64]>, values: Option<u32>, parts: u32) -> Vec<f64> {
+    let parts = parts.max(1) as usize;
+    let values = values.map_or(parts, |v| (v as usize).max(1));
+    let holding = values.min(parts);
+    let mut filled: Vec<f64> = vec![0.0; holding];
+    let listed = shares.unwrap_or(&[]);
+    for &share in listed {
+        // Its own part while there are parts left, then the emptiest.
+        if let Some(emptiest) = filled.iter_mut().min_by(|a, b| a.total_cmp(b)) {
+            *emptiest += share;
+        }
+    }
+    let rest = (1.0 - listed.iter().sum::<f64>()).max(0.0);
+    for part in &mut filled {
+        *part += rest / holding as f64;
+    }
+    filled
 }
 
 /// The share of constraint `attribute`'s rows in the regions asked on `route` that lie
@@ -739,6 +864,7 @@ pub fn predicted_throughput_ops_per_s(
         profile,
         calibration,
         total,
+        &mut RouteCosts::new(),
     ))
 }
 
@@ -747,9 +873,15 @@ fn throughput_unchecked(
     profile: &WorkloadProfile,
     calibration: &Calibration,
     total_frequency: f64,
+    route_costs: &mut RouteCosts,
 ) -> f64 {
-    let (base_s, exposure) =
-        cost_and_exposure_unchecked(configuration, profile, calibration, total_frequency);
+    let (base_s, exposure) = cost_and_exposure_unchecked(
+        configuration,
+        profile,
+        calibration,
+        total_frequency,
+        route_costs,
+    );
     throughput_from(base_s, calibration.write_rate_cost_s2 * exposure)
 }
 
@@ -768,16 +900,27 @@ fn cost_and_exposure_unchecked(
     profile: &WorkloadProfile,
     calibration: &Calibration,
     total_frequency: f64,
+    route_costs: &mut RouteCosts,
 ) -> (f64, f64) {
     let mut search_cost = 0.0;
     let mut exposure = 0.0;
-    for search in &profile.searches {
-        let (cost, e) = search_cost_and_exposure(
-            configuration,
-            &search.shape,
-            search.rows.as_ref(),
-            calibration,
+    for (i, search) in profile.searches.iter().enumerate() {
+        let route = route_search_unchecked(configuration, &search.shape);
+        let key = (
+            i,
+            routed_subspace(configuration, &route).cloned(),
+            route.regions_contacted,
+            route.grid_regions,
         );
+        let (cost, e) = *route_costs.entry(key).or_insert_with(|| {
+            route_cost_and_exposure(
+                configuration,
+                &route,
+                &search.shape,
+                search.rows.as_ref(),
+                calibration,
+            )
+        });
         search_cost += search.frequency * cost;
         exposure += search.frequency * e;
     }
@@ -846,6 +989,7 @@ pub fn rank_configurations(
     let mut unique: Vec<&Configuration> = candidates.iter().collect();
     unique.sort();
     unique.dedup();
+    let mut route_costs = RouteCosts::new();
     let mut ranked: Vec<RankedConfiguration> = unique
         .into_iter()
         .map(|configuration| RankedConfiguration {
@@ -855,6 +999,7 @@ pub fn rank_configurations(
                 profile,
                 calibration,
                 total,
+                &mut route_costs,
             ),
         })
         .collect();
@@ -1373,6 +1518,7 @@ mod tests {
                 free_values: BTreeMap::new(),
                 candidate_free_values: BTreeMap::new(),
                 candidate_free_shares: BTreeMap::new(),
+                free_value_shares: BTreeMap::new(),
             }],
         };
         let shape = SearchShape::equalities([0]);
@@ -1685,6 +1831,21 @@ mod tests {
         }
     }
 
+    /// A calibration charging one second an object read and nothing else.
+    fn unit_calibration() -> Calibration {
+        Calibration {
+            beta_s_per_object: 1.0,
+            region_cost_s: 0.0,
+            fan_out_cost_s: 0.0,
+            sent_row_cost_s: 0.0,
+            write_rate_cost_s2: 0.0,
+            alpha: 1.0,
+            max_throughput_ops_per_s: 1.0,
+            update_fixed_cost_s: 1.0,
+            objects: 1600,
+        }
+    }
+
     /// Row estimates with one probe per `(matched, attribute shares)`.
     fn rows_of(page_rows: Option<u64>, probes: &[(f64, &[(AttributeId, f64)])]) -> SearchRows {
         SearchRows {
@@ -1697,6 +1858,7 @@ mod tests {
                     free_values: BTreeMap::new(),
                     candidate_free_values: BTreeMap::new(),
                     candidate_free_shares: BTreeMap::new(),
+                    free_value_shares: BTreeMap::new(),
                 })
                 .collect(),
         }
@@ -1777,20 +1939,36 @@ mod tests {
         assert!((read(&[0], &one_value) - 20.0).abs() < 1e-9);
         one_value.probes[0].free_values.insert(1, 9);
         assert!((read(&[0], &one_value) - 40.0).abs() < 1e-9);
+        // Two values, 19 matches in 20 holding one: 152 in its part fill the page,
+        // the other part's 8 do not.
+        let mut uneven = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
+        uneven.probes[0].free_values.insert(1, 2);
+        uneven.probes[0]
+            .free_value_shares
+            .insert(1, vec![0.95, 0.05]);
+        assert!((read(&[0], &uneven) - 18.0).abs() < 1e-9);
+        assert!((sent(&[0], &uneven) - 18.0).abs() < 1e-9);
+        // Shares beyond the bound, or summing past 1, are refused.
+        uneven.probes[0].free_value_shares.insert(1, vec![0.6, 0.6]);
+        let shape0 = SearchShape::equalities([0]);
+        assert!(
+            search_cost_s(&configuration, &shape0, Some(&uneven), &unit_calibration()).is_err()
+        );
+        uneven.probes[0]
+            .free_value_shares
+            .insert(1, vec![0.01; MAX_FREE_VALUE_SHARES + 1]);
+        assert!(
+            search_cost_s(&configuration, &shape0, Some(&uneven), &unit_calibration()).is_err()
+        );
         one_value.probes[0].free_values.insert(1, 0);
         let shape = SearchShape::equalities([0]);
-        let unit = Calibration {
-            beta_s_per_object: 1.0,
-            region_cost_s: 0.0,
-            fan_out_cost_s: 0.0,
-            sent_row_cost_s: 0.0,
-            write_rate_cost_s2: 0.0,
-            alpha: 1.0,
-            max_throughput_ops_per_s: 1.0,
-            update_fixed_cost_s: 1.0 / 1.0,
-            objects: 1600,
-        };
-        assert!(search_cost_s(&configuration, &shape, Some(&one_value), &unit).is_err());
+        assert!(search_cost_s(
+            &configuration,
+            &shape,
+            Some(&one_value),
+            &unit_calibration()
+        )
+        .is_err());
         // Without a page, all 160.
         let probe = rows_of(None, &[(0.1, &[(0, 0.1)])]);
         assert!((read(&[0], &probe) - 160.0).abs() < 1e-9);

@@ -15,9 +15,10 @@
 //! Each kind's CPU on its client's thread is printed beside it: all of a search that
 //! asks one region (the first region is read on the asking thread), none of the
 //! commit's. After each run, 400 searches of the mix run one after another and the
-//! shards count the rows they find, beside the model's rows weighted by class; the
-//! records in segments of the table and each subspace (deleted versions included) are
-//! printed too. `--diagnose` measures one class alone on compacted regions; this measures
+//! shards count the rows they find, beside the model's rows weighted by class, and
+//! then each class's searches alone (100 each) beside the model's rows for the class;
+//! the records in segments of the table and each subspace (deleted versions included)
+//! are printed too. `--diagnose` measures one class alone on compacted regions; this measures
 //! every class where the workload runs: amid its updates, beside its other classes, on
 //! the regions those leave behind.
 

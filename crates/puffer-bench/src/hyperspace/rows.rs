@@ -17,8 +17,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context;
 use puffer_adapt::hyperspace::grid::{Condition, Coordinate, Grid};
+use std::time::Instant;
+
 use puffer_adapt::hyperspace::{
-    self as model, route_search, Configuration, RowProbe, SearchRoute, SearchRows, SearchShape,
+    self as model, predicted_throughput_ops_per_s, rank_configurations, route_search, Calibration,
+    Configuration, RowProbe, SearchRoute, SearchRows, SearchShape,
 };
 use puffer_node::layout::shard_of;
 use puffer_node::subspace::{coordinate, plan_grid};
@@ -28,8 +31,12 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::repredict::{read_rows, split_row};
-use super::workload::{listings_with, parse_label, profile, workloads, Mix, Workload, PAGE_ROWS};
-use super::{config_error, data, model_configuration, write_csv, Bench, TABLE};
+use super::workload::{
+    listings_with, median, parse_label, profile, workloads, Mix, Workload, MIXES, PAGE_ROWS,
+};
+use super::{
+    candidates_and_heuristics, config_error, data, model_configuration, write_csv, Bench, TABLE,
+};
 use crate::stats::round;
 
 /// Searches of one class drawn to count the rows they read.
@@ -214,6 +221,35 @@ impl ExactProbes<'_> {
         (values, shares)
     }
 
+    /// Per searched attribute not in `fixed`, the shares of its most common values
+    /// among `matching`.
+    fn value_shares(
+        &self,
+        matching: &[usize],
+        fixed: &[(&str, &Value)],
+    ) -> BTreeMap<model::AttributeId, Vec<f64>> {
+        self.searched
+            .iter()
+            .filter(|a| !fixed.iter().any(|(f, _)| f == *a))
+            .map(|a| {
+                let mut counts: HashMap<Option<String>, usize> = HashMap::new();
+                for &r in matching {
+                    *counts
+                        .entry(self.records[r].values.get(*a).map(value_key))
+                        .or_default() += 1;
+                }
+                let mut counts: Vec<usize> = counts.into_values().collect();
+                counts.sort_unstable_by(|x, y| y.cmp(x));
+                let shares = counts
+                    .iter()
+                    .take(model::MAX_FREE_VALUE_SHARES)
+                    .map(|&c| c as f64 / matching.len().max(1) as f64)
+                    .collect();
+                (data::id(a), shares)
+            })
+            .collect()
+    }
+
     fn probe(&mut self, values: &[(&str, &Value)]) -> RowProbe {
         let objects = self.records.len() as f64;
         let having = |attribute: &str, value: &Value| -> &[usize] {
@@ -254,6 +290,7 @@ impl ExactProbes<'_> {
             free_values: self.distinct_free(&matching, values).0,
             candidate_free_values,
             candidate_free_shares,
+            free_value_shares: self.value_shares(&matching, values),
         }
     }
 }
@@ -316,6 +353,7 @@ pub(super) fn rows(bench: &Bench) -> anyhow::Result<()> {
             search_share: 1.0,
         };
         let estimated = bench.with_rows(profile(&workload, searches_only))?;
+        time_ranking(bench, &workload)?;
         let labels: Vec<&String> = {
             let mut labels: Vec<&String> = sampled
                 .iter()
@@ -419,6 +457,49 @@ pub(super) fn rows(bench: &Bench) -> anyhow::Result<()> {
             "mean_relative_error_exact_shares": round(exact_mean_error, 4),
             "configurations": summaries,
         })
+    );
+    Ok(())
+}
+
+/// Times the model's ranking of the configurator's candidates for `workload`'s
+/// read-heavy mix (as a configurator pass ranks them), against predicting each
+/// candidate alone (every search's cost worked out anew for each), alternated, three
+/// times each: the medians, printed.
+fn time_ranking(bench: &Bench, workload: &Workload) -> anyhow::Result<()> {
+    let profile = bench.with_rows(profile(workload, MIXES[0]))?;
+    let (candidates, _) = candidates_and_heuristics(bench, &profile)?;
+    // A calibration as the experiment fits it (its values do not change the work).
+    let calibration = Calibration {
+        beta_s_per_object: 1.1e-5,
+        region_cost_s: 7e-5,
+        fan_out_cost_s: 3.2e-5,
+        sent_row_cost_s: 0.0,
+        write_rate_cost_s2: 4.3e-7,
+        alpha: 0.7,
+        max_throughput_ops_per_s: 23_000.0,
+        update_fixed_cost_s: 1.7e-5,
+        objects: bench.records.len() as u64,
+    };
+    let (mut ranked_s, mut alone_s) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let started = Instant::now();
+        let ranked =
+            rank_configurations(&candidates, &profile, &calibration).map_err(config_error)?;
+        ranked_s.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        for candidate in &candidates {
+            predicted_throughput_ops_per_s(candidate, &profile, &calibration)
+                .map_err(config_error)?;
+        }
+        alone_s.push(started.elapsed().as_secs_f64());
+        std::hint::black_box(ranked);
+    }
+    eprintln!(
+        "{}-RH: ranked {} candidates in {:.0} ms (median of 3; each predicted alone: {:.0} ms)",
+        workload.name,
+        candidates.len(),
+        median(&mut ranked_s) * 1e3,
+        median(&mut alone_s) * 1e3
     );
     Ok(())
 }
