@@ -360,8 +360,10 @@ impl RowSample {
     ///
     /// - per sampled attribute the search leaves free, the distinct values (a missing
     ///   value is one) among the sampled records with all the probe's values (the
-    ///   first [`MAX_FREE_VALUE_RECORDS`] of them), and, per attribute fixed by value,
-    ///   among the sampled records with that attribute's value (the first as many).
+    ///   first [`MAX_FREE_VALUE_RECORDS`] of them) with the shares of its most common
+    ///   values among them (at most [`MAX_FREE_VALUE_SHARES`]), and, per attribute
+    ///   fixed by value, among the sampled records with that attribute's value (the
+    ///   first as many) with the share of the sample holding those values.
     ///
     /// When no sampled record has them all (or the sample is empty), one probe says the
     /// search finds nothing. An attribute the sample lacks (not in the set it was made
@@ -816,7 +818,28 @@ mod tests {
                                 }
                                 seen
                             };
+                            // The matches' most common values' shares (fewer matches
+                            // here than the records counted).
+                            let matches: Vec<&Record> = records
+                                .iter()
+                                .filter(|r| valued.iter().all(|&v| same(r, v)))
+                                .collect();
+                            let mut counts: Vec<usize> = distinct
+                                .iter()
+                                .map(|d| matches.iter().filter(|r| r.values.get(name(id)) == *d).count())
+                                .collect();
+                            counts.sort_unstable_by(|a, b| b.cmp(a));
+                            let shares: Vec<f64> = counts
+                                .iter()
+                                .take(MAX_FREE_VALUE_SHARES)
+                                .map(|&c| c as f64 / matches.len() as f64)
+                                .collect();
+                            let shares_agree = probe.free_value_shares.get(&id).is_some_and(|got| {
+                                got.len() == shares.len()
+                                    && got.iter().zip(&shares).all(|(a, b)| (a - b).abs() < 1e-12)
+                            });
                             probe.free_values.get(&id) == Some(&(distinct.len().max(1) as u32))
+                                && shares_agree
                         });
                     // Per attribute fixed by value, the free attributes' distinct values
                     // among the first records with its value alone.
@@ -836,8 +859,20 @@ mod tests {
                                         seen.push(value);
                                     }
                                 }
+                                // The share of the table holding those values.
+                                let held = records
+                                    .iter()
+                                    .filter(|r| seen.contains(&r.values.get(name(id))))
+                                    .count() as f64
+                                    / n;
+                                let share_agrees = probe
+                                    .candidate_free_shares
+                                    .get(&v)
+                                    .and_then(|f| f.get(&id))
+                                    .is_some_and(|got| (got - held).abs() < 1e-12);
                                 probe.candidate_free_values.get(&v).and_then(|f| f.get(&id))
                                     == Some(&(seen.len().max(1) as u32))
+                                    && share_agrees
                             })
                     });
                     shares_match
