@@ -343,8 +343,13 @@ pub(super) fn rows(bench: &Bench) -> anyhow::Result<()> {
             })
             .collect(),
     };
-    for workload in workloads() {
-        if !bench.args.workloads.iter().any(|w| w == workload.name) {
+    for (w, workload) in workloads().into_iter().enumerate() {
+        if !bench
+            .args
+            .workloads
+            .iter()
+            .any(|name| name == workload.name)
+        {
             continue;
         }
         // The mix changes only the frequencies: the rows are the workload's.
@@ -354,6 +359,19 @@ pub(super) fn rows(bench: &Bench) -> anyhow::Result<()> {
         };
         let estimated = bench.with_rows(profile(&workload, searches_only))?;
         time_ranking(bench, &workload)?;
+        let drawn = workload
+            .searches
+            .iter()
+            .enumerate()
+            .map(|(k, (attributes, _))| {
+                draw_class(
+                    &bench.records,
+                    &mut exact,
+                    attributes,
+                    7_000 + 100 * w as u64 + k as u64,
+                )
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let labels: Vec<&String> = {
             let mut labels: Vec<&String> = sampled
                 .iter()
@@ -369,11 +387,11 @@ pub(super) fn rows(bench: &Bench) -> anyhow::Result<()> {
                 .with_context(|| format!("model_accuracy.csv: {}: {shown:?}", workload.name))?;
             let configuration = model_configuration(&subspaces, bench.args.shards)?;
             let (mut charged_sum, mut counted_sum, mut weights) = (0.0, 0.0, 0.0);
-            for (k, ((attributes, weight), search)) in workload
+            for (((attributes, weight), search), drawn) in workload
                 .searches
                 .iter()
                 .zip(&estimated.searches)
-                .enumerate()
+                .zip(&drawn)
             {
                 let route = route_search(&configuration, &search.shape).map_err(config_error)?;
                 let routed: Vec<String> = match route.subspace_index.checked_sub(1) {
@@ -398,8 +416,7 @@ pub(super) fn rows(bench: &Bench) -> anyhow::Result<()> {
                     shape: &search.shape,
                     placement,
                 };
-                let (counted, exactly) =
-                    count_class(bench, &routed_class, &mut exact, &workload, k, attributes)?;
+                let (counted, exactly) = count_class(&bench.records, &index, &routed_class, drawn);
                 let class = attributes.join("+");
                 rows.push(format!(
                     "{},\"{shown}\",{class},\"{}\",{},{charged:.1},{exactly:.1},{counted:.1}",
@@ -512,42 +529,60 @@ struct Routed<'a> {
     placement: &'a Placement,
 }
 
-/// Rows one search of class `k` of `workload` (over `attributes`) reads, and the rows
-/// the model charges it given exact shares, each the mean over [`DRAWN_SEARCHES`]
-/// drawn as the clients draw them.
-fn count_class(
-    bench: &Bench,
-    routed: &Routed<'_>,
+/// One search drawn as the clients draw them: its values, and its exact row probe.
+struct Drawn<'r> {
+    values: Vec<(&'static str, &'r Value)>,
+    rows: SearchRows,
+}
+
+/// [`DRAWN_SEARCHES`] searches of a class over `attributes`, drawn from `seed`: the same
+/// for every configuration, so that their probes are built once.
+fn draw_class<'r>(
+    records: &'r [Record],
     exact: &mut ExactProbes<'_>,
-    workload: &Workload,
-    k: usize,
     attributes: &[&'static str],
-) -> anyhow::Result<(f64, f64)> {
-    let having = listings_with(&bench.records, attributes)?;
-    let objects = bench.records.len() as u64;
-    let mut rng = StdRng::seed_from_u64(7_000 + k as u64 + 100 * workload.name.len() as u64);
+    seed: u64,
+) -> anyhow::Result<Vec<Drawn<'r>>> {
+    let having = listings_with(records, attributes)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    Ok((0..DRAWN_SEARCHES)
+        .map(|_| {
+            let listing = &records[having[rng.gen_range(0..having.len())]];
+            let values: Vec<(&'static str, &Value)> = attributes
+                .iter()
+                .map(|a| (*a, &listing.values[*a]))
+                .collect();
+            let rows = SearchRows {
+                page_rows: Some(PAGE_ROWS as u64),
+                probes: vec![exact.probe(&values)],
+            };
+            Drawn { values, rows }
+        })
+        .collect())
+}
+
+/// Rows a search of a class reads where `routed` says, and the rows the model charges
+/// it given exact shares, each the mean over its `drawn` searches.
+fn count_class(
+    records: &[Record],
+    index: &ValueIndex,
+    routed: &Routed<'_>,
+    drawn: &[Drawn<'_>],
+) -> (f64, f64) {
+    let objects = records.len() as u64;
     let (mut read, mut charged) = (0.0, 0.0);
-    for _ in 0..DRAWN_SEARCHES {
-        let listing = &bench.records[having[rng.gen_range(0..having.len())]];
-        let values: Vec<(&str, &Value)> = attributes
-            .iter()
-            .map(|a| (*a, &listing.values[*a]))
-            .collect();
-        read += rows_read(routed.placement, exact.index, &bench.records, &values);
-        let rows = SearchRows {
-            page_rows: Some(PAGE_ROWS as u64),
-            probes: vec![exact.probe(&values)],
-        };
+    for search in drawn {
+        read += rows_read(routed.placement, index, records, &search.values);
         charged += model::objects_read(
             routed.configuration,
             routed.route,
             routed.shape,
-            Some(&rows),
+            Some(&search.rows),
             objects,
         );
     }
-    let drawn = DRAWN_SEARCHES as f64;
-    Ok((read / drawn, charged / drawn))
+    let searches = drawn.len().max(1) as f64;
+    (read / searches, charged / searches)
 }
 
 #[cfg(test)]
