@@ -1162,8 +1162,8 @@ pub struct SearchRun {
     pub search_share: f64,
     /// Regions one search asks (>= 0).
     pub regions_asked: f64,
-    /// Objects one search reads (>= 0): as the shards counted them in the run, or
-    /// [`objects_read`] where they were not counted.
+    /// Objects one search reads (>= 0), as the model charges them ([`objects_read`]):
+    /// `β` then also holds what the shards read beyond that on average.
     pub objects_read: f64,
     /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
     pub rows_sent: f64,

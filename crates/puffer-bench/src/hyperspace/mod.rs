@@ -42,6 +42,7 @@ pub mod workload;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -303,17 +304,20 @@ impl Bench {
         seed: u64,
     ) -> anyhow::Result<(f64, Option<cpu::CpuRates>)> {
         let before = cpu::ThreadCpu::sample();
+        let refused_before = workload::REFUSED_WRITES.load(Ordering::Relaxed);
         let started = Instant::now();
         let (measured, _) = self.measure_kinds(operations, seed)?;
+        let seconds = started.elapsed().as_secs_f64();
         let rates = match (before, cpu::ThreadCpu::sample()) {
-            (Some(before), Some(after)) => Some(cpu::CpuRates::of(
-                &after.since(&before),
-                started.elapsed().as_secs_f64(),
-            )),
+            (Some(before), Some(after)) => Some(cpu::CpuRates::of(&after.since(&before), seconds)),
             _ => None,
         };
+        let refused = workload::REFUSED_WRITES.load(Ordering::Relaxed) - refused_before;
         if let Some(rates) = &rates {
-            eprintln!("  {rates}");
+            eprintln!(
+                "  {rates}; writes refused as overloaded {:.0}/s",
+                refused as f64 / seconds.max(f64::MIN_POSITIVE)
+            );
         }
         Ok((measured, rates))
     }

@@ -259,6 +259,10 @@ fn update(db: &Database, key: &[u8], attribute: &str, donor: &Record) -> anyhow:
     write_retrying(db, vec![WriteOp::Put(record)])
 }
 
+/// Writes refused as overloaded since the process started (each retried after a
+/// pause): a run that refuses many measures the store's backlog, not its updates.
+pub static REFUSED_WRITES: AtomicU64 = AtomicU64::new(0);
+
 /// Writes one batch, again (a bounded number of times) while the store refuses it as
 /// overloaded: compaction behind is the store's to say, and the client's to wait out.
 pub fn write_retrying(db: &Database, ops: Vec<WriteOp>) -> anyhow::Result<()> {
@@ -266,6 +270,7 @@ pub fn write_retrying(db: &Database, ops: Vec<WriteOp>) -> anyhow::Result<()> {
         match db.write_batch(vec![(TABLE.into(), ops.clone())]) {
             Ok(_) => return Ok(()),
             Err(puffer_query::QueryError::Store(puffer_store::StoreError::Overloaded(_))) => {
+                REFUSED_WRITES.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err(e) => return Err(e).context("a write"),
