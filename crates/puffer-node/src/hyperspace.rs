@@ -11,8 +11,8 @@ use std::ops::Bound;
 use std::time::Duration;
 
 use puffer_adapt::hyperspace::{
-    AttributeId, AttributeSet, Calibration, Configuration, Constraint, Profiler, ProfilerConfig,
-    RowProbe, SearchRows, SearchShape, Subspace, MAX_FREE_VALUE_SHARES, MAX_IN_VALUES,
+    most_common_shares, AttributeId, AttributeSet, Calibration, Configuration, Constraint,
+    Profiler, ProfilerConfig, RowProbe, SearchRows, SearchShape, Subspace, MAX_IN_VALUES,
     MAX_ROW_PROBES, RANGE_FRACTION_DENOMINATOR,
 };
 use puffer_query::{QueryError, Result};
@@ -361,7 +361,7 @@ impl RowSample {
     /// - per sampled attribute the search leaves free, the distinct values (a missing
     ///   value is one) among the sampled records with all the probe's values (the
     ///   first [`MAX_FREE_VALUE_RECORDS`] of them) with the shares of its most common
-    ///   values among them (at most [`MAX_FREE_VALUE_SHARES`]), and, per attribute
+    ///   values among them (at most [`puffer_adapt::hyperspace::MAX_FREE_VALUE_SHARES`]), and, per attribute
     ///   fixed by value, among the sampled records with that attribute's value (the
     ///   first as many) with the share of the sample holding those values.
     ///
@@ -473,14 +473,8 @@ impl RowSample {
                     for &r in counted {
                         *counts.entry(column[r].as_deref()).or_default() += 1;
                     }
-                    let mut counts: Vec<usize> = counts.into_values().collect();
-                    counts.sort_unstable_by(|a, b| b.cmp(a));
-                    let shares = counts
-                        .iter()
-                        .take(MAX_FREE_VALUE_SHARES)
-                        .map(|&c| c as f64 / counted.len().max(1) as f64)
-                        .collect();
-                    (*id, shares)
+                    let counts = counts.into_values().collect();
+                    (*id, most_common_shares(counts, counted.len()))
                 })
                 .collect()
         };
@@ -697,6 +691,7 @@ impl MeasuredCalibration {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use puffer_adapt::hyperspace::MAX_FREE_VALUE_SHARES;
     use puffer_store::{AttrType, Attribute};
 
     fn schema() -> Schema {

@@ -195,6 +195,18 @@ pub struct RowProbe {
 /// Most values of a free attribute whose shares of the matches a [`RowProbe`] keeps.
 pub const MAX_FREE_VALUE_SHARES: usize = 8;
 
+/// [`RowProbe::free_value_shares`] of one attribute from how many of `total` matches
+/// hold each of its values (`counts`, in any order): the largest shares first, at most
+/// [`MAX_FREE_VALUE_SHARES`] of them.
+pub fn most_common_shares(mut counts: Vec<usize>, total: usize) -> Vec<f64> {
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    counts.truncate(MAX_FREE_VALUE_SHARES);
+    counts
+        .into_iter()
+        .map(|count| count as f64 / total.max(1) as f64)
+        .collect()
+}
+
 impl SearchRows {
     fn check(&self) -> Result<(), ConfigError> {
         if self.probes.is_empty() || self.probes.len() > MAX_ROW_PROBES {

@@ -14,11 +14,10 @@
 //! uniformly, and its values.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
 
 use anyhow::Context;
 use puffer_adapt::hyperspace::grid::{Condition, Coordinate, Grid};
-use std::time::Instant;
-
 use puffer_adapt::hyperspace::{
     self as model, predicted_throughput_ops_per_s, rank_configurations, route_search, Calibration,
     Configuration, RowProbe, SearchRoute, SearchRows, SearchShape,
@@ -238,14 +237,11 @@ impl ExactProbes<'_> {
                         .entry(self.records[r].values.get(*a).map(value_key))
                         .or_default() += 1;
                 }
-                let mut counts: Vec<usize> = counts.into_values().collect();
-                counts.sort_unstable_by(|x, y| y.cmp(x));
-                let shares = counts
-                    .iter()
-                    .take(model::MAX_FREE_VALUE_SHARES)
-                    .map(|&c| c as f64 / matching.len().max(1) as f64)
-                    .collect();
-                (data::id(a), shares)
+                let counts = counts.into_values().collect();
+                (
+                    data::id(a),
+                    model::most_common_shares(counts, matching.len()),
+                )
             })
             .collect()
     }
