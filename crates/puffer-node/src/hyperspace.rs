@@ -634,6 +634,7 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
         fan_out_cost_s: measured.fan_out_cost_s,
         sent_row_cost_s: measured.sent_row_cost_s,
         write_rate_cost_s2: measured.write_rate_cost_s2,
+        catch_up_cost_s2: measured.catch_up_cost_s2,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
         // Not measured: equation 4's, the fetch counted as one more hop (an invalid
@@ -670,6 +671,11 @@ pub struct MeasuredCalibration {
     /// (0 when not measured: the paper's model, which has no such term).
     #[serde(default)]
     pub write_rate_cost_s2: f64,
+    /// Seconds a search waits per update per second written through its node, until
+    /// the data nodes have applied the node's newest write (0 when not measured: the
+    /// paper's model, which has no such term; about 0 embedded).
+    #[serde(default)]
+    pub catch_up_cost_s2: f64,
     /// `α`: a moved copy's cost against one overwritten in place.
     pub alpha: f64,
     /// `T_max`: updates per second with a chain of length 1.

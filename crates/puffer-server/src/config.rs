@@ -104,6 +104,10 @@ pub struct HyperspaceConfig {
     /// Seconds a search spends per row per second written into the regions it asks, as
     /// the calibration measured it (optional with the three above; 0 without it).
     pub write_rate_cost_s2: Option<f64>,
+    /// Seconds a search waits per update per second written through its node (on a
+    /// cluster, until the data nodes have applied the node's newest write), as the
+    /// calibration measured it (optional with the three above; 0 without it).
+    pub catch_up_cost_s2: Option<f64>,
     /// Seconds of an update that do not grow with its copies (its fetch and its SCU's
     /// commit), as the calibration measured it (optional with the three above; without
     /// it, equation 4's `1 / max_throughput_ops_per_s`).
@@ -126,6 +130,7 @@ impl Default for HyperspaceConfig {
             sent_row_cost_s: None,
             fan_out_cost_s: None,
             write_rate_cost_s2: None,
+            catch_up_cost_s2: None,
             update_fixed_cost_s: None,
         }
     }
@@ -192,11 +197,12 @@ impl HyperspaceConfig {
                     || self.sent_row_cost_s.is_some()
                     || self.fan_out_cost_s.is_some()
                     || self.write_rate_cost_s2.is_some()
+                    || self.catch_up_cost_s2.is_some()
                     || self.update_fixed_cost_s.is_some() =>
             {
                 return Err(invalid(
-                    "region_cost_s, fan_out_cost_s, sent_row_cost_s, write_rate_cost_s2 and \
-                     update_fixed_cost_s need beta_s_per_object, alpha and \
+                    "region_cost_s, fan_out_cost_s, sent_row_cost_s, write_rate_cost_s2, \
+                     catch_up_cost_s2 and update_fixed_cost_s need beta_s_per_object, alpha and \
                      max_throughput_ops_per_s"
                         .into(),
                 ))
@@ -209,6 +215,7 @@ impl HyperspaceConfig {
                     fan_out_cost_s: self.fan_out_cost_s.unwrap_or(0.0),
                     sent_row_cost_s: self.sent_row_cost_s.unwrap_or(0.0),
                     write_rate_cost_s2: self.write_rate_cost_s2.unwrap_or(0.0),
+                    catch_up_cost_s2: self.catch_up_cost_s2.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,
                     update_fixed_cost_s: self.update_fixed_cost_s,

@@ -44,6 +44,13 @@
 //!   search reads before its page is full (1 when it is not cut). As `W_i` grows with
 //!   `T`, equation 3 becomes `1/T = A + B · T` (`A` as above, `B = λ u Σ_i p_i e_i`),
 //!   and `T = 2 / (A + √(A² + 4B))`.
+//! - Own writes waited for (not in the paper): a node reads its own writes, so on a
+//!   cluster a search asked after an update through the same node waits until the data
+//!   nodes have applied it, whichever regions it asks (they follow the log in SCU
+//!   order). The more updates a second, the likelier a search finds such a wait and
+//!   the longer it is: a search is charged `κ · u · T` ([`Calibration::catch_up_cost_s2`],
+//!   seconds per update per second), which adds `κ u Σ_i p_i` to `B`. Embedded, the node
+//!   applies a write before it acknowledges it, and `κ` is fitted at about 0.
 //!
 //! Equation 5 as printed, `α = (T_max − T_real − |N| K T_max) / (2|M| K T_real)`, is not
 //! the inverse of equation 4 (it charges `|N| K T_max` where equation 4 gives
@@ -80,6 +87,10 @@ pub struct Calibration {
     /// (>= 0; the paper has no such term: 0): the rows a region's log tables hold while
     /// it is written, checked before its segments until the page is found.
     pub write_rate_cost_s2: f64,
+    /// `κ`: seconds a search waits per update per second written through its node
+    /// (>= 0; the paper has no such term: 0): the wait until the data nodes have
+    /// applied the node's newest write, which a search must see.
+    pub catch_up_cost_s2: f64,
     /// `α`: cost of rewriting an object in a subspace whose coordinates the update moves
     /// (a delete on the old server and a write on the new), relative to an overwrite in
     /// place (>= 0; the paper measured 2.3).
@@ -107,6 +118,7 @@ impl Calibration {
             ("fan_out_cost_s", self.fan_out_cost_s),
             ("sent_row_cost_s", self.sent_row_cost_s),
             ("write_rate_cost_s2", self.write_rate_cost_s2),
+            ("catch_up_cost_s2", self.catch_up_cost_s2),
             ("alpha", self.alpha),
             ("update_fixed_cost_s", self.update_fixed_cost_s),
         ] {
@@ -887,14 +899,18 @@ fn throughput_unchecked(
     total_frequency: f64,
     route_costs: &mut RouteCosts,
 ) -> f64 {
-    let (base_s, exposure) = cost_and_exposure_unchecked(
+    let (base_s, exposure, searches_amid_updates) = cost_and_exposure_unchecked(
         configuration,
         profile,
         calibration,
         total_frequency,
         route_costs,
     );
-    throughput_from(base_s, calibration.write_rate_cost_s2 * exposure)
+    throughput_from(
+        base_s,
+        calibration.write_rate_cost_s2 * exposure
+            + calibration.catch_up_cost_s2 * searches_amid_updates,
+    )
 }
 
 /// `T` solving `1/T = base_s + write_term · T` (see the module docs): `1 / base_s`
@@ -905,15 +921,15 @@ fn throughput_from(base_s: f64, write_term: f64) -> f64 {
     2.0 / (base_s + (base_s * base_s + 4.0 * write_term).sqrt())
 }
 
-/// `A` and `B / λ` of the module docs: the mean seconds of an operation without the
-/// writes its searches see, and `u Σ_i p_i e_i`.
+/// `A`, and `B`'s factors of `λ` and `κ`, of the module docs: the mean seconds of an
+/// operation without the writes its searches see, `u Σ_i p_i e_i` and `u Σ_i p_i`.
 fn cost_and_exposure_unchecked(
     configuration: &Configuration,
     profile: &WorkloadProfile,
     calibration: &Calibration,
     total_frequency: f64,
     route_costs: &mut RouteCosts,
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let mut search_cost = 0.0;
     let mut exposure = 0.0;
     for (i, search) in profile.searches.iter().enumerate() {
@@ -945,9 +961,12 @@ fn cost_and_exposure_unchecked(
         .sum();
     let update_share: f64 =
         profile.updates.iter().map(|u| u.frequency).sum::<f64>() / total_frequency;
+    let search_share: f64 =
+        profile.searches.iter().map(|s| s.frequency).sum::<f64>() / total_frequency;
     (
         (search_cost + update_cost) / total_frequency,
         update_share * exposure / total_frequency,
+        update_share * search_share,
     )
 }
 
@@ -1167,7 +1186,8 @@ pub fn alpha_from_update_runs(
 }
 
 /// One calibration run of searches (§4.3), alone or amid updates: what each search
-/// asked, read and was sent, the updates' part, and the throughput measured.
+/// asked, read and was sent, the updates' part, and the throughput measured. Its
+/// operations are searches and updates only: `1 − p` of them are updates.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchRun {
     /// `p`, the searches' share of the run's operations (in `(0, 1]`).
@@ -1188,7 +1208,7 @@ pub struct SearchRun {
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// A search's five costs, from [`search_costs_from_runs`].
+/// A search's six costs, from [`search_costs_from_runs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchCosts {
     /// `c_region`, seconds per region asked (>= 0).
@@ -1201,18 +1221,20 @@ pub struct SearchCosts {
     pub sent_row_cost_s: f64,
     /// `λ`, seconds per row per second written into the regions asked (>= 0).
     pub write_rate_cost_s2: f64,
+    /// `κ`, seconds per update per second written through the asking node (>= 0).
+    pub catch_up_cost_s2: f64,
 }
 
-/// `c_region`, `c_fan`, `β`, `γ` and `λ` from calibration runs of searches (equations
-/// 2 and 3 inverted): each run gives `1 / T_real = p (regions · c_region +
-/// (regions − 1) · c_fan + read · β + sent · γ) + updates + λ · x · T_real`, with `x` its
-/// [`write_exposure`]; with the measured `T_real` on the right, that is linear in the
-/// costs. They are the least-squares solution of those equations in relative terms
-/// (each run's residual divided by its cost, so a slow run does not outweigh the fast
-/// ones: the model's error is judged relative), none below 0: among the fits with `β`
-/// and any of the four others left free (the rest 0), the one with the smallest
-/// residual whose costs are all non-negative. Runs that leave `β` at 0 or below say
-/// nothing about it and are refused.
+/// `c_region`, `c_fan`, `β`, `γ`, `λ` and `κ` from calibration runs of searches
+/// (equations 2 and 3 inverted): each run gives `1 / T_real = p (regions · c_region +
+/// (regions − 1) · c_fan + read · β + sent · γ) + updates + λ · x · T_real + κ · p (1 −
+/// p) · T_real`, with `x` its [`write_exposure`]; with the measured `T_real` on the
+/// right, that is linear in the costs. They are the least-squares solution of those
+/// equations in relative terms (each run's residual divided by its cost, so a slow run
+/// does not outweigh the fast ones: the model's error is judged relative), none below
+/// 0: among the fits with `β` and any of the five others left free (the rest 0), the
+/// one with the smallest residual whose costs are all non-negative. Runs that leave `β`
+/// at 0 or below say nothing about it and are refused.
 pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
@@ -1221,7 +1243,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         ));
     }
     // Each run as a row (p · regions · T, p · (regions − 1) · T, p · read · T,
-    // p · sent · T, x · T²) against 1 − updates · T.
+    // p · sent · T, x · T², p · (1 − p) · T²) against 1 − updates · T.
     let mut rows = Vec::with_capacity(runs.len());
     let mut targets = Vec::with_capacity(runs.len());
     for run in runs {
@@ -1253,19 +1275,21 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             run.objects_read * searches,
             run.rows_sent * searches,
             run.write_exposure * measured * measured,
+            run.search_share * (1.0 - run.search_share) * measured * measured,
         ]);
         targets.push(1.0 - run.update_s_per_op * measured);
     }
     // Which costs are fitted (β, column 2, always): every subset, the best feasible
     // one kept.
     let mut best: Option<([f64; COSTS], f64)> = None;
-    for subset in 0..16u8 {
+    for subset in 0..32u8 {
         let free = [
             subset & 1 != 0,
             subset & 2 != 0,
             true,
             subset & 4 != 0,
             subset & 8 != 0,
+            subset & 16 != 0,
         ];
         let Some(costs) = least_squares(&rows, &targets, free) else {
             continue;
@@ -1286,7 +1310,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         }
     }
     let Some((
-        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2],
+        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2],
         _,
     )) = best
     else {
@@ -1301,11 +1325,12 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         beta_s_per_object,
         sent_row_cost_s,
         write_rate_cost_s2,
+        catch_up_cost_s2,
     })
 }
 
 /// Costs a search is charged (columns of a calibration run's row).
-const COSTS: usize = 5;
+const COSTS: usize = 6;
 
 /// The least-squares costs of `rows · costs = targets` over the columns `free` says
 /// (the others 0), by the normal equations; `None` when they are singular.
@@ -1395,6 +1420,7 @@ mod tests {
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
+            catch_up_cost_s2: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
             update_fixed_cost_s: 1.0 / 100_000.0,
@@ -1439,6 +1465,7 @@ mod tests {
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
+            catch_up_cost_s2: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
             update_fixed_cost_s: 1.0 / 1000.0,
@@ -1456,16 +1483,10 @@ mod tests {
         (calibration, configuration)
     }
 
-    #[test]
-    fn writes_seen_by_searches_by_hand() {
-        // The small instance with λ = 0.5 ms per row per second: the search of <0>
-        // asks 4 of 16 regions (a quarter of the table), that of <3> every key region
-        // (all of it); a quarter of the operations are updates.
-        let (calibration, configuration) = small_instance();
-        let calibration = Calibration {
-            write_rate_cost_s2: 5e-4,
-            ..calibration
-        };
+    /// The small instance's profile with writes: searches of <0> (asking 4 of 16
+    /// regions, a quarter of the table) and of <3> (every key region, all of it), 2 to
+    /// 1, and updates of <2>, a quarter of the operations; its `A` and `u Σ p_i e_i`.
+    fn writing_profile() -> (WorkloadProfile, f64, f64) {
         let search = |attribute, frequency| SearchFrequency {
             shape: SearchShape::equalities([attribute]),
             frequency,
@@ -1480,18 +1501,37 @@ mod tests {
         };
         let base = 0.5 * 0.4 + 0.25 * 1.6 + 0.25 * 0.013;
         let exposure = 0.25 * (0.5 * 0.25 + 0.25 * 1.0);
-        let x = write_exposure(&configuration, &profile, 1600).unwrap();
-        assert!((x / exposure - 1.0).abs() < 1e-12, "{x} {exposure}");
-        // The oracle: bisection on 1/T = A + λ x T, decreasing in T on the left side.
+        (profile, base, exposure)
+    }
+
+    /// The oracle of `1/T = base + slope · T`: bisection (the left side falls with `T`).
+    fn bisected_throughput(base: f64, slope: f64) -> f64 {
         let (mut low, mut high) = (0.0_f64, 1.0 / base);
         for _ in 0..200 {
             let t = (low + high) / 2.0;
-            if 1.0 / t > base + 5e-4 * exposure * t {
+            if 1.0 / t > base + slope * t {
                 low = t;
             } else {
                 high = t;
             }
         }
+        low
+    }
+
+    #[test]
+    fn writes_seen_by_searches_by_hand() {
+        // The small instance with λ = 0.5 ms per row per second: the search of <0>
+        // asks 4 of 16 regions (a quarter of the table), that of <3> every key region
+        // (all of it); a quarter of the operations are updates.
+        let (calibration, configuration) = small_instance();
+        let calibration = Calibration {
+            write_rate_cost_s2: 5e-4,
+            ..calibration
+        };
+        let (profile, base, exposure) = writing_profile();
+        let x = write_exposure(&configuration, &profile, 1600).unwrap();
+        assert!((x / exposure - 1.0).abs() < 1e-12, "{x} {exposure}");
+        let low = bisected_throughput(base, 5e-4 * exposure);
         let predicted =
             predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap();
         assert!((predicted / low - 1.0).abs() < 1e-9, "{predicted} {low}");
@@ -1508,12 +1548,17 @@ mod tests {
             },
         ] {
             assert_eq!(write_exposure(&configuration, &profile, 1600).unwrap(), 0.0);
+            // Nor does any search wait for its node's own writes.
+            let waiting = Calibration {
+                catch_up_cost_s2: 2e-4,
+                ..calibration
+            };
             let without = Calibration {
                 write_rate_cost_s2: 0.0,
                 ..calibration
             };
             let predicted =
-                predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap();
+                predicted_throughput_ops_per_s(&configuration, &profile, &waiting).unwrap();
             let expected =
                 predicted_throughput_ops_per_s(&configuration, &profile, &without).unwrap();
             assert!((predicted / expected - 1.0).abs() < 1e-12);
@@ -1537,6 +1582,27 @@ mod tests {
         let route = route_search_unchecked(&configuration, &shape);
         let e = written_exposure(&configuration, &route, &shape, Some(&rows), 1600);
         assert!((e - (0.25 + 0.75 / 4.0) * 0.25).abs() < 1e-12, "{e}");
+    }
+
+    #[test]
+    fn own_writes_waited_for_by_hand() {
+        // The small instance with κ = 0.2 ms per update per second and λ = 0.5 ms per
+        // row per second: three quarters of the operations are searches, a quarter
+        // updates, so B = λ x + κ · 0.25 · 0.75.
+        let (calibration, configuration) = small_instance();
+        let calibration = Calibration {
+            write_rate_cost_s2: 5e-4,
+            catch_up_cost_s2: 2e-4,
+            ..calibration
+        };
+        let (profile, base, exposure) = writing_profile();
+        let slope = 5e-4 * exposure + 2e-4 * 0.25 * 0.75;
+        let low = bisected_throughput(base, slope);
+        let predicted =
+            predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap();
+        assert!((predicted / low - 1.0).abs() < 1e-9, "{predicted} {low}");
+        // Without updates or without searches, no search waits
+        // (writes_seen_by_searches_by_hand).
     }
 
     #[test]
@@ -1720,6 +1786,7 @@ mod tests {
             fan_out_cost_s: 5e-5,
             sent_row_cost_s: 3e-5,
             write_rate_cost_s2: 4e-7,
+            catch_up_cost_s2: 2e-7,
             ..calibration()
         };
         let configuration =
@@ -1789,6 +1856,7 @@ mod tests {
         assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.fan_out_cost_s / calibration.fan_out_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.write_rate_cost_s2 / calibration.write_rate_cost_s2 - 1.0).abs() < 1e-9);
+        assert!((costs.catch_up_cost_s2 / calibration.catch_up_cost_s2 - 1.0).abs() < 1e-9);
         // Runs that ask one region each and are sent nothing say nothing apart about
         // the region's cost or a row sent: both 0 and beta carries it all; runs with no
         // object read say nothing about beta.
@@ -1807,9 +1875,10 @@ mod tests {
                 costs.region_cost_s,
                 costs.fan_out_cost_s,
                 costs.sent_row_cost_s,
-                costs.write_rate_cost_s2
+                costs.write_rate_cost_s2,
+                costs.catch_up_cost_s2
             ),
-            (0.0, 0.0, 0.0, 0.0)
+            (0.0, 0.0, 0.0, 0.0, 0.0)
         );
         assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
         let nothing_read = SearchRun {
@@ -1851,6 +1920,7 @@ mod tests {
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
+            catch_up_cost_s2: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1.0,
             update_fixed_cost_s: 1.0,
@@ -2004,6 +2074,7 @@ mod tests {
             fan_out_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
+            catch_up_cost_s2: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1000.0,
             update_fixed_cost_s: 1.0 / 1000.0,
@@ -2102,6 +2173,13 @@ mod tests {
                 "write_rate_cost_s2",
                 Calibration {
                     write_rate_cost_s2: -1.0,
+                    ..calibration()
+                },
+            ),
+            (
+                "catch_up_cost_s2",
+                Calibration {
+                    catch_up_cost_s2: -1e-9,
                     ..calibration()
                 },
             ),

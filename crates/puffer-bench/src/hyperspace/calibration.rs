@@ -457,6 +457,7 @@ fn fit(
         fan_out_cost_s: costs.fan_out_cost_s,
         sent_row_cost_s: costs.sent_row_cost_s,
         write_rate_cost_s2: costs.write_rate_cost_s2,
+        catch_up_cost_s2: costs.catch_up_cost_s2,
         alpha,
         max_throughput_ops_per_s: max_throughput,
         update_fixed_cost_s: Some(update_fixed_cost_s),

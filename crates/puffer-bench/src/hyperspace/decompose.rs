@@ -83,7 +83,10 @@ fn model_kinds(
             calibration.objects,
         );
         costs.push(ModelKind {
-            cost_s: alone + calibration.write_rate_cost_s2 * predicted * update_share * exposure,
+            cost_s: alone
+                + (calibration.write_rate_cost_s2 * exposure + calibration.catch_up_cost_s2)
+                    * predicted
+                    * update_share,
             regions_asked: route.regions_contacted,
             rows_read: model::objects_read(
                 configuration,
@@ -306,8 +309,9 @@ mod tests {
     #[test]
     fn the_model_kind_costs_add_up_to_its_prediction() {
         let workload = &workloads()[2];
-        // Balanced: searches and updates both weigh, and the write term is not 0.
-        // Without rows (none estimated here) the model charges whole regions.
+        // Balanced: searches and updates both weigh, and the write and catch-up terms
+        // are not 0. Without rows (none estimated here) the model charges whole
+        // regions.
         let profile = profile(workload, MIXES[1]);
         let calibration = Calibration {
             beta_s_per_object: 1e-6,
@@ -315,6 +319,7 @@ mod tests {
             fan_out_cost_s: 2e-5,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 3e-7,
+            catch_up_cost_s2: 2e-7,
             alpha: 0.5,
             max_throughput_ops_per_s: 20_000.0,
             update_fixed_cost_s: 2e-5,
