@@ -32,6 +32,7 @@
 mod calibration;
 mod chart;
 mod cluster;
+mod confirm;
 mod cpu;
 pub mod data;
 mod decompose;
@@ -118,6 +119,14 @@ pub struct HyperspaceArgs {
     /// on a shared machine: the same one measured up to a third apart between runs.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Rounds (0..=9; 0: none) in which the configurator's choice and its contenders
+    /// (the configurations measured at 95 % of it or above, the heuristics at 90 % or
+    /// above) are measured again after a workload's rounds, a new random order each
+    /// round, each compared with the choice by the median of their ratios within a
+    /// round: the oracles' verdicts without the bias of the best of many noisy medians
+    /// (`<out>/confirmation.csv`).
+    #[arg(long, default_value_t = 5)]
+    confirm_rounds: usize,
     /// Measure the calibration's runs again with each workload (A, B, C): in every
     /// round, in one random order with the configurations of its three mixes, and
     /// predict them with the parameters fitted on those runs
@@ -357,6 +366,12 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     if !(1..=MAX_ROUNDS).contains(&args.rounds) {
         anyhow::bail!("--rounds: {} is not in 1..={MAX_ROUNDS}", args.rounds);
     }
+    if args.confirm_rounds > MAX_ROUNDS {
+        anyhow::bail!(
+            "--confirm-rounds: {} is not in 0..={MAX_ROUNDS}",
+            args.confirm_rounds
+        );
+    }
     let mut args = args.clone();
     if args.cluster {
         args.out_dir = args.out_dir.join("cluster");
@@ -476,8 +491,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
             per_workload_calibrations(args, objects, |_, path| read_calibration(path))?;
         return decompose::decompose(&bench, &model_calibration, &per_workload);
     }
-    let mut accuracy_rows = Vec::new();
-    let mut oracle_rows = Vec::new();
+    let mut rows = Rows::default();
     let mut summaries = Vec::new();
     let mut rng = StdRng::seed_from_u64(args.seed);
     // Rows counted by the calibration are kept: the same operations find the same rows.
@@ -493,8 +507,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
                 &model_calibration,
                 &mut calibrator,
                 &mut rng,
-                &mut accuracy_rows,
-                &mut oracle_rows,
+                &mut rows,
             )?);
             continue;
         }
@@ -506,8 +519,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
                 mix,
                 &model_calibration,
                 &mut rng,
-                &mut accuracy_rows,
-                &mut oracle_rows,
+                &mut rows,
             )
             .with_context(|| format!("workload {name}"))?;
             summaries.push(summary);
@@ -516,16 +528,23 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     write_csv(
         &args.out_dir.join("model_accuracy.csv"),
         "workload,configuration,predicted_ops_per_s,measured_ops_per_s,sampled_as",
-        &accuracy_rows,
+        &rows.accuracy,
     )?;
     write_csv(
         &args.out_dir.join("oracles.csv"),
         "workload,oracle,configuration,measured_ops_per_s",
-        &oracle_rows,
+        &rows.oracles,
     )?;
+    if args.confirm_rounds > 0 {
+        write_csv(
+            &args.out_dir.join("confirmation.csv"),
+            "workload,configuration,heuristics,median_ops_per_s,automatic_over_this,rounds_ops_per_s",
+            &rows.confirmation,
+        )?;
+    }
     // The charts are drawn from the CSV rows, so they show exactly what the files hold;
     // a machine without a font still gets the files and the figures.
-    if let Err(error) = draw_charts(&args.out_dir, &accuracy_rows, &oracle_rows) {
+    if let Err(error) = draw_charts(&args.out_dir, &rows.accuracy, &rows.oracles) {
         eprintln!("WARNING: the charts were not drawn: {error:#}");
     }
     let adaptation = if args.skip_adaptation {
@@ -545,6 +564,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
             "data_dir": args.data_dir,
             "record_cache_bytes": args.record_cache_bytes,
             "interleave": args.interleave,
+            "confirm_rounds": args.confirm_rounds,
             "regions": args.regions,
             "shards": args.shards,
             "calibration": measured,
@@ -1046,6 +1066,17 @@ fn select(
     })
 }
 
+/// The CSV rows a run writes, each file's in the order measured.
+#[derive(Default)]
+struct Rows {
+    /// `model_accuracy.csv`.
+    accuracy: Vec<String>,
+    /// `oracles.csv`.
+    oracles: Vec<String>,
+    /// `confirmation.csv` (`--confirm-rounds`).
+    confirmation: Vec<String>,
+}
+
 /// A model error as the benchmark reports it: the setting, then why.
 pub(super) fn config_error(e: puffer_adapt::ConfigError) -> anyhow::Error {
     anyhow::anyhow!("{}: {}", e.setting, e.reason)
@@ -1083,8 +1114,7 @@ fn evaluate(
     mix: Mix,
     calibration: &Calibration,
     rng: &mut StdRng,
-    accuracy_rows: &mut Vec<String>,
-    oracle_rows: &mut Vec<String>,
+    rows: &mut Rows,
 ) -> anyhow::Result<serde_json::Value> {
     let selection = select(bench, workload, mix, calibration, rng)?;
     let to_measure = &selection.to_measure;
@@ -1098,14 +1128,9 @@ fn evaluate(
     )?;
     let rounds: BTreeMap<Configuration, Vec<f64>> =
         to_measure.iter().cloned().zip(measured_runs).collect();
-    report(
-        bench,
-        &selection,
-        calibration,
-        &rounds,
-        accuracy_rows,
-        oracle_rows,
-    )
+    let mut summary = report(bench, &selection, calibration, &rounds, rows)?;
+    summary["confirmed"] = confirm_selection(bench, workload, mix, &selection, &rounds, rng, rows)?;
+    Ok(summary)
 }
 
 /// What `--interleave` measures in one shared order: a calibration run, or
@@ -1127,8 +1152,7 @@ fn evaluate_interleaved(
     calibration: &Calibration,
     calibrator: &mut calibration::Calibrator,
     rng: &mut StdRng,
-    accuracy_rows: &mut Vec<String>,
-    oracle_rows: &mut Vec<String>,
+    rows: &mut Rows,
 ) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut selections = Vec::new();
     for mix in MIXES {
@@ -1180,17 +1204,13 @@ fn evaluate_interleaved(
     );
     let fitted = puffer_node::hyperspace::calibration(&measured, bench.records.len() as u64);
     let mut summaries = Vec::new();
-    for (selection, rounds) in selections.iter().zip(&configuration_rounds) {
-        let mut summary = report(
-            bench,
-            selection,
-            &fitted,
-            rounds,
-            accuracy_rows,
-            oracle_rows,
-        )
-        .with_context(|| format!("workload {}", selection.name))?;
+    for ((selection, rounds), mix) in selections.iter().zip(&configuration_rounds).zip(MIXES) {
+        let mut summary = report(bench, selection, &fitted, rounds, rows)
+            .with_context(|| format!("workload {}", selection.name))?;
         summary["calibration"] = json!(measured);
+        summary["confirmed"] =
+            confirm_selection(bench, workload, mix, selection, rounds, rng, rows)
+                .with_context(|| format!("workload {}", selection.name))?;
         summaries.push(summary);
     }
     Ok(summaries)
@@ -1224,8 +1244,7 @@ fn report(
     selection: &Selection,
     calibration: &Calibration,
     rounds: &BTreeMap<Configuration, Vec<f64>>,
-    accuracy_rows: &mut Vec<String>,
-    oracle_rows: &mut Vec<String>,
+    rows: &mut Rows,
 ) -> anyhow::Result<serde_json::Value> {
     let name = &selection.name;
     let predicted: BTreeMap<Configuration, f64> =
@@ -1250,20 +1269,22 @@ fn report(
         let shown = label(&subspaces_of(configuration));
         let runs = &rounds[configuration];
         eprintln!("{name}: {shown}: predicted {p:.0}, measured {t:.0} ops/s (rounds: {runs:.0?})");
-        accuracy_rows.push(format!("{name},\"{shown}\",{p:.1},{t:.1},{kind}"));
+        rows.accuracy
+            .push(format!("{name},\"{shown}\",{p:.1},{t:.1},{kind}"));
         sampled.push((p, t));
     }
     let mut heuristic_results = Vec::new();
     for (heuristic, configuration) in &selection.heuristics {
         let t = measured[configuration];
         let shown = label(&subspaces_of(configuration));
-        oracle_rows.push(format!("{name},{heuristic},\"{shown}\",{t:.1}"));
+        rows.oracles
+            .push(format!("{name},{heuristic},\"{shown}\",{t:.1}"));
         heuristic_results.push((heuristic.to_string(), shown, t));
     }
     let chosen_configuration = &selection.chosen_configuration;
     let automatic = measured[chosen_configuration];
     let automatic_label = label(&selection.chosen);
-    oracle_rows.push(format!(
+    rows.oracles.push(format!(
         "{name},automatic,\"{automatic_label}\",{automatic:.1}"
     ));
     let (best_measured_configuration, best_measured) = measured
@@ -1289,6 +1310,99 @@ fn report(
         "automatic_beats_every_heuristic": heuristic_results.iter().all(|(_, _, t)| automatic >= *t),
         "configurations_measured": measured.len(),
         "rounds": bench.args.rounds,
+    }))
+}
+
+/// `--confirm-rounds`: the configurator's choice and its contenders ([`confirm`])
+/// measured again under `workload` at `mix`, after `rounds` (each configuration's
+/// throughputs so far) picked them. `null` when `--confirm-rounds` is 0.
+fn confirm_selection(
+    bench: &Bench,
+    workload: &Workload,
+    mix: Mix,
+    selection: &Selection,
+    rounds: &BTreeMap<Configuration, Vec<f64>>,
+    rng: &mut StdRng,
+    rows: &mut Rows,
+) -> anyhow::Result<serde_json::Value> {
+    if bench.args.confirm_rounds == 0 {
+        return Ok(serde_json::Value::Null);
+    }
+    let measured: BTreeMap<Configuration, f64> = rounds
+        .iter()
+        .map(|(configuration, runs)| (configuration.clone(), median(&mut runs.clone())))
+        .collect();
+    let contenders = confirm::contenders(
+        &measured,
+        &selection.chosen_configuration,
+        &selection.heuristics,
+    );
+    let count = contenders.configurations.len();
+    let by_contender = if count == 1 {
+        // Nothing came near the choice: the verdicts stand as measured.
+        vec![rounds[&selection.chosen_configuration].clone()]
+    } else {
+        // Even the first round in a random order: the choice would always come first.
+        let mut order: Vec<usize> = (0..count).collect();
+        order.shuffle(rng);
+        let runs = measure_in_rounds(
+            bench.args.confirm_rounds,
+            count,
+            rng,
+            |k, round, position| {
+                let configuration = &contenders.configurations[order[k]];
+                // Rounds numbered after the first measurement's: other operations' seeds.
+                let round = bench.args.rounds + round;
+                measure_configuration(bench, workload, mix, configuration, round, position)
+            },
+        )?;
+        let mut by_contender = vec![Vec::new(); count];
+        for (k, runs) in runs.into_iter().enumerate() {
+            by_contender[order[k]] = runs;
+        }
+        by_contender
+    };
+    let verdict = confirm::verdict(&contenders, &by_contender);
+    let mut shown = Vec::new();
+    for ((configuration, names), (rival, runs)) in contenders
+        .configurations
+        .iter()
+        .zip(&contenders.heuristics)
+        .zip(verdict.rivals.iter().zip(&by_contender))
+    {
+        let label = label(&subspaces_of(configuration));
+        let runs: Vec<String> = runs.iter().map(|t| format!("{t:.1}")).collect();
+        rows.confirmation.push(format!(
+            "{},\"{label}\",\"{}\",{:.1},{:.4},\"{}\"",
+            selection.name,
+            names.join(";"),
+            rival.ops_per_s,
+            rival.automatic_over_this,
+            runs.join(";")
+        ));
+        eprintln!(
+            "{} again: {label}{}: {:.0} ops/s, the choice {:.3} times it",
+            selection.name,
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", names.join(", "))
+            },
+            rival.ops_per_s,
+            rival.automatic_over_this
+        );
+        shown.push(json!({
+            "configuration": label,
+            "heuristics": names,
+            "ops_per_s": round(rival.ops_per_s, 1),
+            "automatic_over_this": round(rival.automatic_over_this, 4),
+        }));
+    }
+    Ok(json!({
+        "rounds": if count == 1 { 0 } else { bench.args.confirm_rounds },
+        "contenders": shown,
+        "automatic_within_5_percent_of_best": verdict.within_5_percent_of_best,
+        "automatic_beats_every_heuristic": verdict.beats_every_heuristic,
     }))
 }
 
@@ -1425,12 +1539,22 @@ fn write_csv(path: &std::path::Path, header: &str, rows: &[String]) -> anyhow::R
 
 fn print_summary(summaries: &[serde_json::Value], adaptation: Option<&serde_json::Value>) {
     println!(
-        "\n{:<7} {:>8} {:>6} {:>30} {:>9} {:>30} {:>9} {:>6} {:>6}",
-        "load", "MAE", "tau", "automatic", "ops/s", "best measured", "ops/s", "<=5%", "beats"
+        "\n{:<7} {:>8} {:>6} {:>30} {:>9} {:>30} {:>9} {:>6} {:>6} {:>8} {:>8}",
+        "load",
+        "MAE",
+        "tau",
+        "automatic",
+        "ops/s",
+        "best measured",
+        "ops/s",
+        "<=5%",
+        "beats",
+        "<=5% ag",
+        "beats ag"
     );
     for s in summaries {
         println!(
-            "{:<7} {:>8} {:>6} {:>30} {:>9} {:>30} {:>9} {:>6} {:>6}",
+            "{:<7} {:>8} {:>6} {:>30} {:>9} {:>30} {:>9} {:>6} {:>6} {:>8} {:>8}",
             s["workload"].as_str().unwrap_or(""),
             s["mean_abs_error"],
             s["kendall_tau"],
@@ -1440,8 +1564,11 @@ fn print_summary(summaries: &[serde_json::Value], adaptation: Option<&serde_json
             s["best_measured_ops_per_s"],
             s["automatic_within_5_percent_of_best"],
             s["automatic_beats_every_heuristic"],
+            s["confirmed"]["automatic_within_5_percent_of_best"],
+            s["confirmed"]["automatic_beats_every_heuristic"],
         );
     }
+    println!("(ag: the choice and its contenders measured again, --confirm-rounds)");
     if let Some(a) = adaptation {
         println!(
             "\nadaptation C -> B (RH): C first 5 s {} ops/s, C last 10 s {} ops/s; B first 5 s {} ops/s, B last 10 s {} ops/s; switched {} s after the change; at the end: {}",
