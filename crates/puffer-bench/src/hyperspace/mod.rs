@@ -1237,6 +1237,14 @@ fn file_rounds(
     (calibration_rounds, configuration_rounds)
 }
 
+/// Each configuration's median throughput over its rounds.
+fn medians(rounds: &BTreeMap<Configuration, Vec<f64>>) -> BTreeMap<Configuration, f64> {
+    rounds
+        .iter()
+        .map(|(configuration, runs)| (configuration.clone(), median(&mut runs.clone())))
+        .collect()
+}
+
 /// The rows and the summary of `selection` measured (`rounds`: each configuration's
 /// throughputs) and predicted with `calibration`.
 fn report(
@@ -1253,10 +1261,7 @@ fn report(
             .into_iter()
             .map(|r| (r.configuration, r.predicted_throughput_ops_per_s))
             .collect();
-    let measured: BTreeMap<Configuration, f64> = rounds
-        .iter()
-        .map(|(configuration, runs)| (configuration.clone(), median(&mut runs.clone())))
-        .collect();
+    let measured = medians(rounds);
     let mut sampled = Vec::new();
     for (configuration, kind) in selection
         .best
@@ -1328,10 +1333,7 @@ fn confirm_selection(
     if bench.args.confirm_rounds == 0 {
         return Ok(serde_json::Value::Null);
     }
-    let measured: BTreeMap<Configuration, f64> = rounds
-        .iter()
-        .map(|(configuration, runs)| (configuration.clone(), median(&mut runs.clone())))
-        .collect();
+    let measured = medians(rounds);
     let contenders = confirm::contenders(
         &measured,
         &selection.chosen_configuration,
