@@ -231,7 +231,18 @@ impl Calibrator {
         let first_search = self.plan.first_search();
         bench.configure(&run.subspaces)?;
         let operations = bench.operations(&run.workload, run.mix, run.updated)?;
-        let (measured, cpu) = bench.measure_with_cpu(operations, run.seed + 1000 * round as u64)?;
+        let what = if i < first_search {
+            format!("updates of {}", run.updated.join("+"))
+        } else {
+            format!("searches of {}", run.workload.searches[0].0.join("+"))
+        };
+        let logged = format!(
+            "calibration: {what}, {}, {:.0} % searches",
+            label(&run.subspaces),
+            run.mix.search_share * 100.0
+        );
+        let (measured, cpu) =
+            bench.measure_with_cpu(&logged, operations, run.seed + 1000 * round as u64)?;
         self.cpu[i].extend(cpu);
         if i >= first_search && self.rows_found[i].is_none() {
             let operations = bench.operations(&run.workload, run.mix, run.updated)?;
@@ -242,11 +253,6 @@ impl Calibrator {
                 COUNTED_SEARCHES,
             )?);
         }
-        let what = if i < first_search {
-            format!("updates of {}", run.updated.join("+"))
-        } else {
-            format!("searches of {}", run.workload.searches[0].0.join("+"))
-        };
         eprintln!(
             "calibration round {}: {what}, {}, {:.0} % searches: {measured:.0} ops/s",
             round + 1,

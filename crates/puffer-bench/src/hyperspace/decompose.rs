@@ -192,10 +192,11 @@ pub(super) fn decompose(
                 let configuration = model_configuration(&subspaces, bench.args.shards)?;
                 let (predicted, model_kinds) = model_kinds(&configuration, &profile, calibration)?;
                 bench.configure(&subspaces)?;
-                let (measured, kinds) = bench.measure_kinds(
+                let run = bench.measure_kinds(
                     bench.operations(&workload, mix, &UPDATED)?,
                     900 + position as u64,
                 )?;
+                let (measured, kinds) = (run.ops_per_s, run.kinds);
                 let measured_costs = kind_costs_s(&kinds, measured);
                 let operations: u64 = kinds.iter().map(|k| k.operations).sum();
                 // What a search of the mix reads, counted by the shards, against the

@@ -287,7 +287,7 @@ impl Bench {
         &self,
         operations: Operations,
         seed: u64,
-    ) -> anyhow::Result<(f64, Vec<workload::KindTime>)> {
+    ) -> anyhow::Result<workload::KindRun> {
         workload::measure_kinds(
             &self.db,
             &Arc::new(operations),
@@ -300,22 +300,25 @@ impl Bench {
 
     /// Operations per second of `operations` on the current configuration: the median
     /// second of a run (see [`workload::measure_kinds`]).
-    /// Prints what the process's threads spent meanwhile (see [`cpu`]).
-    fn measure(&self, operations: Operations, seed: u64) -> anyhow::Result<f64> {
-        Ok(self.measure_with_cpu(operations, seed)?.0)
+    /// Prints what the process's threads spent meanwhile (see [`cpu`]); `what` names
+    /// the run in `<out>/runs.csv`.
+    fn measure(&self, what: &str, operations: Operations, seed: u64) -> anyhow::Result<f64> {
+        Ok(self.measure_with_cpu(what, operations, seed)?.0)
     }
 
     /// [`Bench::measure`], with the CPU the process's threads spent meanwhile, per
-    /// second of the run (`None` where `/proc` cannot be read).
+    /// second of the run (`None` where `/proc` cannot be read). The run is added to
+    /// `<out>/runs.csv`.
     fn measure_with_cpu(
         &self,
+        what: &str,
         operations: Operations,
         seed: u64,
     ) -> anyhow::Result<(f64, Option<cpu::CpuRates>)> {
         let before = cpu::ThreadCpu::sample();
         let refused_before = workload::REFUSED_WRITES.load(Ordering::Relaxed);
         let started = Instant::now();
-        let (measured, _) = self.measure_kinds(operations, seed)?;
+        let run = self.measure_kinds(operations, seed)?;
         let seconds = started.elapsed().as_secs_f64();
         let rates = match (before, cpu::ThreadCpu::sample()) {
             (Some(before), Some(after)) => Some(cpu::CpuRates::of(&after.since(&before), seconds)),
@@ -328,7 +331,48 @@ impl Bench {
                 refused as f64 / seconds.max(f64::MIN_POSITIVE)
             );
         }
-        Ok((measured, rates))
+        self.log_run(what, seed, &run, rates.as_ref())?;
+        Ok((run.ops_per_s, rates))
+    }
+
+    /// Adds a run to `<out>/runs.csv`, with the operations of each second it was
+    /// measured in (written at once: a run that stops part way keeps every run before).
+    /// Where a configuration's rounds differ, these say whether within a run (a slow
+    /// second or two) or between runs (every second slower).
+    fn log_run(
+        &self,
+        what: &str,
+        seed: u64,
+        run: &workload::KindRun,
+        rates: Option<&cpu::CpuRates>,
+    ) -> anyhow::Result<()> {
+        use std::io::Write;
+        let path = self.args.out_dir.join("runs.csv");
+        let new = !path.exists();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("open {}", path.display()))?;
+        if new {
+            writeln!(
+                file,
+                "unix_ms,what,seed,ops_per_s,cpu_s_per_s,ops_each_second"
+            )?;
+        }
+        writeln!(
+            file,
+            "{},\"{what}\",{seed},{:.1},{},\"{}\"",
+            unix_ms(),
+            run.ops_per_s,
+            rates.map_or(String::new(), |r| format!("{:.3}", r.all)),
+            run.per_second
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(";")
+        )?;
+        Ok(())
     }
 
     /// `profile` with the rows its searches find, estimated as the configurator does
@@ -684,6 +728,7 @@ fn diagnose_mix(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> 
             search_share: 0.0,
         };
         let updates = bench.measure(
+            &format!("diagnose-mix updates on {shown}"),
             bench.operations(any, updates_only, &UPDATED)?,
             700 + c as u64,
         )?;
@@ -719,6 +764,10 @@ fn diagnose_mix(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> 
                     search_share: share,
                 };
                 let measured = bench.measure(
+                    &format!(
+                        "diagnose-mix {} on {shown} at {share}",
+                        attributes.join("+")
+                    ),
                     bench.operations(&workload, mix, &UPDATED)?,
                     800 + (c * 10 + k) as u64,
                 )?;
@@ -867,8 +916,11 @@ fn diagnose(bench: &Bench, calibration: &Calibration) -> anyhow::Result<()> {
                 searches: vec![(attributes.clone(), 1.0)],
             };
             let seed = 500 + (c * 100 + k) as u64;
-            let measured =
-                bench.measure(bench.operations(&workload, searches_only, &UPDATED)?, seed)?;
+            let measured = bench.measure(
+                &format!("diagnose {}", attributes.join("+")),
+                bench.operations(&workload, searches_only, &UPDATED)?,
+                seed,
+            )?;
             let found = rows_found_per_search(
                 bench,
                 &bench.operations(&workload, searches_only, &UPDATED)?,
@@ -1095,7 +1147,8 @@ fn measure_configuration(
     let subspaces = subspaces_of(configuration);
     bench.configure(&subspaces)?;
     let seed = 100 + (round * 1000 + position) as u64;
-    let measured = bench.measure(bench.operations(workload, mix, &UPDATED)?, seed)?;
+    let what = format!("{}-{} {}", workload.name, mix.name, label(&subspaces));
+    let measured = bench.measure(&what, bench.operations(workload, mix, &UPDATED)?, seed)?;
     eprintln!(
         "{}-{} round {}: {}: {measured:.0} ops/s",
         workload.name,

@@ -318,7 +318,7 @@ pub fn measure_kinds(
     warm_seconds: f64,
     seconds: f64,
     seed: u64,
-) -> anyhow::Result<(f64, Vec<KindTime>)> {
+) -> anyhow::Result<KindRun> {
     let measured_seconds = seconds.ceil().max(1.0);
     let warm_seconds = warm_seconds.ceil().max(0.0);
     let series = run_series_timed(
@@ -330,10 +330,22 @@ pub fn measure_kinds(
         None,
         warm_seconds,
     )?;
-    Ok((
-        median_count(&series.per_second[warm_seconds as usize..]),
-        series.kinds,
-    ))
+    let per_second = series.per_second[warm_seconds as usize..].to_vec();
+    Ok(KindRun {
+        ops_per_s: median_count(&per_second),
+        per_second,
+        kinds: series.kinds,
+    })
+}
+
+/// What [`measure_kinds`] measured.
+pub struct KindRun {
+    /// The median second's operations.
+    pub ops_per_s: f64,
+    /// The operations of each second measured (after the warm-up).
+    pub per_second: Vec<u64>,
+    /// What each kind of operation took.
+    pub kinds: Vec<KindTime>,
 }
 
 /// Each kind's share of the machine's time in a closed loop whose clients share the
