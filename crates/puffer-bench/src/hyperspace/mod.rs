@@ -325,18 +325,20 @@ impl Bench {
             _ => None,
         };
         let refused = workload::REFUSED_WRITES.load(Ordering::Relaxed) - refused_before;
+        let stages = stage_counts(self)?;
         if let Some(rates) = &rates {
             eprintln!(
                 "  {rates}; writes refused as overloaded {:.0}/s",
                 refused as f64 / seconds.max(f64::MIN_POSITIVE)
             );
         }
-        self.log_run(what, seed, &run, rates.as_ref())?;
+        self.log_run(what, seed, &run, rates.as_ref(), stages)?;
         Ok((run.ops_per_s, rates))
     }
 
     /// Adds a run to `<out>/runs.csv`, with the operations of each second it was
-    /// measured in (written at once: a run that stops part way keeps every run before).
+    /// measured in and the stages its regions were left with (written at once: a run
+    /// that stops part way keeps every run before).
     /// Where a configuration's rounds differ, these say whether within a run (a slow
     /// second or two) or between runs (every second slower).
     fn log_run(
@@ -345,6 +347,7 @@ impl Bench {
         seed: u64,
         run: &workload::KindRun,
         rates: Option<&cpu::CpuRates>,
+        stages: Stages,
     ) -> anyhow::Result<()> {
         use std::io::Write;
         let path = self.args.out_dir.join("runs.csv");
@@ -357,12 +360,12 @@ impl Bench {
         if new {
             writeln!(
                 file,
-                "unix_ms,what,seed,ops_per_s,cpu_s_per_s,ops_each_second"
+                "unix_ms,what,seed,ops_per_s,cpu_s_per_s,ops_each_second,segments_after,sorted_batches_after,log_tables_after"
             )?;
         }
         writeln!(
             file,
-            "{},\"{what}\",{seed},{:.1},{},\"{}\"",
+            "{},\"{what}\",{seed},{:.1},{},\"{}\",{},{},{}",
             unix_ms(),
             run.ops_per_s,
             rates.map_or(String::new(), |r| format!("{:.3}", r.all)),
@@ -370,7 +373,10 @@ impl Bench {
                 .iter()
                 .map(u64::to_string)
                 .collect::<Vec<_>>()
-                .join(";")
+                .join(";"),
+            stages.segments,
+            stages.sorted_batches,
+            stages.log_tables
         )?;
         Ok(())
     }
@@ -811,16 +817,35 @@ fn table_and_subspace_stats(db: &Database) -> anyhow::Result<Vec<puffer_store::S
 }
 
 /// Segments, sorted batches and log tables over the table and its subspaces.
-fn stage_counts(bench: &Bench) -> anyhow::Result<String> {
-    let (mut segments, mut sorted, mut logs) = (0, 0, 0);
-    for stats in table_and_subspace_stats(&bench.db)? {
-        segments += stats.segments;
-        sorted += stats.sorted_batches;
-        logs += stats.log_tables;
+fn stage_counts(bench: &Bench) -> anyhow::Result<Stages> {
+    let mut stages = Stages::default();
+    for db in bench.holders() {
+        for stats in table_and_subspace_stats(db)? {
+            stages.segments += stats.segments;
+            stages.sorted_batches += stats.sorted_batches;
+            stages.log_tables += stats.log_tables;
+        }
     }
-    Ok(format!(
-        "{segments} segments, {sorted} sorted batches, {logs} log tables"
-    ))
+    Ok(stages)
+}
+
+/// The stages of the table and its subspaces, summed over their regions (and, on a
+/// cluster, over the nodes holding them): what a search of every region would check.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stages {
+    segments: usize,
+    sorted_batches: usize,
+    log_tables: usize,
+}
+
+impl std::fmt::Display for Stages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} segments, {} sorted batches, {} log tables",
+            self.segments, self.sorted_batches, self.log_tables
+        )
+    }
 }
 
 /// Rows that attribute predicates found, over the table and its subspaces on every
