@@ -236,13 +236,16 @@ impl Calibrator {
         } else {
             format!("searches of {}", run.workload.searches[0].0.join("+"))
         };
-        let logged = format!(
-            "calibration: {what}, {}, {:.0} % searches",
+        let described = format!(
+            "{what}, {}, {:.0} % searches",
             label(&run.subspaces),
             run.mix.search_share * 100.0
         );
-        let (measured, cpu) =
-            bench.measure_with_cpu(&logged, operations, run.seed + 1000 * round as u64)?;
+        let (measured, cpu) = bench.measure_with_cpu(
+            &format!("calibration: {described}"),
+            operations,
+            run.seed + 1000 * round as u64,
+        )?;
         self.cpu[i].extend(cpu);
         if i >= first_search && self.rows_found[i].is_none() {
             let operations = bench.operations(&run.workload, run.mix, run.updated)?;
@@ -254,10 +257,8 @@ impl Calibrator {
             )?);
         }
         eprintln!(
-            "calibration round {}: {what}, {}, {:.0} % searches: {measured:.0} ops/s",
-            round + 1,
-            label(&run.subspaces),
-            run.mix.search_share * 100.0
+            "calibration round {}: {described}: {measured:.0} ops/s",
+            round + 1
         );
         Ok(measured)
     }

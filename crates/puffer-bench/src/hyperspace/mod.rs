@@ -336,11 +336,9 @@ impl Bench {
         Ok((run.ops_per_s, rates))
     }
 
-    /// Adds a run to `<out>/runs.csv`, with the operations of each second it was
-    /// measured in and the stages its regions were left with (written at once: a run
-    /// that stops part way keeps every run before).
-    /// Where a configuration's rounds differ, these say whether within a run (a slow
-    /// second or two) or between runs (every second slower).
+    /// Adds a run to `<out>/runs.csv` (see [`run_row`]; written at once: a run that
+    /// stops part way keeps every run before). A file left by an earlier build with other
+    /// columns is moved aside first rather than appended to under the wrong header.
     fn log_run(
         &self,
         what: &str,
@@ -351,32 +349,33 @@ impl Bench {
     ) -> anyhow::Result<()> {
         use std::io::Write;
         let path = self.args.out_dir.join("runs.csv");
-        let new = !path.exists();
+        let header = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| text.lines().next().map(str::to_string));
+        if header.as_deref().is_some_and(|h| h != RUNS_HEADER) {
+            let aside = self.args.out_dir.join(format!("runs-{}.csv", unix_ms()));
+            std::fs::rename(&path, &aside)
+                .with_context(|| format!("move {} aside", path.display()))?;
+            eprintln!(
+                "{} had other columns; moved to {}",
+                path.display(),
+                aside.display()
+            );
+        }
+        let new = header.as_deref() != Some(RUNS_HEADER);
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .with_context(|| format!("open {}", path.display()))?;
         if new {
-            writeln!(
-                file,
-                "unix_ms,what,seed,ops_per_s,cpu_s_per_s,ops_each_second,segments_after,sorted_batches_after,log_tables_after"
-            )?;
+            writeln!(file, "{RUNS_HEADER}")?;
         }
+        let cpu_s_per_s = rates.map(|r| r.all);
         writeln!(
             file,
-            "{},\"{what}\",{seed},{:.1},{},\"{}\",{},{},{}",
-            unix_ms(),
-            run.ops_per_s,
-            rates.map_or(String::new(), |r| format!("{:.3}", r.all)),
-            run.per_second
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(";"),
-            stages.segments,
-            stages.sorted_batches,
-            stages.log_tables
+            "{}",
+            run_row(unix_ms(), what, seed, run, cpu_s_per_s, stages)
         )?;
         Ok(())
     }
@@ -848,6 +847,36 @@ impl std::fmt::Display for Stages {
     }
 }
 
+/// The columns of `<out>/runs.csv`, one row per run ([`run_row`]).
+const RUNS_HEADER: &str = "unix_ms,what,seed,ops_per_s,cpu_s_per_s,ops_each_second,segments_after,sorted_batches_after,log_tables_after";
+
+/// One run as a row of `<out>/runs.csv`: when it ended, what it ran, its seed, the
+/// median second's operations, the process's CPU in cores (empty where `/proc` cannot
+/// be read), the operations of each second measured (`;` between them), and the
+/// stages its regions were left with. Where a configuration's rounds differ, the
+/// seconds say whether within a run (a slow second or two) or between runs (every
+/// second slower).
+fn run_row(
+    unix_ms: u64,
+    what: &str,
+    seed: u64,
+    run: &workload::KindRun,
+    cpu_s_per_s: Option<f64>,
+    stages: Stages,
+) -> String {
+    let seconds: Vec<String> = run.per_second.iter().map(u64::to_string).collect();
+    format!(
+        "{unix_ms},\"{}\",{seed},{:.1},{},\"{}\",{},{},{}",
+        what.replace('"', "\"\""),
+        run.ops_per_s,
+        cpu_s_per_s.map_or(String::new(), |c| format!("{c:.3}")),
+        seconds.join(";"),
+        stages.segments,
+        stages.sorted_batches,
+        stages.log_tables
+    )
+}
+
 /// Rows that attribute predicates found, over the table and its subspaces on every
 /// node holding them (see `ShardStats::rows_found`).
 fn rows_found(bench: &Bench) -> anyhow::Result<u64> {
@@ -1172,15 +1201,14 @@ fn measure_configuration(
     let subspaces = subspaces_of(configuration);
     bench.configure(&subspaces)?;
     let seed = 100 + (round * 1000 + position) as u64;
-    let what = format!("{}-{} {}", workload.name, mix.name, label(&subspaces));
-    let measured = bench.measure(&what, bench.operations(workload, mix, &UPDATED)?, seed)?;
-    eprintln!(
-        "{}-{} round {}: {}: {measured:.0} ops/s",
-        workload.name,
-        mix.name,
-        round + 1,
-        label(&subspaces)
-    );
+    let name = format!("{}-{}", workload.name, mix.name);
+    let shown = label(&subspaces);
+    let measured = bench.measure(
+        &format!("{name} {shown}"),
+        bench.operations(workload, mix, &UPDATED)?,
+        seed,
+    )?;
+    eprintln!("{name} round {}: {shown}: {measured:.0} ops/s", round + 1);
     Ok(measured)
 }
 
@@ -1666,6 +1694,49 @@ fn print_summary(summaries: &[serde_json::Value], adaptation: Option<&serde_json
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row of runs.csv read back by a CSV reader (the `csv` crate, not our
+    /// formatting) under the header: every column where the header names it, a name
+    /// with commas and quotes kept whole, a missing CPU left empty.
+    #[test]
+    fn run_rows_read_back_under_their_header() {
+        let run = workload::KindRun {
+            ops_per_s: 1234.5,
+            per_second: vec![1200, 1234, 1300],
+            kinds: Vec::new(),
+        };
+        let stages = Stages {
+            segments: 52,
+            sorted_batches: 7,
+            log_tables: 36,
+        };
+        let what = r#"B-WH (locality) (region,pets) "again""#;
+        let text = format!(
+            "{RUNS_HEADER}\n{}\n{}\n",
+            run_row(17, what, 9, &run, Some(1.9), stages),
+            run_row(18, "x", 1, &run, None, Stages::default())
+        );
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+        let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 2);
+        let field = |row: &csv::StringRecord, name: &str| {
+            let at = header.iter().position(|h| h == name).unwrap();
+            row[at].to_string()
+        };
+        assert!(rows.iter().all(|r| r.len() == header.len()));
+        assert_eq!(field(&rows[0], "unix_ms"), "17");
+        assert_eq!(field(&rows[0], "what"), what);
+        assert_eq!(field(&rows[0], "seed"), "9");
+        assert_eq!(field(&rows[0], "ops_per_s"), "1234.5");
+        assert_eq!(field(&rows[0], "cpu_s_per_s"), "1.900");
+        assert_eq!(field(&rows[0], "ops_each_second"), "1200;1234;1300");
+        assert_eq!(field(&rows[0], "segments_after"), "52");
+        assert_eq!(field(&rows[0], "sorted_batches_after"), "7");
+        assert_eq!(field(&rows[0], "log_tables_after"), "36");
+        assert_eq!(field(&rows[1], "cpu_s_per_s"), "");
+        assert_eq!(field(&rows[1], "segments_after"), "0");
+    }
 
     /// Items shuffled, measured in rounds as `--interleave` measures them: every
     /// calibration run and every configuration gets its own throughputs back, in round
