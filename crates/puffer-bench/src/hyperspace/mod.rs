@@ -29,6 +29,7 @@
 //!
 //! CSV files go to `<out>/`; one JSON object is printed last.
 
+mod blend;
 mod calibration;
 mod chart;
 mod cluster;
@@ -150,6 +151,14 @@ pub struct HyperspaceArgs {
     /// `<out>/calibration-<W>.json` where an `--interleave` run left one.
     #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "calibrate_only"])]
     decompose: bool,
+    /// Only measure every class of workload C alone and several blends of them, on
+    /// one configuration at one share of updates, in `--rounds` rounds of a new random
+    /// order each (`<out>/blend.csv`): whether classes cost more mixed than the sum of
+    /// their parts, which a calibration of one class at a time cannot see. The
+    /// calibration's runs are measured in the same rounds and fitted
+    /// (`<out>/calibration-blend.json`) to predict every class and blend.
+    #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "decompose", "interleave", "calibrate", "calibrate_only", "rows"])]
+    diagnose_blend: bool,
     /// Only count, in memory, the rows each search class reads in every configuration
     /// of `<out>/model_accuracy.csv` (each region reading its fewest constraint's rows),
     /// against the rows the model charges (`<out>/rows.csv`). Nothing is timed.
@@ -498,6 +507,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     );
     if args.rows {
         return rows::rows(&bench);
+    }
+    if args.diagnose_blend {
+        return blend::diagnose_blend(&bench);
     }
     let calibration_path = args.out_dir.join("calibration.json");
     let (measured, calibrator) = if args.refit {
