@@ -37,6 +37,7 @@ mod confirm;
 mod cpu;
 pub mod data;
 mod decompose;
+mod listings;
 mod repredict;
 mod rows;
 pub mod workload;
@@ -230,6 +231,10 @@ struct Bench {
     db: Arc<Database>,
     /// The loopback cluster, with `--cluster`.
     cluster: Option<cluster::Loopback>,
+    /// The listings, as the table holds them now (see [`listings`]).
+    listings: Arc<listings::Listings>,
+    /// The listings as loaded (what the table holds before any run; `--rows` counts on
+    /// them).
     records: Arc<Vec<puffer_store::Record>>,
     _dir: tempfile::TempDir,
 }
@@ -403,7 +408,7 @@ impl Bench {
         mix: Mix,
         updated: &[&'static str],
     ) -> anyhow::Result<Operations> {
-        Operations::new(self.records.clone(), workload, mix, updated)
+        Operations::new(self.listings.clone(), workload, mix, updated)
     }
 }
 
@@ -436,7 +441,13 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     }
     let args = &args;
     std::fs::create_dir_all(&args.out_dir)?;
-    let records = Arc::new(data::load(&args.inputs)?);
+    // Loaded as its updates leave it (see [`listings`]): the table does not drift
+    // while the experiment runs.
+    let listings = Arc::new(listings::Listings::draw(
+        data::load(&args.inputs)?,
+        args.seed,
+    )?);
+    let records = Arc::new(listings.records());
     let dir = match &args.data_dir {
         Some(parent) => tempfile::tempdir_in(parent)
             .with_context(|| format!("a directory in --data-dir {}", parent.display()))?,
@@ -479,6 +490,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         args: args.clone(),
         db,
         cluster,
+        listings,
         records,
         _dir: dir,
     };

@@ -1,9 +1,11 @@
 //! The paper's workloads (Table 1) on the listings, and a closed-loop driver.
 //!
 //! Updates are common to all workloads: half change `price`, half `ratings`, each a
-//! fetch by key and a put of the changed record (the model's update). Searches fix each
-//! attribute of their class by equality, with the values of a listing that has them all
-//! (so every search finds at least that listing, as a booking site's would), and ask for
+//! fetch by key and a put of the changed record (the model's update), the new value
+//! another listing's of the same neighbourhood ([`Listings`]). Searches fix each
+//! attribute of their class by equality, with the values a listing that has them all
+//! holds now (so every search finds at least that listing, as a booking site's would),
+//! and ask for
 //! a page of [`PAGE_ROWS`] results, as a booking site shows: an answer of thousands of
 //! rows costs its extraction, whatever the configuration, which is not what the
 //! experiment is about.
@@ -17,11 +19,12 @@ use puffer_adapt::hyperspace::{
     AttributeSet, SearchFrequency, SearchShape, UpdateFrequency, WorkloadProfile,
 };
 use puffer_node::{Database, ReadAnswer, ReadRequest, Wait};
-use puffer_store::{Predicate, Query, ReadOptions, Record, WriteOp};
+use puffer_store::{Predicate, Query, ReadOptions, Record, Value, WriteOp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::data::id;
+use super::listings::{updated_index_of, Listings};
 
 /// Rows a search asks for.
 pub const PAGE_ROWS: usize = 100;
@@ -149,20 +152,21 @@ pub fn listings_with(records: &[Record], attributes: &[&str]) -> anyhow::Result<
 
 /// What one client does: searches by class, updates, from a seed.
 pub struct Operations {
-    records: Arc<Vec<Record>>,
+    listings: Arc<Listings>,
     /// Per search class: its attributes, its cumulative weight, and the listings that
     /// have all of them.
     classes: Vec<(Vec<&'static str>, f64, Vec<usize>)>,
     search_share: f64,
-    /// The attributes updates change, each equally often.
-    updated: Vec<&'static str>,
+    /// The attributes updates change, each equally often, with their positions in
+    /// [`UPDATED`].
+    updated: Vec<(&'static str, usize)>,
 }
 
 impl Operations {
     /// `workload` at `mix`, updates changing the attributes of `updated` (the
     /// experiment's [`UPDATED`]; calibration runs change one).
     pub fn new(
-        records: Arc<Vec<Record>>,
+        listings: Arc<Listings>,
         workload: &Workload,
         mix: Mix,
         updated: &[&'static str],
@@ -170,16 +174,23 @@ impl Operations {
         let total: f64 = workload.searches.iter().map(|(_, w)| w).sum();
         let mut cumulative = 0.0;
         let mut classes = Vec::new();
+        // Which listings hold an updated attribute does not change: every donor holds
+        // it (see [`Listings`]).
+        let records = listings.records();
         for (attributes, weight) in &workload.searches {
             cumulative += weight / total;
             let having = listings_with(&records, attributes)?;
             classes.push((attributes.clone(), cumulative, having));
         }
+        let updated = updated
+            .iter()
+            .map(|&a| Ok((a, updated_index_of(a)?)))
+            .collect::<anyhow::Result<_>>()?;
         Ok(Operations {
-            records,
+            listings,
             classes,
             search_share: mix.search_share,
-            updated: updated.to_vec(),
+            updated,
         })
     }
 
@@ -198,23 +209,30 @@ impl Operations {
                 .iter()
                 .position(|(_, cumulative, _)| pick < *cumulative)
                 .unwrap_or(self.classes.len() - 1);
-            let (attributes, _, having) = &self.classes[class];
-            let listing = &self.records[having[rng.gen_range(0..having.len())]];
-            let predicate = Predicate::And(
-                attributes
-                    .iter()
-                    .map(|a| Predicate::Eq((*a).into(), listing.values[*a].clone()))
-                    .collect(),
-            );
-            search(db, predicate)?;
+            let having = &self.classes[class].2;
+            let listing = having[rng.gen_range(0..having.len())];
+            search(db, self.predicate(class, listing)?)?;
             Ok(class)
         } else {
-            let attribute = self.updated[rng.gen_range(0..self.updated.len())];
-            let listing = &self.records[rng.gen_range(0..self.records.len())];
-            let donor = &self.records[rng.gen_range(0..self.records.len())];
-            update(db, &listing.key, attribute, donor)?;
+            let (attribute, k) = self.updated[rng.gen_range(0..self.updated.len())];
+            let listing = rng.gen_range(0..self.listings.len());
+            let (donor, value) = self.listings.donor(listing, k, rng);
+            update(db, self.listings.key(listing), attribute, value)?;
+            self.listings.set_holder(listing, k, donor);
             Ok(self.classes.len())
         }
+    }
+
+    /// A search of class `class` for the values listing `listing` holds now.
+    fn predicate(&self, class: usize, listing: usize) -> anyhow::Result<Predicate> {
+        let mut conditions = Vec::new();
+        for a in &self.classes[class].0 {
+            let Some(value) = self.listings.value(listing, a) else {
+                bail!("listing {listing} has no {a} any more");
+            };
+            conditions.push(Predicate::Eq((*a).into(), value.clone()));
+        }
+        Ok(Predicate::And(conditions))
     }
 
     /// Whether `kind` (from [`Operations::run_one`]) is a search.
@@ -238,9 +256,8 @@ fn search(db: &Database, predicate: Predicate) -> anyhow::Result<()> {
     }
 }
 
-/// Fetches `key`'s record and puts it back with `attribute` taken from `donor` (a
-/// missing value removes it).
-fn update(db: &Database, key: &[u8], attribute: &str, donor: &Record) -> anyhow::Result<()> {
+/// Fetches `key`'s record and puts it back with `attribute` set to `value`.
+fn update(db: &Database, key: &[u8], attribute: &str, value: &Value) -> anyhow::Result<()> {
     let request = ReadRequest::Get {
         key: key.to_vec(),
         read: ReadOptions::default(),
@@ -252,10 +269,7 @@ fn update(db: &Database, key: &[u8], attribute: &str, donor: &Record) -> anyhow:
     else {
         bail!("listing {:?} is gone", String::from_utf8_lossy(key));
     };
-    match donor.values.get(attribute) {
-        Some(value) => record.values.insert(attribute.into(), value.clone()),
-        None => record.values.remove(attribute),
-    };
+    record.values.insert(attribute.into(), value.clone());
     write_retrying(db, vec![WriteOp::Put(record)])
 }
 
@@ -610,6 +624,103 @@ mod tests {
         assert_eq!(median(&mut [3.5]), 3.5);
         assert_eq!(median(&mut [4_000.0, 2_500.0, 3_700.0]), 3_700.0);
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    /// Listings in three places, some without a rating, a place without prices.
+    fn small_listings() -> Vec<Record> {
+        let mut records = Vec::new();
+        for i in 0..60u32 {
+            let mut record = Record::new(format!("l{i:02}"));
+            let place = ["north", "south", "moon"][(i % 3) as usize];
+            record.values.insert("locality".into(), Value::str(place));
+            record.values.insert("region".into(), Value::str("city"));
+            if place != "moon" {
+                let base = if place == "north" { 100.0 } else { 900.0 };
+                record
+                    .values
+                    .insert("price".into(), Value::Float(base + f64::from(i % 7)));
+            }
+            if i % 4 != 0 {
+                record
+                    .values
+                    .insert("ratings".into(), Value::Float(f64::from(i % 5)));
+            }
+            records.push(record);
+        }
+        records
+    }
+
+    /// Updates and searches on a real database: afterwards the table holds exactly
+    /// what the listings say it holds now, and every search of every class finds the
+    /// listing it was drawn from.
+    #[test]
+    fn the_table_holds_what_the_listings_say_and_searches_find_their_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(dir.path(), Default::default()).unwrap();
+        db.create_table_with(
+            TABLE,
+            super::super::data::schema(),
+            puffer_node::TableLayout {
+                shards: 2,
+                replicas: 1,
+            },
+        )
+        .unwrap();
+        let listings = Arc::new(Listings::draw(small_listings(), 5).unwrap());
+        let loaded = listings.records();
+        write_retrying(&db, loaded.iter().cloned().map(WriteOp::Put).collect()).unwrap();
+        let workload = Workload {
+            name: "T",
+            searches: vec![(vec!["locality", "price"], 1.0), (vec!["ratings"], 1.0)],
+        };
+        let mix = Mix {
+            name: "BAL",
+            search_share: 0.5,
+        };
+        let operations = Operations::new(listings.clone(), &workload, mix, &UPDATED).unwrap();
+        let mut rng = StdRng::seed_from_u64(9);
+        let mut updates = 0;
+        for _ in 0..400 {
+            if !operations.is_search(operations.run_one(&db, &mut rng).unwrap()) {
+                updates += 1;
+            }
+        }
+        assert!(updates > 100, "{updates} updates");
+        let now = listings.records();
+        assert_ne!(now, loaded, "no update changed a value");
+        for (i, expected) in now.iter().enumerate() {
+            let request = ReadRequest::Get {
+                key: expected.key.clone(),
+                read: ReadOptions::default(),
+            };
+            match db.read(TABLE, &request, Wait::Allowed).unwrap() {
+                Some(ReadAnswer::Record {
+                    record: Some(stored),
+                    ..
+                }) => assert_eq!(&stored, expected, "listing {i}"),
+                other => panic!("listing {i}: {other:?}"),
+            }
+        }
+        for class in 0..workload.searches.len() {
+            for &listing in &operations.classes[class].2 {
+                let query = Query {
+                    predicate: operations.predicate(class, listing).unwrap(),
+                    projection: None,
+                    limit: None,
+                    read: ReadOptions::default(),
+                };
+                let request = ReadRequest::Search { query };
+                let Some(ReadAnswer::Rows(result)) =
+                    db.read(TABLE, &request, Wait::Allowed).unwrap()
+                else {
+                    panic!("class {class}: not rows");
+                };
+                assert!(
+                    result.rows.iter().any(|r| r.key == now[listing].key),
+                    "class {class}: listing {listing} not found"
+                );
+            }
+        }
     }
 
     #[test]
