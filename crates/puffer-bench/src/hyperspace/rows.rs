@@ -540,7 +540,9 @@ fn draw_class<'r>(
     attributes: &[&'static str],
     seed: u64,
 ) -> anyhow::Result<Vec<Drawn<'r>>> {
-    let having = listings_with(records, attributes)?;
+    let having = listings_with(records.len(), attributes, |i, a| {
+        records[i].values.contains_key(a)
+    })?;
     let mut rng = StdRng::seed_from_u64(seed);
     Ok((0..DRAWN_SEARCHES)
         .map(|_| {

@@ -5,10 +5,9 @@
 //! another listing's of the same neighbourhood ([`Listings`]). Searches fix each
 //! attribute of their class by equality, with the values a listing that has them all
 //! holds now (so every search finds at least that listing, as a booking site's would),
-//! and ask for
-//! a page of [`PAGE_ROWS`] results, as a booking site shows: an answer of thousands of
-//! rows costs its extraction, whatever the configuration, which is not what the
-//! experiment is about.
+//! and ask for a page of [`PAGE_ROWS`] results, as a booking site shows: an answer of
+//! thousands of rows costs its extraction, whatever the configuration, which is not
+//! what the experiment is about.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -135,14 +134,15 @@ pub fn profile(workload: &Workload, mix: Mix) -> WorkloadProfile {
     }
 }
 
-/// The listings (indexes into `records`) that have every one of `attributes`: those a
-/// search of the class takes its values from.
-pub fn listings_with(records: &[Record], attributes: &[&str]) -> anyhow::Result<Vec<usize>> {
-    let having: Vec<usize> = records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| attributes.iter().all(|a| r.values.contains_key(*a)))
-        .map(|(i, _)| i)
+/// The listings (indexes below `count`) that have every one of `attributes`, as `has`
+/// tells: those a search of the class takes its values from.
+pub fn listings_with(
+    count: usize,
+    attributes: &[&str],
+    has: impl Fn(usize, &str) -> bool,
+) -> anyhow::Result<Vec<usize>> {
+    let having: Vec<usize> = (0..count)
+        .filter(|&i| attributes.iter().all(|a| has(i, a)))
         .collect();
     if having.is_empty() {
         bail!("no listing has all of {attributes:?}");
@@ -176,10 +176,11 @@ impl Operations {
         let mut classes = Vec::new();
         // Which listings hold an updated attribute does not change: every donor holds
         // it (see [`Listings`]).
-        let records = listings.records();
         for (attributes, weight) in &workload.searches {
             cumulative += weight / total;
-            let having = listings_with(&records, attributes)?;
+            let having = listings_with(listings.len(), attributes, |i, a| {
+                listings.value(i, a).is_some()
+            })?;
             classes.push((attributes.clone(), cumulative, having));
         }
         let updated = updated
