@@ -143,6 +143,11 @@ fn model_choice_beats_every_heuristic_on_table_one() {
                 ("dominant", dominant(&profile, &DEPLOYMENT).unwrap()),
             ];
             for (heuristic, configuration) in heuristics {
+                // The analyser offers every heuristic's configuration, however wide.
+                assert!(
+                    candidates.contains(&configuration),
+                    "workload {name} with {search_percent} % searches: {heuristic} is not a candidate"
+                );
                 let heuristic_ops = predicted(&configuration, &profile);
                 assert!(
                     best.predicted_throughput_ops_per_s >= heuristic_ops,

@@ -16,10 +16,18 @@
 //!    first `L` of that order, `L` as large as keeps the count within `max_candidates`.
 //!    When `L` is all of them the enumeration is exhaustive: the paper's, within the
 //!    size bounds. The key-only configuration is always a candidate.
+//! 5. The paper's heuristics' configurations (§5.2: hyperspace, subspaces-all, dominant;
+//!    no-subspace is the key-only one) are candidates too, whatever the size bounds: the
+//!    bounds keep the enumeration small, not the configurations the model may rank, and a
+//!    heuristic the model itself prices above everything enumerated must not be missed
+//!    for being wide (measured on the loopback cluster: one subspace of six attributes,
+//!    a single region at 16, beat every enumerated configuration at half updates). Room
+//!    for them is kept within `max_candidates` before `L` is chosen.
 
 use super::{
-    heuristics::attributes_by_search_weight, AttributeId, AttributeSet, Configuration, Deployment,
-    WorkloadProfile, MAX_SUBSPACES, MAX_SUBSPACE_ATTRIBUTES,
+    heuristics::{attributes_by_search_weight, dominant, hyperspace, no_subspace, subspaces_all},
+    AttributeId, AttributeSet, Configuration, Deployment, WorkloadProfile, MAX_SUBSPACES,
+    MAX_SUBSPACE_ATTRIBUTES,
 };
 use crate::{config_error, ConfigError};
 
@@ -106,12 +114,16 @@ pub fn candidate_configurations(
         attributes.pop();
     }
     let subspaces = ranked_subspaces(profile, &attributes, config.max_subspace_attributes);
+    let heuristics = heuristic_configurations(profile, &config.deployment)?;
     // Configurations of at most `max_subspaces` from the first `kept` subspaces, counting
-    // the key-only one.
-    let configurations_of =
-        |kept: usize| subsets_up_to(kept, config.max_subspaces).saturating_add(1);
+    // the key-only one and the heuristics' room.
+    let configurations_of = |kept: usize| {
+        subsets_up_to(kept, config.max_subspaces)
+            .saturating_add(1)
+            .saturating_add(heuristics.len() as u64)
+    };
     let mut kept = subspaces.len();
-    while configurations_of(kept) > config.max_candidates as u64 {
+    while kept > 0 && configurations_of(kept) > config.max_candidates as u64 {
         kept -= 1;
     }
     let mut candidates = Vec::new();
@@ -124,7 +136,36 @@ pub fn candidate_configurations(
         &config.deployment,
     )?;
     candidates.sort();
+    for heuristic in heuristics {
+        if candidates.len() >= config.max_candidates {
+            break;
+        }
+        if let Err(place) = candidates.binary_search(&heuristic) {
+            candidates.insert(place, heuristic);
+        }
+    }
     Ok(candidates)
+}
+
+/// The heuristics' configurations other than the key-only one, distinct, most
+/// selective first (dominant, hyperspace, subspaces-all: the order they are kept in
+/// when `max_candidates` leaves room for fewer).
+fn heuristic_configurations(
+    profile: &WorkloadProfile,
+    deployment: &Deployment,
+) -> Result<Vec<Configuration>, ConfigError> {
+    let key_only = no_subspace(deployment)?;
+    let mut configurations: Vec<Configuration> = Vec::new();
+    for configuration in [
+        dominant(profile, deployment)?,
+        hyperspace(profile, deployment)?,
+        subspaces_all(profile, deployment)?,
+    ] {
+        if configuration != key_only && !configurations.contains(&configuration) {
+            configurations.push(configuration);
+        }
+    }
+    Ok(configurations)
 }
 
 /// Every non-empty subset of `attributes` of at most `max_size`, ordered best first.
@@ -204,7 +245,9 @@ fn combine(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hyperspace::heuristics::tests::{table_one, DEPLOYMENT, LOCALITY, PRICE};
+    use crate::hyperspace::heuristics::tests::{
+        table_one, DEPLOYMENT, LOCALITY, PETS, POOL, PRICE, RATINGS, REGION,
+    };
     use crate::hyperspace::{SearchFrequency, SearchShape};
     use proptest::prelude::*;
     use std::collections::BTreeSet;
@@ -269,14 +312,31 @@ mod tests {
         assert!(candidate_configurations(&profile, &too_wide).is_err());
     }
 
+    /// The heuristics' configurations for `profile`, the key-only one left out.
+    fn heuristics_of(profile: &WorkloadProfile) -> BTreeSet<Configuration> {
+        let key_only = no_subspace(&DEPLOYMENT).unwrap();
+        [
+            dominant(profile, &DEPLOYMENT).unwrap(),
+            hyperspace(profile, &DEPLOYMENT).unwrap(),
+            subspaces_all(profile, &DEPLOYMENT).unwrap(),
+        ]
+        .into_iter()
+        .filter(|configuration| *configuration != key_only)
+        .collect()
+    }
+
     #[test]
     fn pruning_keeps_the_best_scored_subspaces() {
         // Workload A: price is fixed by 94 % of the searches, locality by 87 %, the pair
-        // <locality, price> by 81 %; with room for 3 candidates of one subspace, the
-        // key-only configuration and the two best scored subspaces remain.
+        // <locality, price> by 81 %. With room for 6 candidates of one subspace, three
+        // are kept for the heuristics (dominant: (price); hyperspace: one subspace of
+        // the six searched attributes; subspaces-all: six of one each), so the key-only
+        // configuration and the two best scored subspaces remain; (price) is dominant's
+        // too, so 5 candidates in all.
         let profile = table_one([6.0, 13.0, 26.0, 55.0]);
-        let candidates = candidate_configurations(&profile, &config(1, 3)).unwrap();
-        let expected: Vec<Configuration> = vec![
+        let candidates = candidate_configurations(&profile, &config(1, 6)).unwrap();
+        let all_six = AttributeSet::from([LOCALITY, REGION, PRICE, RATINGS, PETS, POOL]);
+        let mut expected: Vec<Configuration> = vec![
             DEPLOYMENT.configuration([]).unwrap(),
             DEPLOYMENT
                 .configuration([AttributeSet::from([LOCALITY])])
@@ -284,8 +344,24 @@ mod tests {
             DEPLOYMENT
                 .configuration([AttributeSet::from([PRICE])])
                 .unwrap(),
+            DEPLOYMENT.configuration([all_six.clone()]).unwrap(),
+            DEPLOYMENT
+                .configuration(all_six.iter().map(|&a| AttributeSet::from([a])))
+                .unwrap(),
         ];
-        let mut expected = expected;
+        expected.sort();
+        assert_eq!(candidates, expected);
+
+        // With room for 3, the heuristics' room leaves no enumerated subspace: the
+        // key-only configuration, then dominant and hyperspace in that order.
+        let candidates = candidate_configurations(&profile, &config(1, 3)).unwrap();
+        let mut expected = vec![
+            DEPLOYMENT.configuration([]).unwrap(),
+            DEPLOYMENT
+                .configuration([AttributeSet::from([PRICE])])
+                .unwrap(),
+            DEPLOYMENT.configuration([all_six]).unwrap(),
+        ];
         expected.sort();
         assert_eq!(candidates, expected);
     }
@@ -307,7 +383,8 @@ mod tests {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let expected = brute_force(&attributes, max_subspaces);
+            let mut expected = brute_force(&attributes, max_subspaces);
+            expected.extend(heuristics_of(&profile));
             prop_assert_eq!(candidates.len(), expected.len());
             prop_assert_eq!(candidates.into_iter().collect::<BTreeSet<_>>(), expected);
         }
@@ -327,8 +404,17 @@ mod tests {
             prop_assert!(candidates.contains(&DEPLOYMENT.configuration([]).unwrap()));
             let distinct: BTreeSet<&Configuration> = candidates.iter().collect();
             prop_assert_eq!(distinct.len(), candidates.len());
+            let heuristics = heuristics_of(&profile);
             for candidate in &candidates {
-                prop_assert!(candidate.subspaces().len() <= max_subspaces);
+                prop_assert!(
+                    candidate.subspaces().len() <= max_subspaces
+                        || heuristics.contains(candidate)
+                );
+            }
+            if max_candidates > heuristics.len() {
+                for heuristic in &heuristics {
+                    prop_assert!(candidates.contains(heuristic));
+                }
             }
         }
     }
