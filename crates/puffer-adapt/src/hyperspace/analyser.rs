@@ -20,9 +20,10 @@
 //!    no-subspace is the key-only one) are candidates too, whatever the size bounds: the
 //!    bounds keep the enumeration small, not the configurations the model may rank, and a
 //!    heuristic the model itself prices above everything enumerated must not be missed
-//!    for being wide (measured on the loopback cluster: one subspace of six attributes,
-//!    a single region at 16, beat every enumerated configuration at half updates). Room
-//!    for them is kept within `max_candidates` before `L` is chosen.
+//!    for being wide (on the loopback cluster at half updates, the model priced one
+//!    subspace of six attributes, a single region at 16, above every enumerated
+//!    configuration, and it measured fastest). Room for them is kept within
+//!    `max_candidates` before `L` is chosen, even where one of them is enumerated too.
 
 use super::{
     heuristics::{attributes_by_search_weight, dominant, hyperspace, no_subspace, subspaces_all},
