@@ -398,19 +398,22 @@ mod tests {
             max_candidates in 1usize..200,
         ) {
             let profile = searches_of(&sets);
-            let candidates =
-                candidate_configurations(&profile, &config(max_subspaces, max_candidates))
-                    .unwrap();
+            let bounds = config(max_subspaces, max_candidates);
+            let candidates = candidate_configurations(&profile, &bounds).unwrap();
             prop_assert!(candidates.len() <= max_candidates);
             prop_assert!(candidates.contains(&DEPLOYMENT.configuration([]).unwrap()));
             let distinct: BTreeSet<&Configuration> = candidates.iter().collect();
             prop_assert_eq!(distinct.len(), candidates.len());
             let heuristics = heuristics_of(&profile);
+            let widest = bounds.max_subspace_attributes;
             for candidate in &candidates {
-                prop_assert!(
-                    candidate.subspaces().len() <= max_subspaces
-                        || heuristics.contains(candidate)
-                );
+                // Only a heuristic's configuration may exceed the size bounds.
+                let within_bounds = candidate.subspaces().len() <= max_subspaces
+                    && candidate
+                        .subspaces()
+                        .iter()
+                        .all(|subspace| subspace.attributes().len() <= widest);
+                prop_assert!(within_bounds || heuristics.contains(candidate));
             }
             if max_candidates > heuristics.len() {
                 for heuristic in &heuristics {
