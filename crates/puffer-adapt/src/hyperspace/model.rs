@@ -1199,16 +1199,17 @@ pub struct SearchRun {
     pub objects_read: f64,
     /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
     pub rows_sent: f64,
-    /// Seconds per operation the run's updates cost, `(1 − p)` times an update's
-    /// cost by equation 4 (>= 0; 0 for searches alone).
-    pub update_s_per_op: f64,
+    /// The weighted chain length `K(1 + |N| + 2α|M|)` of one of the run's updates on
+    /// average ([`update_chain_length`]; >= 0, any value for searches alone): equation
+    /// 4 charges an update `f` and this many copies.
+    pub update_copies: f64,
     /// [`write_exposure`] of the run's workload (>= 0; 0 for searches alone).
     pub write_exposure: f64,
     /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// A search's six costs, from [`search_costs_from_runs`].
+/// A search's six costs and an update's two, from [`search_costs_from_runs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchCosts {
     /// `c_region`, seconds per region asked (>= 0).
@@ -1223,29 +1224,64 @@ pub struct SearchCosts {
     pub write_rate_cost_s2: f64,
     /// `κ`, seconds per update per second written through the asking node (>= 0).
     pub catch_up_cost_s2: f64,
+    /// `f` and `T_max` amid searches: fitted on the runs with the search costs where
+    /// they tell them apart (`update_costs_fitted`), else the ones given (measured on
+    /// updates alone).
+    pub update_costs: UpdateCosts,
+    /// Whether `update_costs` were fitted on the runs.
+    pub update_costs_fitted: bool,
 }
 
 /// `c_region`, `c_fan`, `β`, `γ`, `λ` and `κ` from calibration runs of searches
-/// (equations 2 and 3 inverted): each run gives `1 / T_real = p (regions · c_region +
-/// (regions − 1) · c_fan + read · β + sent · γ) + updates + λ · x · T_real + κ · p (1 −
-/// p) · T_real`, with `x` its [`write_exposure`]; with the measured `T_real` on the
-/// right, that is linear in the costs. They are the least-squares solution of those
-/// equations in relative terms (each run's residual divided by its cost, so a slow run
-/// does not outweigh the fast ones: the model's error is judged relative), none below
-/// 0: among the fits with `β` and any of the five others left free (the rest 0), the
-/// one with the smallest residual whose costs are all non-negative. Runs that leave `β`
-/// at 0 or below say nothing about it and are refused.
-pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
+/// (equations 2 and 3 inverted), with an update's `f` and `T_max` as it costs amid
+/// them: each run gives `1 / T_real = p (regions · c_region + (regions − 1) · c_fan +
+/// read · β + sent · γ) + (1 − p)(f + copies / T_max) + λ · x · T_real + κ · p (1 −
+/// p) · T_real`, with `x` its [`write_exposure`] and `copies` its updates' chain
+/// length; with the measured `T_real` on the right, that is linear in the costs. They
+/// are the least-squares solution of those equations in relative terms (each run's
+/// residual divided by its cost, so a slow run does not outweigh the fast ones: the
+/// model's error is judged relative), none below 0: among the fits with `β` and any of
+/// the five others left free (the rest 0), and with `f` and `1 / T_max` either both
+/// free or both `updates_alone`'s, the one with the smallest residual whose costs are
+/// all non-negative (and `1 / T_max` positive).
+///
+/// Why the update's costs are fitted here too: on the cluster an update waits for its
+/// group's commit, and amid searches one more copy made it 0.3 to 1.3 % dearer where
+/// updates alone had it 8 % dearer; the model, charging the latter, preferred fewer
+/// subspaces than measured best. Runs that vary the copies at the same search (and
+/// runs at few searches) tell the two apart; without them (the matrix singular) the
+/// costs measured on updates alone are kept. Runs that leave `β` at 0 or below say
+/// nothing about it and are refused.
+pub fn search_costs_from_runs(
+    runs: &[SearchRun],
+    updates_alone: UpdateCosts,
+) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
             "search_runs",
             "no run: nothing to estimate beta from",
         ));
     }
+    if !(updates_alone.fixed_cost_s.is_finite()
+        && updates_alone.fixed_cost_s >= 0.0
+        && updates_alone.max_throughput_ops_per_s.is_finite()
+        && updates_alone.max_throughput_ops_per_s > 0.0)
+    {
+        return Err(config_error(
+            "update_costs",
+            format!(
+                "f = {} s and T_max = {} ops/s: f must be finite and >= 0, T_max finite \
+                 and > 0",
+                updates_alone.fixed_cost_s, updates_alone.max_throughput_ops_per_s
+            ),
+        ));
+    }
     // Each run as a row (p · regions · T, p · (regions − 1) · T, p · read · T,
-    // p · sent · T, x · T², p · (1 − p) · T²) against 1 − updates · T.
+    // p · sent · T, x · T², p · (1 − p) · T², (1 − p) · T, (1 − p) · copies · T)
+    // against 1, or, with the update's costs given, against 1 − (1 − p)(f + copies /
+    // T_max) · T and the last two columns left out.
     let mut rows = Vec::with_capacity(runs.len());
-    let mut targets = Vec::with_capacity(runs.len());
+    let mut targets_given = Vec::with_capacity(runs.len());
     for run in runs {
         if !(run.search_share > 0.0 && run.search_share <= 1.0) {
             return Err(config_error(
@@ -1257,7 +1293,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             ("regions asked", run.regions_asked),
             ("objects read", run.objects_read),
             ("rows sent", run.rows_sent),
-            ("update cost", run.update_s_per_op),
+            ("update copies", run.update_copies),
             ("write exposure", run.write_exposure),
         ] {
             if !(value.is_finite() && value >= 0.0) {
@@ -1269,6 +1305,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         }
         let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
         let searches = run.search_share * measured;
+        let updates = (1.0 - run.search_share) * measured;
         rows.push([
             run.regions_asked * searches,
             (run.regions_asked - 1.0).max(0.0) * searches,
@@ -1276,13 +1313,21 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             run.rows_sent * searches,
             run.write_exposure * measured * measured,
             run.search_share * (1.0 - run.search_share) * measured * measured,
+            updates,
+            run.update_copies * updates,
         ]);
-        targets.push(1.0 - run.update_s_per_op * measured);
+        targets_given.push(
+            1.0 - updates
+                * (updates_alone.fixed_cost_s
+                    + run.update_copies / updates_alone.max_throughput_ops_per_s),
+        );
     }
+    let targets_free = vec![1.0; runs.len()];
     // Which costs are fitted (β, column 2, always): every subset, the best feasible
     // one kept.
-    let mut best: Option<([f64; COSTS], f64)> = None;
-    for subset in 0..32u8 {
+    let mut best: Option<([f64; COSTS], bool, f64)> = None;
+    for subset in 0..64u8 {
+        let updates_free = subset & 32 != 0;
         let free = [
             subset & 1 != 0,
             subset & 2 != 0,
@@ -1290,27 +1335,38 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             subset & 4 != 0,
             subset & 8 != 0,
             subset & 16 != 0,
+            updates_free,
+            updates_free,
         ];
-        let Some(costs) = least_squares(&rows, &targets, free) else {
+        let targets = if updates_free {
+            &targets_free
+        } else {
+            &targets_given
+        };
+        let Some(costs) = least_squares(&rows, targets, free) else {
             continue;
         };
-        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[2] <= 0.0 {
+        if costs.iter().any(|c| !c.is_finite() || *c < 0.0)
+            || costs[2] <= 0.0
+            || (updates_free && costs[7] <= 0.0)
+        {
             continue;
         }
         let residual: f64 = rows
             .iter()
-            .zip(&targets)
+            .zip(targets)
             .map(|(row, target)| {
                 let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
                 (fitted - target).powi(2)
             })
             .sum();
-        if best.is_none_or(|(_, r)| residual < r) {
-            best = Some((costs, residual));
+        if best.is_none_or(|(_, _, r)| residual < r) {
+            best = Some((costs, updates_free, residual));
         }
     }
     let Some((
-        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2],
+        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2, fixed_cost_s, copy_cost_s],
+        update_costs_fitted,
         _,
     )) = best
     else {
@@ -1319,6 +1375,14 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             "the runs give no positive beta: they say nothing about the cost of a row read",
         ));
     };
+    let update_costs = if update_costs_fitted {
+        UpdateCosts {
+            fixed_cost_s,
+            max_throughput_ops_per_s: 1.0 / copy_cost_s,
+        }
+    } else {
+        updates_alone
+    };
     Ok(SearchCosts {
         region_cost_s,
         fan_out_cost_s,
@@ -1326,11 +1390,13 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         sent_row_cost_s,
         write_rate_cost_s2,
         catch_up_cost_s2,
+        update_costs,
+        update_costs_fitted,
     })
 }
 
-/// Costs a search is charged (columns of a calibration run's row).
-const COSTS: usize = 6;
+/// Costs a calibration run's row charges: a search's six, an update's two.
+const COSTS: usize = 8;
 
 /// The least-squares costs of `rows · costs = targets` over the columns `free` says
 /// (the others 0), by the normal equations; `None` when they are singular.
@@ -1807,15 +1873,20 @@ mod tests {
             vec![0, 5],
         ];
         // Each class alone, and amid updates at 90, 50 and 10 % searches: the
-        // throughput the model predicts is what the run "measured".
+        // throughput the model predicts is what the run "measured", with update costs
+        // (f, T_max) of the calibration's.
         let runs: Vec<SearchRun> = shapes
             .into_iter()
             .flat_map(|attributes| [1.0, 0.9, 0.5, 0.1].map(|share| (attributes.clone(), share)))
             .map(|(attributes, share)| {
+                let moved = !attributes.contains(&5);
                 let shape = SearchShape::equalities(attributes);
                 let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
                 let objects = calibration.objects;
-                let updated = set(&[1]);
+                // Updates that move the object in the subspace, and (with the
+                // classes searching attribute 5) ones that leave it in place: two
+                // chain lengths, which tell an update's fixed cost from a copy's.
+                let updated = if moved { set(&[1]) } else { set(&[5]) };
                 let profile = WorkloadProfile {
                     searches: vec![SearchFrequency {
                         shape: shape.clone(),
@@ -1838,8 +1909,7 @@ mod tests {
                         objects,
                     ),
                     rows_sent: rows_returned(&configuration, &route, &shape, Some(&rows), objects),
-                    update_s_per_op: (1.0 - share)
-                        * update_cost_s(&configuration, &updated, &calibration).unwrap(),
+                    update_copies: update_chain_length(&configuration, &updated, calibration.alpha),
                     write_exposure: write_exposure(&configuration, &profile, objects).unwrap(),
                     measured_throughput_ops_per_s: predicted_throughput_ops_per_s(
                         &configuration,
@@ -1850,7 +1920,22 @@ mod tests {
                 }
             })
             .collect();
-        let costs = search_costs_from_runs(&runs).unwrap();
+        // Given update costs unlike the runs': the runs' own are fitted back.
+        let unlike = UpdateCosts {
+            fixed_cost_s: 1e-3,
+            max_throughput_ops_per_s: 50.0,
+        };
+        let costs = search_costs_from_runs(&runs, unlike).unwrap();
+        assert!(costs.update_costs_fitted);
+        assert!(
+            (costs.update_costs.fixed_cost_s / calibration.update_fixed_cost_s - 1.0).abs() < 1e-9
+        );
+        assert!(
+            (costs.update_costs.max_throughput_ops_per_s / calibration.max_throughput_ops_per_s
+                - 1.0)
+                .abs()
+                < 1e-9
+        );
         assert!((costs.beta_s_per_object / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
         assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
@@ -1865,11 +1950,14 @@ mod tests {
             regions_asked: 1.0,
             objects_read: 10.0,
             rows_sent: 0.0,
-            update_s_per_op: 0.0,
+            update_copies: 0.0,
             write_exposure: 0.0,
             measured_throughput_ops_per_s: 100.0,
         };
-        let costs = search_costs_from_runs(&[one, one]).unwrap();
+        let costs = search_costs_from_runs(&[one, one], unlike).unwrap();
+        // Searches alone say nothing about an update: the given costs are kept.
+        assert!(!costs.update_costs_fitted);
+        assert_eq!(costs.update_costs, unlike);
         assert_eq!(
             (
                 costs.region_cost_s,
@@ -1885,8 +1973,25 @@ mod tests {
             objects_read: 0.0,
             ..one
         };
-        assert!(search_costs_from_runs(&[nothing_read]).is_err());
-        assert!(search_costs_from_runs(&[]).is_err());
+        assert!(search_costs_from_runs(&[nothing_read], unlike).is_err());
+        assert!(search_costs_from_runs(&[], unlike).is_err());
+        for bad_given in [
+            UpdateCosts {
+                max_throughput_ops_per_s: 0.0,
+                ..unlike
+            },
+            UpdateCosts {
+                fixed_cost_s: f64::NAN,
+                ..unlike
+            },
+        ] {
+            assert_eq!(
+                search_costs_from_runs(&[one], bad_given)
+                    .unwrap_err()
+                    .setting,
+                "update_costs"
+            );
+        }
         for bad in [
             SearchRun {
                 measured_throughput_ops_per_s: 0.0,
@@ -1901,12 +2006,12 @@ mod tests {
                 ..one
             },
             SearchRun {
-                update_s_per_op: f64::NAN,
+                update_copies: f64::NAN,
                 ..one
             },
         ] {
             assert_eq!(
-                search_costs_from_runs(&[bad]).unwrap_err().setting,
+                search_costs_from_runs(&[bad], unlike).unwrap_err().setting,
                 "search_runs"
             );
         }

@@ -18,7 +18,7 @@ use puffer_adapt::hyperspace::{
     AttributeSet, SearchFrequency, SearchShape, UpdateFrequency, WorkloadProfile,
 };
 use puffer_node::{Database, ReadAnswer, ReadRequest, Wait};
-use puffer_store::{Predicate, Query, ReadOptions, Record, Value, WriteOp};
+use puffer_store::{Predicate, Query, ReadOptions, Value, WriteOp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -557,6 +557,7 @@ pub fn parse_label(shown: &str, regions: u32) -> anyhow::Result<Vec<(Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use puffer_store::Record;
 
     #[test]
     fn labels_parse_back_into_their_subspaces() {
