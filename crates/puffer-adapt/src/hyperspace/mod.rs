@@ -56,8 +56,8 @@ pub use model::{
     WorkloadProfile, MAX_FREE_VALUE_SHARES, MAX_ROW_PROBES,
 };
 pub use model::{
-    search_cost_s, update_chain_length, update_cost_s, update_costs_from_runs, write_exposure,
-    written_exposure, UpdateCosts,
+    move_probability, search_cost_s, update_chain_length, update_cost_s, update_costs_from_runs,
+    write_exposure, written_exposure, UpdateCosts,
 };
 pub use profiler::{Profiler, ProfilerConfig};
 pub use regions::{

@@ -826,26 +826,53 @@ fn holding_regions(
         .max(1.0)
 }
 
-/// The weighted chain length `K(1 + |N| + 2α|M|)` of an update changing `attributes`
-/// (Observation 4 with the corrective factor of Observation 5); with `α = 1` it is the
-/// number of servers in the chain.
+/// The weighted chain length `K(1 + |N| + Σ_M ((1 − q_s) + 2α q_s))` of an update
+/// changing `attributes` (Observation 4 with the corrective factor of Observation 5),
+/// `q_s` the chance the update moves the object out of its region in subspace `s`
+/// ([`move_probability`]); with every `q_s = 1` it is the paper's `K(1 + |N| +
+/// 2α|M|)`, and with `α = 1` the number of servers in the chain.
 pub fn update_chain_length(
     configuration: &Configuration,
     attributes: &AttributeSet,
     alpha: f64,
 ) -> f64 {
-    let modified = configuration
-        .subspaces()
+    let (in_place, moved) =
+        configuration
+            .subspaces()
+            .iter()
+            .fold((0.0, 0.0), |(in_place, moved), subspace| {
+                let q = move_probability(subspace, attributes);
+                (in_place + 1.0 - q, moved + q)
+            });
+    f64::from(configuration.replicas()) * (1.0 + in_place + 2.0 * alpha * moved)
+}
+
+/// The chance that an update changing `attributes` moves an object to another region of
+/// `subspace`: `1 − Π 1/p` over the changed attributes the subspace has, each dimension
+/// cut into `p` parts ([`parts_per_dimension`](super::regions::parts_per_dimension)),
+/// the new value taken to fall in any part alike (quantile cuts and hashes spread
+/// values evenly); 0 when the subspace has none of them.
+///
+/// Why not 1 whenever the subspace has a changed attribute, as the paper charges: the
+/// store moves a copy only when its region changes, and overwrites it in place
+/// otherwise. The paper's grids are fine (a hash per attribute), so a change nearly
+/// always moves; here a subspace of six attributes in 16 regions is one region (every
+/// dimension uncut), where no update moves anything, and the model charged it `2α`
+/// copies an update for a copy written in place: on the cluster, hyperspace measured 5
+/// to 8 % above the choice at B-WH in four runs while the model ranked it out of its
+/// five best.
+pub fn move_probability(subspace: &Subspace, attributes: &AttributeSet) -> f64 {
+    let changed = subspace
+        .attributes()
         .iter()
-        .filter(|subspace| {
-            subspace
-                .attributes()
-                .iter()
-                .any(|attribute| attributes.contains(attribute))
-        })
+        .filter(|attribute| attributes.contains(attribute))
         .count();
-    let untouched = configuration.subspaces().len() - modified;
-    f64::from(configuration.replicas()) * (1.0 + untouched as f64 + 2.0 * alpha * modified as f64)
+    if changed == 0 {
+        return 0.0;
+    }
+    let parts =
+        super::regions::parts_per_dimension(subspace.regions(), subspace.attributes().len());
+    1.0 - f64::from(parts).powi(-(changed as i32))
 }
 
 /// Seconds one update changing `attributes` costs in `configuration`: the inverse of
@@ -1056,8 +1083,12 @@ pub struct UpdateRun {
     pub replicas: u32,
     /// `|N|`, subspaces the update leaves in place.
     pub untouched_subspaces: u32,
-    /// `|M|`, subspaces the update moves the object in.
+    /// `|M|`, subspaces holding an attribute the update changes.
     pub modified_subspaces: u32,
+    /// Of the copies in the `|M|` subspaces, the share the update moves to another
+    /// region on average (in `[0, 1]`; the mean of their [`move_probability`], 1 in the
+    /// paper); the others are overwritten in place, as the `|N|` are.
+    pub move_share: f64,
     /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
@@ -1135,8 +1166,8 @@ pub fn update_costs_from_runs(runs: &[UpdateRun]) -> Result<UpdateCosts, ConfigE
 
 /// `α` from calibration runs (equation 5, as the exact inverse of equation 4).
 ///
-/// Each run gives `T_max / T_real − f · T_max − K(1 + |N|) = 2K|M| · α` (`f · T_max` is
-/// 1 in the paper); `α` is the least-squares solution of those equations (a single run
+/// Each run gives `T_max / T_real − f · T_max − K(1 + |N| + |M|(1 − m)) = 2K|M|m · α`,
+/// `m` its move share (`f · T_max` and `m` are 1 in the paper); `α` is the least-squares solution of those equations (a single run
 /// with `|M| >= 1` gives equation 4 inverted). At least one run must move a subspace
 /// (`|M| >= 1`); an `α` below 0 means the runs were faster than any chain allows, and
 /// is reported rather than used.
@@ -1162,17 +1193,20 @@ pub fn alpha_from_update_runs(
     for run in runs {
         check_update_run(run)?;
         let replicas = f64::from(run.replicas);
+        let modified = f64::from(run.modified_subspaces);
         let excess = max_throughput_ops_per_s / run.measured_throughput_ops_per_s
             - update_fixed_cost_s * max_throughput_ops_per_s
-            - replicas * (1.0 + f64::from(run.untouched_subspaces));
-        let weight = 2.0 * replicas * f64::from(run.modified_subspaces);
+            - replicas
+                * (1.0 + f64::from(run.untouched_subspaces) + modified * (1.0 - run.move_share));
+        let weight = 2.0 * replicas * modified * run.move_share;
         weighted_sum += weight * excess;
         weight_square_sum += weight * weight;
     }
     if weight_square_sum == 0.0 {
         return Err(config_error(
             "update_runs",
-            "no run modifies a subspace (|M| >= 1), so they say nothing about alpha",
+            "no run moves a copy (|M| >= 1 and a move share above 0), so they say nothing \
+             about alpha",
         ));
     }
     let alpha = weighted_sum / weight_square_sum;
@@ -1199,17 +1233,16 @@ pub struct SearchRun {
     pub objects_read: f64,
     /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
     pub rows_sent: f64,
-    /// The weighted chain length `K(1 + |N| + 2α|M|)` of one of the run's updates on
-    /// average ([`update_chain_length`]; >= 0, any value for searches alone): equation
-    /// 4 charges an update `f` and this many copies.
-    pub update_copies: f64,
+    /// Seconds per operation the run's updates cost, `(1 − p)` times an update's
+    /// cost by equation 4 (>= 0; 0 for searches alone).
+    pub update_s_per_op: f64,
     /// [`write_exposure`] of the run's workload (>= 0; 0 for searches alone).
     pub write_exposure: f64,
     /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// A search's six costs and an update's two, from [`search_costs_from_runs`].
+/// A search's six costs, from [`search_costs_from_runs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchCosts {
     /// `c_region`, seconds per region asked (>= 0).
@@ -1224,64 +1257,29 @@ pub struct SearchCosts {
     pub write_rate_cost_s2: f64,
     /// `κ`, seconds per update per second written through the asking node (>= 0).
     pub catch_up_cost_s2: f64,
-    /// `f` and `T_max` amid searches: fitted on the runs with the search costs where
-    /// they tell them apart (`update_costs_fitted`), else the ones given (measured on
-    /// updates alone).
-    pub update_costs: UpdateCosts,
-    /// Whether `update_costs` were fitted on the runs.
-    pub update_costs_fitted: bool,
 }
 
 /// `c_region`, `c_fan`, `β`, `γ`, `λ` and `κ` from calibration runs of searches
-/// (equations 2 and 3 inverted), with an update's `f` and `T_max` as it costs amid
-/// them: each run gives `1 / T_real = p (regions · c_region + (regions − 1) · c_fan +
-/// read · β + sent · γ) + (1 − p)(f + copies / T_max) + λ · x · T_real + κ · p (1 −
-/// p) · T_real`, with `x` its [`write_exposure`] and `copies` its updates' chain
-/// length; with the measured `T_real` on the right, that is linear in the costs. They
-/// are the least-squares solution of those equations in relative terms (each run's
-/// residual divided by its cost, so a slow run does not outweigh the fast ones: the
-/// model's error is judged relative), none below 0: among the fits with `β` and any of
-/// the five others left free (the rest 0), and with `f` and `1 / T_max` either both
-/// free or both `updates_alone`'s, the one with the smallest residual whose costs are
-/// all non-negative (and `1 / T_max` positive).
-///
-/// Why the update's costs are fitted here too: on the cluster an update waits for its
-/// group's commit, and amid searches one more copy made it 0.3 to 1.3 % dearer where
-/// updates alone had it 8 % dearer; the model, charging the latter, preferred fewer
-/// subspaces than measured best. Runs that vary the copies at the same search (and
-/// runs at few searches) tell the two apart; without them (the matrix singular) the
-/// costs measured on updates alone are kept. Runs that leave `β` at 0 or below say
-/// nothing about it and are refused.
-pub fn search_costs_from_runs(
-    runs: &[SearchRun],
-    updates_alone: UpdateCosts,
-) -> Result<SearchCosts, ConfigError> {
+/// (equations 2 and 3 inverted): each run gives `1 / T_real = p (regions · c_region +
+/// (regions − 1) · c_fan + read · β + sent · γ) + updates + λ · x · T_real + κ · p (1 −
+/// p) · T_real`, with `x` its [`write_exposure`]; with the measured `T_real` on the
+/// right, that is linear in the costs. They are the least-squares solution of those
+/// equations in relative terms (each run's residual divided by its cost, so a slow run
+/// does not outweigh the fast ones: the model's error is judged relative), none below
+/// 0: among the fits with `β` and any of the five others left free (the rest 0), the
+/// one with the smallest residual whose costs are all non-negative. Runs that leave `β`
+/// at 0 or below say nothing about it and are refused.
+pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
             "search_runs",
             "no run: nothing to estimate beta from",
         ));
     }
-    if !(updates_alone.fixed_cost_s.is_finite()
-        && updates_alone.fixed_cost_s >= 0.0
-        && updates_alone.max_throughput_ops_per_s.is_finite()
-        && updates_alone.max_throughput_ops_per_s > 0.0)
-    {
-        return Err(config_error(
-            "update_costs",
-            format!(
-                "f = {} s and T_max = {} ops/s: f must be finite and >= 0, T_max finite \
-                 and > 0",
-                updates_alone.fixed_cost_s, updates_alone.max_throughput_ops_per_s
-            ),
-        ));
-    }
     // Each run as a row (p · regions · T, p · (regions − 1) · T, p · read · T,
-    // p · sent · T, x · T², p · (1 − p) · T², (1 − p) · T, (1 − p) · copies · T)
-    // against 1, or, with the update's costs given, against 1 − (1 − p)(f + copies /
-    // T_max) · T and the last two columns left out.
+    // p · sent · T, x · T², p · (1 − p) · T²) against 1 − updates · T.
     let mut rows = Vec::with_capacity(runs.len());
-    let mut targets_given = Vec::with_capacity(runs.len());
+    let mut targets = Vec::with_capacity(runs.len());
     for run in runs {
         if !(run.search_share > 0.0 && run.search_share <= 1.0) {
             return Err(config_error(
@@ -1293,7 +1291,7 @@ pub fn search_costs_from_runs(
             ("regions asked", run.regions_asked),
             ("objects read", run.objects_read),
             ("rows sent", run.rows_sent),
-            ("update copies", run.update_copies),
+            ("update cost", run.update_s_per_op),
             ("write exposure", run.write_exposure),
         ] {
             if !(value.is_finite() && value >= 0.0) {
@@ -1305,7 +1303,6 @@ pub fn search_costs_from_runs(
         }
         let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
         let searches = run.search_share * measured;
-        let updates = (1.0 - run.search_share) * measured;
         rows.push([
             run.regions_asked * searches,
             (run.regions_asked - 1.0).max(0.0) * searches,
@@ -1313,21 +1310,13 @@ pub fn search_costs_from_runs(
             run.rows_sent * searches,
             run.write_exposure * measured * measured,
             run.search_share * (1.0 - run.search_share) * measured * measured,
-            updates,
-            run.update_copies * updates,
         ]);
-        targets_given.push(
-            1.0 - updates
-                * (updates_alone.fixed_cost_s
-                    + run.update_copies / updates_alone.max_throughput_ops_per_s),
-        );
+        targets.push(1.0 - run.update_s_per_op * measured);
     }
-    let targets_free = vec![1.0; runs.len()];
     // Which costs are fitted (β, column 2, always): every subset, the best feasible
     // one kept.
-    let mut best: Option<([f64; COSTS], bool, f64)> = None;
-    for subset in 0..64u8 {
-        let updates_free = subset & 32 != 0;
+    let mut best: Option<([f64; COSTS], f64)> = None;
+    for subset in 0..32u8 {
         let free = [
             subset & 1 != 0,
             subset & 2 != 0,
@@ -1335,38 +1324,27 @@ pub fn search_costs_from_runs(
             subset & 4 != 0,
             subset & 8 != 0,
             subset & 16 != 0,
-            updates_free,
-            updates_free,
         ];
-        let targets = if updates_free {
-            &targets_free
-        } else {
-            &targets_given
-        };
-        let Some(costs) = least_squares(&rows, targets, free) else {
+        let Some(costs) = least_squares(&rows, &targets, free) else {
             continue;
         };
-        if costs.iter().any(|c| !c.is_finite() || *c < 0.0)
-            || costs[2] <= 0.0
-            || (updates_free && costs[7] <= 0.0)
-        {
+        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[2] <= 0.0 {
             continue;
         }
         let residual: f64 = rows
             .iter()
-            .zip(targets)
+            .zip(&targets)
             .map(|(row, target)| {
                 let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
                 (fitted - target).powi(2)
             })
             .sum();
-        if best.is_none_or(|(_, _, r)| residual < r) {
-            best = Some((costs, updates_free, residual));
+        if best.is_none_or(|(_, r)| residual < r) {
+            best = Some((costs, residual));
         }
     }
     let Some((
-        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2, fixed_cost_s, copy_cost_s],
-        update_costs_fitted,
+        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2],
         _,
     )) = best
     else {
@@ -1375,14 +1353,6 @@ pub fn search_costs_from_runs(
             "the runs give no positive beta: they say nothing about the cost of a row read",
         ));
     };
-    let update_costs = if update_costs_fitted {
-        UpdateCosts {
-            fixed_cost_s,
-            max_throughput_ops_per_s: 1.0 / copy_cost_s,
-        }
-    } else {
-        updates_alone
-    };
     Ok(SearchCosts {
         region_cost_s,
         fan_out_cost_s,
@@ -1390,13 +1360,11 @@ pub fn search_costs_from_runs(
         sent_row_cost_s,
         write_rate_cost_s2,
         catch_up_cost_s2,
-        update_costs,
-        update_costs_fitted,
     })
 }
 
-/// Costs a calibration run's row charges: a search's six, an update's two.
-const COSTS: usize = 8;
+/// Costs a search is charged (columns of a calibration run's row).
+const COSTS: usize = 6;
 
 /// The least-squares costs of `rows · costs = targets` over the columns `free` says
 /// (the others 0), by the normal equations; `None` when they are singular.
@@ -1459,6 +1427,12 @@ fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
             format!("{subspaces} subspaces is more than {MAX_SUBSPACES}"),
         ));
     }
+    if !(0.0..=1.0).contains(&run.move_share) {
+        return Err(config_error(
+            "update_runs",
+            format!("move share {} is not in [0, 1]", run.move_share),
+        ));
+    }
     check_measured("update_runs", run.measured_throughput_ops_per_s).map(|_| ())
 }
 
@@ -1512,14 +1486,33 @@ mod tests {
         .unwrap();
         // U = <tel>: (1 + |S|) K = 9 servers.
         assert_eq!(update_chain_length(&configuration, &set(&[7]), 1.0), 9.0);
-        // U = <stars, tel>: stars moves the object in one subspace, 3 (1 + 1 + 2) = 12.
+        // U = <stars, tel>: stars changes in <city, stars>, cut into 4 × 4 regions, so
+        // the object moves there 3 times in 4 (the paper's figure moves it always: 3
+        // (1 + 1 + 2) = 12): 3 (1 + 1 + 1/4 + 2 · 3/4) = 11.25.
         assert_eq!(
             update_chain_length(&configuration, &set(&[1, 7]), 1.0),
-            12.0
+            11.25
         );
-        // With α = 2.3: 3 (1 + 1 + 4.6).
+        // With α = 2.3: 3 (1 + 1 + 1/4 + 4.6 · 3/4).
         let length = update_chain_length(&configuration, &set(&[1, 7]), 2.3);
-        assert!((length - 19.8).abs() < 1e-12);
+        assert!((length - 17.1).abs() < 1e-12);
+        // <price> in 16 parts: a new price moves the object 15 times in 16; in one
+        // region (R = 1), never: the copy is overwritten in place, as for <tel>.
+        assert_eq!(
+            move_probability(&configuration.subspaces()[1], &set(&[2])),
+            15.0 / 16.0
+        );
+        let one_region = Configuration::new([Subspace::new([0, 1, 2], 1).unwrap()], 16, 3).unwrap();
+        assert_eq!(
+            move_probability(&one_region.subspaces()[0], &set(&[1, 2])),
+            0.0
+        );
+        assert_eq!(update_chain_length(&one_region, &set(&[1, 7]), 2.3), 6.0);
+        // Two changed attributes of one subspace: stays only if both stay, 1 − 1/16.
+        assert_eq!(
+            move_probability(&configuration.subspaces()[0], &set(&[0, 1])),
+            15.0 / 16.0
+        );
     }
 
     /// R = 16 everywhere, K = 2, O = 1600, β = 1 ms, T_max = 1000, α = 2, the other
@@ -1565,7 +1558,7 @@ mod tests {
                 frequency: 1.0,
             }],
         };
-        let base = 0.5 * 0.4 + 0.25 * 1.6 + 0.25 * 0.013;
+        let base = 0.5 * 0.4 + 0.25 * 1.6 + 0.25 * 0.012625;
         let exposure = 0.25 * (0.5 * 0.25 + 0.25 * 1.0);
         (profile, base, exposure)
     }
@@ -1696,7 +1689,11 @@ mod tests {
         };
         let search_zero = 4.0 * 100.0 * 1e-3; // equation 2: 0.4 s
         let search_three = 16.0 * 100.0 * 1e-3; // 1.6 s
-        let update = (1.0 + 2.0 * (1.0 + 1.0 + 2.0 * 2.0 * 1.0)) / 1000.0; // 13 ms
+
+        // A new value of 2 moves the object out of its region of <2> (16 parts) 15
+        // times in 16, and leaves <0, 1> in place: f + K (1 + 1 + 1/16 + 2α · 15/16)
+        // / T_max = 12.625 ms.
+        let update = (1.0 + 2.0 * (1.0 + 1.0 + 1.0 / 16.0 + 2.0 * 2.0 * 15.0 / 16.0)) / 1000.0;
         let expected = 1.0 / (0.5 * search_zero + 0.25 * search_three + 0.25 * update);
         let predicted =
             predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap();
@@ -1753,10 +1750,12 @@ mod tests {
         .unwrap();
         let attributes = set(&[0, 2]);
         let measured = 1.0 / update_cost_s(&configuration, &attributes, &calibration).unwrap();
+        // <0> (16 parts) moves 15 times in 16, <1, 2> (4 × 4) 3 times in 4.
         let run = UpdateRun {
             replicas: 3,
             untouched_subspaces: 1,
             modified_subspaces: 2,
+            move_share: (15.0 / 16.0 + 0.75) / 2.0,
             measured_throughput_ops_per_s: measured,
         };
         let alpha = alpha_from_update_runs(
@@ -1781,6 +1780,7 @@ mod tests {
                         replicas,
                         untouched_subspaces: untouched,
                         modified_subspaces: modified,
+                        move_share: 1.0,
                         measured_throughput_ops_per_s: 1.0
                             / (fixed_cost_s + chain / max_throughput),
                     }
@@ -1805,6 +1805,7 @@ mod tests {
                 replicas: 1,
                 untouched_subspaces: untouched,
                 modified_subspaces: 0,
+                move_share: 1.0,
                 measured_throughput_ops_per_s: 1000.0 / (2.0 + f64::from(untouched)),
             })
             .collect();
@@ -1819,6 +1820,7 @@ mod tests {
             replicas: 1,
             untouched_subspaces: untouched,
             modified_subspaces: 0,
+            move_share: 1.0,
             measured_throughput_ops_per_s: measured,
         };
         // One chain length (and a moved run, which is alpha's): f and T_max cannot be
@@ -1873,20 +1875,15 @@ mod tests {
             vec![0, 5],
         ];
         // Each class alone, and amid updates at 90, 50 and 10 % searches: the
-        // throughput the model predicts is what the run "measured", with update costs
-        // (f, T_max) of the calibration's.
+        // throughput the model predicts is what the run "measured".
         let runs: Vec<SearchRun> = shapes
             .into_iter()
             .flat_map(|attributes| [1.0, 0.9, 0.5, 0.1].map(|share| (attributes.clone(), share)))
             .map(|(attributes, share)| {
-                let moved = !attributes.contains(&5);
                 let shape = SearchShape::equalities(attributes);
                 let route = crate::hyperspace::route_search(&configuration, &shape).unwrap();
                 let objects = calibration.objects;
-                // Updates that move the object in the subspace, and (with the
-                // classes searching attribute 5) ones that leave it in place: two
-                // chain lengths, which tell an update's fixed cost from a copy's.
-                let updated = if moved { set(&[1]) } else { set(&[5]) };
+                let updated = set(&[1]);
                 let profile = WorkloadProfile {
                     searches: vec![SearchFrequency {
                         shape: shape.clone(),
@@ -1909,7 +1906,8 @@ mod tests {
                         objects,
                     ),
                     rows_sent: rows_returned(&configuration, &route, &shape, Some(&rows), objects),
-                    update_copies: update_chain_length(&configuration, &updated, calibration.alpha),
+                    update_s_per_op: (1.0 - share)
+                        * update_cost_s(&configuration, &updated, &calibration).unwrap(),
                     write_exposure: write_exposure(&configuration, &profile, objects).unwrap(),
                     measured_throughput_ops_per_s: predicted_throughput_ops_per_s(
                         &configuration,
@@ -1920,22 +1918,7 @@ mod tests {
                 }
             })
             .collect();
-        // Given update costs unlike the runs': the runs' own are fitted back.
-        let unlike = UpdateCosts {
-            fixed_cost_s: 1e-3,
-            max_throughput_ops_per_s: 50.0,
-        };
-        let costs = search_costs_from_runs(&runs, unlike).unwrap();
-        assert!(costs.update_costs_fitted);
-        assert!(
-            (costs.update_costs.fixed_cost_s / calibration.update_fixed_cost_s - 1.0).abs() < 1e-9
-        );
-        assert!(
-            (costs.update_costs.max_throughput_ops_per_s / calibration.max_throughput_ops_per_s
-                - 1.0)
-                .abs()
-                < 1e-9
-        );
+        let costs = search_costs_from_runs(&runs).unwrap();
         assert!((costs.beta_s_per_object / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
         assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
@@ -1950,14 +1933,11 @@ mod tests {
             regions_asked: 1.0,
             objects_read: 10.0,
             rows_sent: 0.0,
-            update_copies: 0.0,
+            update_s_per_op: 0.0,
             write_exposure: 0.0,
             measured_throughput_ops_per_s: 100.0,
         };
-        let costs = search_costs_from_runs(&[one, one], unlike).unwrap();
-        // Searches alone say nothing about an update: the given costs are kept.
-        assert!(!costs.update_costs_fitted);
-        assert_eq!(costs.update_costs, unlike);
+        let costs = search_costs_from_runs(&[one, one]).unwrap();
         assert_eq!(
             (
                 costs.region_cost_s,
@@ -1973,25 +1953,8 @@ mod tests {
             objects_read: 0.0,
             ..one
         };
-        assert!(search_costs_from_runs(&[nothing_read], unlike).is_err());
-        assert!(search_costs_from_runs(&[], unlike).is_err());
-        for bad_given in [
-            UpdateCosts {
-                max_throughput_ops_per_s: 0.0,
-                ..unlike
-            },
-            UpdateCosts {
-                fixed_cost_s: f64::NAN,
-                ..unlike
-            },
-        ] {
-            assert_eq!(
-                search_costs_from_runs(&[one], bad_given)
-                    .unwrap_err()
-                    .setting,
-                "update_costs"
-            );
-        }
+        assert!(search_costs_from_runs(&[nothing_read]).is_err());
+        assert!(search_costs_from_runs(&[]).is_err());
         for bad in [
             SearchRun {
                 measured_throughput_ops_per_s: 0.0,
@@ -2006,12 +1969,12 @@ mod tests {
                 ..one
             },
             SearchRun {
-                update_copies: f64::NAN,
+                update_s_per_op: f64::NAN,
                 ..one
             },
         ] {
             assert_eq!(
-                search_costs_from_runs(&[bad], unlike).unwrap_err().setting,
+                search_costs_from_runs(&[bad]).unwrap_err().setting,
                 "search_runs"
             );
         }
@@ -2205,6 +2168,7 @@ mod tests {
             replicas: 1,
             untouched_subspaces: 1,
             modified_subspaces: 0,
+            move_share: 1.0,
             measured_throughput_ops_per_s: 100.0,
         };
         assert!(alpha_from_update_runs(&[run], 1000.0, 1e-3).is_err());
@@ -2228,6 +2192,25 @@ mod tests {
             ..too_fast
         };
         assert!(alpha_from_update_runs(&[zero], 1000.0, 1e-3).is_err());
+        // A modified subspace that never moves the copy (one region) is a copy written
+        // in place: it says nothing about alpha. A share outside [0, 1] is refused.
+        let in_place = UpdateRun {
+            move_share: 0.0,
+            ..slow
+        };
+        assert!(alpha_from_update_runs(&[in_place], 1000.0, 1e-3).is_err());
+        for share in [-0.1, 1.5, f64::NAN] {
+            let bad = UpdateRun {
+                move_share: share,
+                ..slow
+            };
+            assert_eq!(
+                alpha_from_update_runs(&[bad], 1000.0, 1e-3)
+                    .unwrap_err()
+                    .setting,
+                "update_runs"
+            );
+        }
     }
 
     #[test]

@@ -159,22 +159,6 @@ impl Plan {
             (vec!["locality", "ratings"], vec![sub(&["locality"])], 0.9),
             (vec!["locality", "ratings"], vec![sub(&["locality"])], 0.5),
             (vec!["locality", "ratings"], vec![sub(&["locality"])], 0.1),
-            // A copy's cost amid searches: the same search (one region of (locality))
-            // with one and two more subspaces it does not use, so only the copies an
-            // update writes differ from the run on (locality) alone. On the cluster an
-            // update amid searches hardly grew with its copies where updates alone
-            // grew 8 % a copy, and the model fitted on the latter chose fewer
-            // subspaces than measured best.
-            (
-                vec!["locality", "price"],
-                vec![sub(&["locality"]), sub(&["region"])],
-                0.1,
-            ),
-            (
-                vec!["locality", "price"],
-                vec![sub(&["locality"]), sub(&["region"]), sub(&["postcode"])],
-                0.1,
-            ),
         ];
         for (attributes, subspaces, share) in &search_cases {
             runs.push(CalibrationRun {
@@ -310,8 +294,6 @@ impl Calibrator {
             "key_only_cpu_s_per_s": measured.cpu_s_per_s[0],
             "alpha_note": notes.alpha,
             "update_costs_note": notes.update_costs,
-            "update_costs_alone": notes.update_costs_alone_json(),
-            "update_costs_fitted_amid_searches": notes.update_costs_fitted_amid_searches,
             "runs": runs_out,
             "rounds": rounds,
             "clients": bench.args.clients,
@@ -351,19 +333,6 @@ pub(super) fn calibrate(
 struct FitNotes {
     alpha: Option<String>,
     update_costs: Option<String>,
-    /// `f` and `T_max` fitted on the updates-alone runs (`α` is fitted with them).
-    update_costs_alone: model::UpdateCosts,
-    /// Whether the parameters' `f` and `T_max` are the ones amid searches.
-    update_costs_fitted_amid_searches: bool,
-}
-
-impl FitNotes {
-    fn update_costs_alone_json(&self) -> serde_json::Value {
-        json!({
-            "update_fixed_cost_s": self.update_costs_alone.fixed_cost_s,
-            "max_throughput_ops_per_s": self.update_costs_alone.max_throughput_ops_per_s,
-        })
-    }
 }
 
 /// The parameters from the medians of `measured`'s rounds, with the median of
@@ -388,6 +357,7 @@ fn fit(
         replicas: 1,
         untouched_subspaces: 0,
         modified_subspaces: 0,
+        move_share: 0.0,
         measured_throughput_ops_per_s: key_only,
     }];
     let mut runs_out = Vec::new();
@@ -400,10 +370,27 @@ fn fit(
             label(subspaces),
         );
         runs_out.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(ops, 1), "rounds_ops_per_s": rounds, "background_cpu_s_per_s": measured.background_cpu_s_per_s[i], "cpu_s_per_s": measured.cpu_s_per_s[i]}));
+        // The runs change prices: of the subspaces holding price, the share of copies
+        // a new price moves to another region (a subspace of price and another
+        // attribute in 16 regions is cut 4 × 4, and a new price stays in its part a
+        // quarter of the time).
+        let configuration = model_configuration(subspaces, bench.args.shards)?;
+        let price = model::AttributeSet::from([data::id("price")]);
+        let move_share = if *modified == 0 {
+            0.0
+        } else {
+            configuration
+                .subspaces()
+                .iter()
+                .map(|s| model::move_probability(s, &price))
+                .sum::<f64>()
+                / f64::from(*modified)
+        };
         update_runs.push(UpdateRun {
             replicas: 1,
             untouched_subspaces: *untouched,
             modified_subspaces: *modified,
+            move_share,
             measured_throughput_ops_per_s: ops,
         });
     }
@@ -440,14 +427,15 @@ fn fit(
         let ops = medians[i];
         let found = measured.rows_found[i];
         let configuration = model_configuration(subspaces, bench.args.shards)?;
-        let update_copies = UPDATED
+        let update_s = UPDATED
             .iter()
             .map(|a| {
-                model::update_chain_length(
-                    &configuration,
-                    &model::AttributeSet::from([data::id(a)]),
-                    alpha,
-                )
+                update_fixed_cost_s
+                    + model::update_chain_length(
+                        &configuration,
+                        &model::AttributeSet::from([data::id(a)]),
+                        alpha,
+                    ) / max_throughput
             })
             .sum::<f64>()
             / UPDATED.len() as f64;
@@ -481,29 +469,13 @@ fn fit(
             regions_asked: asked,
             objects_read: read,
             rows_sent: sent,
-            update_copies,
+            update_s_per_op: (1.0 - share) * update_s,
             write_exposure: exposure,
             measured_throughput_ops_per_s: ops,
         });
     }
-    let costs = model::search_costs_from_runs(&search_runs, update_costs)
+    let costs = model::search_costs_from_runs(&search_runs)
         .map_err(|e| anyhow::anyhow!("beta: {}: {}", e.setting, e.reason))?;
-    // The update's costs the model charges are the ones amid searches (every workload
-    // searches) where the runs tell them apart; α stays the updates-alone runs' ratio
-    // of a move to a copy left in place.
-    eprintln!(
-        "calibration: an update costs f = {:.0} us and {:.0} us a copy on updates alone; \
-         amid searches {}: f = {:.0} us, {:.0} us a copy",
-        update_fixed_cost_s * 1e6,
-        1e6 / max_throughput,
-        if costs.update_costs_fitted {
-            "fitted"
-        } else {
-            "not told apart, the same"
-        },
-        costs.update_costs.fixed_cost_s * 1e6,
-        1e6 / costs.update_costs.max_throughput_ops_per_s,
-    );
     let parameters = MeasuredCalibration {
         beta_s_per_object: costs.beta_s_per_object,
         region_cost_s: costs.region_cost_s,
@@ -512,14 +484,12 @@ fn fit(
         write_rate_cost_s2: costs.write_rate_cost_s2,
         catch_up_cost_s2: costs.catch_up_cost_s2,
         alpha,
-        max_throughput_ops_per_s: costs.update_costs.max_throughput_ops_per_s,
-        update_fixed_cost_s: Some(costs.update_costs.fixed_cost_s),
+        max_throughput_ops_per_s: max_throughput,
+        update_fixed_cost_s: Some(update_fixed_cost_s),
     };
     let notes = FitNotes {
         alpha: alpha_note,
         update_costs: update_note,
-        update_costs_alone: update_costs,
-        update_costs_fitted_amid_searches: costs.update_costs_fitted,
     };
     Ok((parameters, key_only, notes, runs_out))
 }
@@ -542,8 +512,6 @@ pub(super) fn refit(bench: &Bench, path: &Path) -> anyhow::Result<MeasuredCalibr
     file["key_only_update_ops_per_s"] = json!(round(key_only, 1));
     file["alpha_note"] = json!(notes.alpha);
     file["update_costs_note"] = json!(notes.update_costs);
-    file["update_costs_alone"] = notes.update_costs_alone_json();
-    file["update_costs_fitted_amid_searches"] = json!(notes.update_costs_fitted_amid_searches);
     file["runs"] = json!(runs_out);
     file["refitted_at_unix_ms"] = json!(super::unix_ms());
     std::fs::write(path, serde_json::to_vec_pretty(&file)?)?;
