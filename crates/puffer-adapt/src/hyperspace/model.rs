@@ -23,7 +23,10 @@
 //!   has none of them (all 0).
 //! - Update `U_j` (equation 4): `cost(U_j) = f + K(1 + |N| + 2α|M|) / T_max` seconds,
 //!   with `M` the subspaces of `S` having an attribute `U_j` changes and `N` the others;
-//!   the `1` inside is the key subspace (Observation 4 and equation 4). `f`
+//!   the `1` inside is the key subspace (Observation 4 and equation 4). A subspace of
+//!   `M` moves the copy only when the new value falls in another region, which a coarse
+//!   grid often does not: it is charged `2α` copies by the chance of a move and one
+//!   copy written in place otherwise ([`move_probability`], [`update_chain_length`]). `f`
 //!   ([`Calibration::update_fixed_cost_s`]) is what an update costs whatever its copies:
 //!   the paper's `1/T_max`, the fetch by key before it, counted as one more hop. Here an
 //!   update is one SCU carrying every copy, committed once: embedded, `f` comes out
