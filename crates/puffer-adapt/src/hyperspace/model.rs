@@ -716,7 +716,7 @@ fn rows_in_regions_of(
 
 /// The share of the rows written into the table that a search of `shape` on `route`
 /// checks while they wait in its regions' log tables, the mean over `rows`' probes:
-/// the share of the table in the regions asked ([`held_share`]: writes fall where the
+/// the share of the table in the regions asked (`held_share`: writes fall where the
 /// records are), times the share of its candidates the search reads before its page is
 /// full (1 when not cut; see [`objects_read`]). Without `rows`, `asked / grid`.
 pub fn written_exposure(
