@@ -873,8 +873,7 @@ pub fn move_probability(subspace: &Subspace, attributes: &AttributeSet) -> f64 {
     if changed == 0 {
         return 0.0;
     }
-    let parts =
-        super::regions::parts_per_dimension(subspace.regions(), subspace.attributes().len());
+    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
     1.0 - f64::from(parts).powi(-(changed as i32))
 }
 
@@ -1170,8 +1169,9 @@ pub fn update_costs_from_runs(runs: &[UpdateRun]) -> Result<UpdateCosts, ConfigE
 /// `α` from calibration runs (equation 5, as the exact inverse of equation 4).
 ///
 /// Each run gives `T_max / T_real − f · T_max − K(1 + |N| + |M|(1 − m)) = 2K|M|m · α`,
-/// `m` its move share (`f · T_max` and `m` are 1 in the paper); `α` is the least-squares solution of those equations (a single run
-/// with `|M| >= 1` gives equation 4 inverted). At least one run must move a subspace
+/// `m` its move share (`f · T_max` and `m` are 1 in the paper); `α` is the
+/// least-squares solution of those equations (a single run with `|M| >= 1` gives
+/// equation 4 inverted). At least one run must move a subspace
 /// (`|M| >= 1`); an `α` below 0 means the runs were faster than any chain allows, and
 /// is reported rather than used.
 pub fn alpha_from_update_runs(
@@ -1516,6 +1516,74 @@ mod tests {
             move_probability(&configuration.subspaces()[0], &set(&[0, 1])),
             15.0 / 16.0
         );
+    }
+
+    /// The oracle: the store's own grid (ordered dimensions cut at the quantiles of
+    /// `2p` evenly spread values), every old and new value of the changed attributes
+    /// enumerated, the share of pairs whose region differs. It equals
+    /// `move_probability` exactly for every subspace size, region count and set of
+    /// changed attributes tried.
+    #[test]
+    fn move_probability_is_the_grids_share_of_region_changes() {
+        use crate::hyperspace::grid::{quantile_cuts, Coordinate, Dimension, Grid};
+        for regions in [1, 4, 16] {
+            for dimensions in 1..=3u16 {
+                let attributes: Vec<AttributeId> = (0..dimensions).collect();
+                let subspace = Subspace::new(attributes.clone(), regions).unwrap();
+                let parts = crate::hyperspace::parts_per_dimension(regions, attributes.len());
+                // Two values a part: each part holds as many, as a quantile cut makes.
+                let values = 2 * parts;
+                let mut sample: Vec<f64> = (0..values).map(f64::from).collect();
+                let grid = Grid {
+                    dimensions: vec![
+                        Dimension::Ordered {
+                            cuts: quantile_cuts(&mut sample, parts),
+                        };
+                        attributes.len()
+                    ],
+                };
+                // Every nonempty set of changed attributes, plus one the subspace lacks.
+                for mask in 1..(1u32 << dimensions) {
+                    let changed: Vec<usize> = (0..usize::from(dimensions))
+                        .filter(|d| mask & (1 << d) != 0)
+                        .collect();
+                    let pairs = values.pow(2 * changed.len() as u32);
+                    let mut moved = 0u32;
+                    for pair in 0..pairs {
+                        // Unchanged dimensions hold value 0; changed dimension i takes
+                        // its old and new values from the pair's digits.
+                        let mut old = vec![0.0; attributes.len()];
+                        let mut new = old.clone();
+                        let mut digits = pair;
+                        for &d in &changed {
+                            old[d] = f64::from(digits % values);
+                            digits /= values;
+                            new[d] = f64::from(digits % values);
+                            digits /= values;
+                        }
+                        let region = |values: &[f64]| {
+                            let coordinates: Vec<Coordinate<'_>> =
+                                values.iter().map(|v| Coordinate::Number(*v)).collect();
+                            grid.region_of(&coordinates)
+                        };
+                        if region(&old) != region(&new) {
+                            moved += 1;
+                        }
+                    }
+                    let mut updated: Vec<AttributeId> =
+                        changed.iter().map(|&d| attributes[d]).collect();
+                    updated.push(99);
+                    let predicted = move_probability(&subspace, &set(&updated));
+                    let brute = f64::from(moved) / f64::from(pairs);
+                    assert!(
+                        (predicted - brute).abs() < 1e-12,
+                        "R {regions}, {dimensions} dimensions, changed {changed:?}: \
+                         {predicted} against {brute}"
+                    );
+                }
+                assert_eq!(move_probability(&subspace, &set(&[99])), 0.0);
+            }
+        }
     }
 
     /// R = 16 everywhere, K = 2, O = 1600, β = 1 ms, T_max = 1000, α = 2, the other
