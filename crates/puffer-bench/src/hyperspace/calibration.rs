@@ -98,7 +98,7 @@ impl Plan {
                 subspaces: subspaces.clone(),
                 workload: any.clone(),
                 mix: updates_only,
-                updated: &["price"],
+                updated: ALPHA_RUNS_UPDATE,
                 seed: 12,
             });
         }
@@ -329,6 +329,10 @@ pub(super) fn calibrate(
     Ok((parameters, calibrator))
 }
 
+/// The attribute the α runs' updates change: the plan updates it and the fit computes
+/// each run's move share from it, so the two cannot disagree.
+const ALPHA_RUNS_UPDATE: &[&str] = &["price"];
+
 /// Why a parameter was taken as the paper takes it rather than fitted (`None`: fitted).
 struct FitNotes {
     alpha: Option<String>,
@@ -370,19 +374,19 @@ fn fit(
             label(subspaces),
         );
         runs_out.push(json!({"kind": "update", "configuration": label(subspaces), "untouched": untouched, "modified": modified, "measured_ops_per_s": round(ops, 1), "rounds_ops_per_s": rounds, "background_cpu_s_per_s": measured.background_cpu_s_per_s[i], "cpu_s_per_s": measured.cpu_s_per_s[i]}));
-        // The runs change prices: of the subspaces holding price, the share of copies
-        // a new price moves to another region (a subspace of price and another
-        // attribute in 16 regions is cut 4 × 4, and a new price stays in its part a
-        // quarter of the time).
+        // Of the subspaces holding the changed attribute, the share of copies a new
+        // value moves to another region (a subspace of price and another attribute in
+        // 16 regions is cut 4 × 4, and a new price stays in its part a quarter of the
+        // time).
         let configuration = model_configuration(subspaces, bench.args.shards)?;
-        let price = model::AttributeSet::from([data::id("price")]);
+        let changed: model::AttributeSet = ALPHA_RUNS_UPDATE.iter().map(|a| data::id(a)).collect();
         let move_share = if *modified == 0 {
             0.0
         } else {
             configuration
                 .subspaces()
                 .iter()
-                .map(|s| model::move_probability(s, &price))
+                .map(|s| model::move_probability(s, &changed))
                 .sum::<f64>()
                 / f64::from(*modified)
         };
