@@ -32,6 +32,9 @@ pub struct HyperspaceOptions {
     /// How much more predicted throughput a configuration needs to replace the
     /// current one (a fraction).
     pub switch_margin: f64,
+    /// How far below the best a configuration may be predicted and still tie with it
+    /// (a fraction); of the ties, the one with the fewest copies is built.
+    pub tie_margin: f64,
     /// How often the configurator looks at each table.
     pub interval: Duration,
     /// Most attributes per candidate subspace, and most subspaces per configuration.
@@ -51,6 +54,7 @@ impl Default for HyperspaceOptions {
             },
             regions: crate::subspace::DEFAULT_REGIONS,
             switch_margin: puffer_adapt::hyperspace::DEFAULT_SWITCH_MARGIN,
+            tie_margin: puffer_adapt::hyperspace::DEFAULT_TIE_MARGIN,
             interval: Duration::from_secs(10),
             max_subspace_attributes: 3,
             max_subspaces: 4,

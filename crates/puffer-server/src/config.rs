@@ -84,6 +84,9 @@ pub struct HyperspaceConfig {
     /// How much faster (a fraction) a configuration must be predicted to replace the
     /// current one.
     pub switch_margin: f64,
+    /// How far below the best (a fraction) a configuration may be predicted and still
+    /// tie with it; of the ties, the one with the fewest copies is built.
+    pub tie_margin: f64,
     /// The model's parameters as `puffer-bench hyperspace --calibrate` measured them on
     /// this machine: `beta_s_per_object`, `alpha`, `max_throughput_ops_per_s` (all or
     /// none; without them the configurator ranks nothing).
@@ -123,6 +126,7 @@ impl Default for HyperspaceConfig {
             window_s: options.profiler.window_buckets,
             regions: options.regions,
             switch_margin: options.switch_margin,
+            tie_margin: options.tie_margin,
             beta_s_per_object: None,
             alpha: None,
             max_throughput_ops_per_s: None,
@@ -174,6 +178,12 @@ impl HyperspaceConfig {
                 self.switch_margin
             )));
         }
+        if !(self.tie_margin.is_finite() && (0.0..=1.0).contains(&self.tie_margin)) {
+            return Err(invalid(format!(
+                "tie_margin is 0 to 1, got {}",
+                self.tie_margin
+            )));
+        }
         let defaults = puffer_node::hyperspace::HyperspaceOptions::default();
         let options = puffer_node::hyperspace::HyperspaceOptions {
             auto: self.auto,
@@ -185,6 +195,7 @@ impl HyperspaceConfig {
             },
             regions: self.regions,
             switch_margin: self.switch_margin,
+            tie_margin: self.tie_margin,
             ..defaults
         };
         let calibration = match (
@@ -558,6 +569,13 @@ mod tests {
                     ..defaults.clone()
                 },
                 "switch_margin",
+            ),
+            (
+                HyperspaceConfig {
+                    tie_margin: 1.5,
+                    ..defaults.clone()
+                },
+                "tie_margin",
             ),
             (
                 HyperspaceConfig {

@@ -23,7 +23,8 @@
 //!    [`SearchRows`] (estimated by the caller from a sample of its records), what a
 //!    compressed index locates and checks; without, every object of its regions.
 //! 4. [`decide`] (the configurator, §5.1) switches only when the best candidate beats the
-//!    current configuration by a margin.
+//!    current configuration by a margin, and then to the fewest copies among the
+//!    candidates predicted to tie with the best.
 //!
 //! The paper's static heuristics are baselines in [`heuristics`]: no-subspace, hyperspace,
 //! subspaces-all and dominant (§5.2).
@@ -47,7 +48,10 @@ pub mod profiler;
 pub mod regions;
 
 pub use analyser::{candidate_configurations, AnalyserConfig};
-pub use configurator::{decide, ConfiguratorDecision, DecisionReason, DEFAULT_SWITCH_MARGIN};
+pub use configurator::{
+    copies_per_object, decide, pick_among_ties, ConfiguratorDecision, DecisionReason, Margins,
+    DEFAULT_SWITCH_MARGIN, DEFAULT_TIE_MARGIN,
+};
 pub use heuristics::{dominant, hyperspace, no_subspace, subspaces_all};
 pub use model::{
     alpha_from_update_runs, most_common_shares, objects_read, predicted_throughput_ops_per_s,

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
-use puffer_adapt::hyperspace::{rank_configurations, Calibration};
+use puffer_adapt::hyperspace::{
+    pick_among_ties, rank_configurations, Calibration, RankedConfiguration, DEFAULT_TIE_MARGIN,
+};
 use serde_json::json;
 
 use super::workload::{kendall_tau, label, profile, workloads, MIXES};
@@ -139,6 +141,7 @@ pub(super) fn repredict(
                 "model_top_measured_ops_per_s": top_measured,
                 "best_measured_ops_per_s": best_measured,
                 "model_top_within_5_percent_of_best": top_measured.map(|t| t >= 0.95 * best_measured),
+                "tie_picks": tie_picks(&ranked, known),
             }));
         }
     }
@@ -158,6 +161,22 @@ pub(super) fn repredict(
             s["best_measured_ops_per_s"],
         );
     }
+    println!(
+        "\n{:<7} {:>6} {:>45} {:>9} {:>9}",
+        "load", "tie", "pick", "predicted", "ops/s"
+    );
+    for s in &summaries {
+        for pick in s["tie_picks"].as_array().into_iter().flatten() {
+            println!(
+                "{:<7} {:>6} {:>45} {:>9} {:>9}",
+                s["workload"].as_str().unwrap_or(""),
+                pick["tie_margin"],
+                pick["configuration"].as_str().unwrap_or(""),
+                pick["predicted_ops_per_s"],
+                pick["measured_ops_per_s"],
+            );
+        }
+    }
     let n = all_signed.len().max(1) as f64;
     println!(
         "{}",
@@ -170,6 +189,29 @@ pub(super) fn repredict(
         })
     );
     Ok(())
+}
+
+/// Tie margins `tie_picks` tries.
+const TIE_MARGINS: [f64; 4] = [0.0, 0.025, DEFAULT_TIE_MARGIN, 0.10];
+
+/// What the configurator would build at each of [`TIE_MARGINS`] (the fewest copies among
+/// the candidates predicted within the margin of the best), with its throughput where
+/// the earlier run measured it (`known`, by label).
+fn tie_picks(ranked: &[RankedConfiguration], known: &BTreeMap<String, f64>) -> serde_json::Value {
+    let picks: Vec<serde_json::Value> = TIE_MARGINS
+        .iter()
+        .filter_map(|&margin| {
+            let pick = pick_among_ties(ranked, margin)?;
+            let shown = label(&subspaces_of(&pick.configuration));
+            Some(json!({
+                "tie_margin": margin,
+                "configuration": shown,
+                "predicted_ops_per_s": round(pick.predicted_throughput_ops_per_s, 1),
+                "measured_ops_per_s": known.get(&shown),
+            }))
+        })
+        .collect();
+    json!(picks)
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use puffer_adapt::hyperspace::{
     candidate_configurations, decide, rank_configurations, AnalyserConfig, AttributeSet,
-    Configuration, DecisionReason, Deployment, RankedConfiguration, SearchShape, WorkloadProfile,
+    Configuration, DecisionReason, Deployment, Margins, RankedConfiguration, SearchShape,
+    WorkloadProfile,
 };
 use puffer_query::{QueryError, Result};
 use puffer_store::{AttrType, Predicate, Query, ReadOptions, Record, WriteOp};
@@ -380,8 +381,11 @@ impl Database {
             .find(|r| r.configuration == current)
             .cloned()
             .expect("the current configuration is a candidate");
-        let decision =
-            decide(&current_ranked, &ranked, options.switch_margin).map_err(config_error)?;
+        let margins = Margins {
+            switch: options.switch_margin,
+            tie: options.tie_margin,
+        };
+        let decision = decide(&current_ranked, &ranked, margins).map_err(config_error)?;
         let shown: Vec<RankedView> = ranked
             .iter()
             .take(MAX_RANKING_SHOWN)
@@ -396,10 +400,12 @@ impl Database {
             DecisionReason::WithinMargin { gain } => format!(
                 "the best is {:.1} % faster, within the {:.0} % margin: kept",
                 gain * 100.0,
-                options.switch_margin * 100.0
+                options.switch_margin.max(options.tie_margin) * 100.0
             ),
             DecisionReason::BeyondMargin { gain } => format!(
-                "the best is {:.1} % faster{}",
+                "the choice (the fewest copies among those within {:.0} % of the best) is \
+                 {:.1} % faster{}",
+                options.tie_margin * 100.0,
                 gain * 100.0,
                 if options.auto {
                     ": switching"

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use puffer_adapt::hyperspace::{
     predicted_throughput_ops_per_s, AttributeSet, Calibration, Configuration, SearchFrequency,
-    SearchShape, Subspace, UpdateFrequency, WorkloadProfile,
+    SearchShape, Subspace, UpdateFrequency, WorkloadProfile, DEFAULT_TIE_MARGIN,
 };
 use puffer_node::hyperspace::{HyperspaceOptions, MeasuredCalibration, RowSample};
 use puffer_node::serving::NodeConfig;
@@ -72,10 +72,11 @@ fn eq(name: &str, value: Value) -> Predicate {
     Predicate::Eq(name.into(), value)
 }
 
-/// The best configuration by brute force: every set of at most 2 subspaces over
+/// The configurator's choice by brute force: every set of at most 2 subspaces over
 /// nonempty subsets of `attributes` (ids 0..3 of the schema), each of `regions`, on a
-/// key subspace of `shards`; predicted by the model for `profile`.
-fn brute_force_best(
+/// key subspace of `shards`, predicted by the model for `profile`; of those within the
+/// tie margin of the best, the fewest subspaces. Returns its subspaces and prediction.
+fn brute_force_choice(
     profile: &WorkloadProfile,
     calibration: &Calibration,
     shards: u32,
@@ -91,26 +92,30 @@ fn brute_force_best(
             configurations.push(vec![a.clone(), b.clone()]);
         }
     }
-    let mut best: Option<(Vec<BTreeSet<u16>>, f64)> = None;
-    for subspaces in configurations {
-        let configuration = Configuration::new(
-            subspaces
-                .iter()
-                .map(|s| Subspace::new(s.iter().copied(), regions).unwrap()),
-            shards,
-            1,
-        )
-        .unwrap();
-        let t = predicted_throughput_ops_per_s(&configuration, profile, calibration).unwrap();
-        // Ties go to fewer subspaces (less storage), as the ranking does.
-        let better = best
-            .as_ref()
-            .is_none_or(|(b, bt)| t > *bt || (t == *bt && subspaces.len() < b.len()));
-        if better {
-            best = Some((subspaces, t));
-        }
-    }
-    best.unwrap()
+    let predicted: Vec<(Vec<BTreeSet<u16>>, f64)> = configurations
+        .into_iter()
+        .map(|subspaces| {
+            let configuration = Configuration::new(
+                subspaces
+                    .iter()
+                    .map(|s| Subspace::new(s.iter().copied(), regions).unwrap()),
+                shards,
+                1,
+            )
+            .unwrap();
+            let t = predicted_throughput_ops_per_s(&configuration, profile, calibration).unwrap();
+            (subspaces, t)
+        })
+        .collect();
+    let best = predicted.iter().map(|(_, t)| *t).fold(f64::MIN, f64::max);
+    // Every configuration predicted within the tie margin of the best ties with it; the
+    // configurator builds the one with the fewest subspaces, then the higher prediction.
+    let mut ties: Vec<&(Vec<BTreeSet<u16>>, f64)> = predicted
+        .iter()
+        .filter(|(_, t)| t * (1.0 + DEFAULT_TIE_MARGIN) >= best)
+        .collect();
+    ties.sort_by(|a, b| a.0.len().cmp(&b.0.len()).then(b.1.total_cmp(&a.1)));
+    ties[0].clone()
 }
 
 fn current(db: &Database) -> BTreeSet<BTreeSet<String>> {
@@ -255,7 +260,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
         objects: 400,
     };
     let regions = HyperspaceOptions::default().regions;
-    let (best, _) = brute_force_best(&profile, &calibration, 1, regions);
+    let (best, _) = brute_force_choice(&profile, &calibration, 1, regions);
     assert!(db.tune_table("rooms").unwrap(), "the first pass switches");
     assert_eq!(current(&db), names(&best));
     assert!(!best.is_empty(), "the model wants a subspace here");
@@ -297,7 +302,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
         ..profile.clone()
     };
     let shifted = with_rows(shifted);
-    let (best_after, _) = brute_force_best(&shifted, &calibration, 1, regions);
+    let (best_after, _) = brute_force_choice(&shifted, &calibration, 1, regions);
     assert_ne!(best_after, best, "the shift changes the best configuration");
     assert!(db.tune_table("rooms").unwrap(), "the shift is followed");
     assert_eq!(current(&db), names(&best_after));
