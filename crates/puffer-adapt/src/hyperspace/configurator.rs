@@ -12,9 +12,10 @@
 //!   each object is deployed (fewer subspaces: less memory, less work per update), the
 //!   higher prediction breaking a tie in copies.
 //!
-//! Why the tie goes to fewer copies: measured, every choice the model got wrong by more
-//! than 5 % lost to a configuration with fewer subspaces that the model had predicted
-//! within 0 to 5 % of its choice (docs/subspaces.md, "Measured").
+//! Why the tie goes to fewer copies: measured, of two configurations predicted within 5 %
+//! of each other, the one with more copies was faster no more often than a coin says
+//! (7 of 14 pairs; docs/subspaces.md, "Configurator"), and the one with fewer costs less
+//! memory and less work per update.
 
 use super::{Configuration, RankedConfiguration};
 use crate::{config_error, ConfigError};
