@@ -11,7 +11,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use puffer_adapt::hyperspace::{
-    pick_among_ties, rank_configurations, Calibration, RankedConfiguration, DEFAULT_TIE_MARGIN,
+    copies_per_object, pick_among_ties, rank_configurations, Calibration, RankedConfiguration,
+    DEFAULT_TIE_MARGIN,
 };
 use serde_json::json;
 
@@ -91,6 +92,7 @@ pub(super) fn repredict(
     }
     let mut summaries = Vec::new();
     let mut all_signed: Vec<f64> = Vec::new();
+    let mut order = PairOrder::default();
     for workload in workloads() {
         let calibration = per_workload.get(workload.name).unwrap_or(calibration);
         for mix in MIXES {
@@ -103,18 +105,22 @@ pub(super) fn repredict(
             let (mut all, heuristics) = candidates_and_heuristics(bench, &profile)?;
             all.extend(heuristics.into_iter().map(|(_, c)| c));
             let ranked = rank_configurations(&all, &profile, calibration).map_err(config_error)?;
-            let predicted: BTreeMap<String, f64> = ranked
+            let predicted: BTreeMap<String, (f64, u32)> = ranked
                 .iter()
                 .map(|r| {
                     (
                         label(&subspaces_of(&r.configuration)),
-                        r.predicted_throughput_ops_per_s,
+                        (
+                            r.predicted_throughput_ops_per_s,
+                            copies_per_object(&r.configuration),
+                        ),
                     )
                 })
                 .collect();
             let mut pairs = Vec::new();
+            let mut with_copies = Vec::new();
             for row in &rows {
-                let new = *predicted
+                let (new, copies) = *predicted
                     .get(&row.configuration)
                     .with_context(|| format!("{name}: {} is not a candidate", row.configuration))?;
                 eprintln!(
@@ -122,9 +128,11 @@ pub(super) fn repredict(
                     row.configuration, row.predicted_ops_per_s, row.measured_ops_per_s
                 );
                 pairs.push((new, row.measured_ops_per_s));
+                with_copies.push((new, row.measured_ops_per_s, copies));
             }
             let signed: Vec<f64> = pairs.iter().map(|(p, m)| (p - m) / m).collect();
             all_signed.extend(&signed);
+            order.add(&with_copies);
             let mae = signed.iter().map(|e| e.abs()).sum::<f64>() / signed.len() as f64;
             let mean_signed = signed.iter().sum::<f64>() / signed.len() as f64;
             let (p, m): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
@@ -177,6 +185,21 @@ pub(super) fn repredict(
             );
         }
     }
+    println!(
+        "\npairs of one workload, by how far apart predicted: measured in the order predicted \
+         (all pairs; those whose lower prediction has fewer copies)"
+    );
+    for (band, counts) in PAIR_BANDS.windows(2).zip(order.counts) {
+        println!(
+            "  {:>5.1} to {:>5.1} %: {} of {}; {} of {}",
+            (band[0] - 1.0) * 100.0,
+            (band[1] - 1.0) * 100.0,
+            counts.in_order,
+            counts.pairs,
+            counts.fewer_copies_in_order,
+            counts.fewer_copies_pairs,
+        );
+    }
     let n = all_signed.len().max(1) as f64;
     println!(
         "{}",
@@ -186,9 +209,77 @@ pub(super) fn repredict(
             "mean_abs_error": round(all_signed.iter().map(|e| e.abs()).sum::<f64>() / n, 3),
             "mean_signed_error": round(all_signed.iter().sum::<f64>() / n, 3),
             "workloads": summaries,
+            "pairs_in_predicted_order": order.json(),
         })
     );
     Ok(())
+}
+
+/// Bands of the ratio of two predictions (higher over lower) [`PairOrder`] counts in.
+const PAIR_BANDS: [f64; 6] = [1.0, 1.025, 1.05, 1.10, 1.20, f64::INFINITY];
+
+/// How often two configurations of one workload were measured in the order predicted,
+/// by how far apart they were predicted: the model's resolution, which the tie margin
+/// of the configurator stands for. Counted apart: the pairs whose lower prediction
+/// stores fewer copies, the ones the tie rule decides.
+#[derive(Default)]
+struct PairOrder {
+    /// Per band of [`PAIR_BANDS`].
+    counts: [BandCounts; PAIR_BANDS.len() - 1],
+}
+
+#[derive(Default, Clone, Copy, Debug, PartialEq)]
+struct BandCounts {
+    pairs: usize,
+    in_order: usize,
+    fewer_copies_pairs: usize,
+    fewer_copies_in_order: usize,
+}
+
+impl PairOrder {
+    /// Every pair of `rows` (one workload's configurations: predicted ops/s, measured
+    /// ops/s, copies per object). Of two equal predictions, the first listed is taken
+    /// as the higher.
+    fn add(&mut self, rows: &[(f64, f64, u32)]) {
+        for (i, a) in rows.iter().enumerate() {
+            for b in &rows[i + 1..] {
+                let (high, low) = if a.0 >= b.0 { (a, b) } else { (b, a) };
+                let ratio = high.0 / low.0;
+                let Some(band) = PAIR_BANDS
+                    .windows(2)
+                    .position(|w| w[0] <= ratio && ratio < w[1])
+                else {
+                    continue;
+                };
+                let counts = &mut self.counts[band];
+                let in_order = usize::from(high.1 > low.1);
+                counts.pairs += 1;
+                counts.in_order += in_order;
+                if low.2 < high.2 {
+                    counts.fewer_copies_pairs += 1;
+                    counts.fewer_copies_in_order += in_order;
+                }
+            }
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let bands: Vec<serde_json::Value> = PAIR_BANDS
+            .windows(2)
+            .zip(self.counts)
+            .map(|(band, counts)| {
+                json!({
+                    "predicted_apart_from": band[0],
+                    "predicted_apart_to": if band[1].is_finite() { json!(band[1]) } else { json!(null) },
+                    "pairs": counts.pairs,
+                    "in_order": counts.in_order,
+                    "lower_with_fewer_copies_pairs": counts.fewer_copies_pairs,
+                    "lower_with_fewer_copies_in_order": counts.fewer_copies_in_order,
+                })
+            })
+            .collect();
+        json!(bands)
+    }
 }
 
 /// Tie margins `tie_picks` tries.
@@ -217,6 +308,62 @@ fn tie_picks(ranked: &[RankedConfiguration], known: &BTreeMap<String, f64>) -> s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pair_order_counts_every_pair_by_band_against_a_naive_count() {
+        // (predicted, measured, copies). Within 2.5 %: 101/100 in order, 101/100' not,
+        // and the tie 100/100' (the first listed taken as the higher) not. Within 2.5 to
+        // 5 %: 101/97 and 100'/97 in order, 100/97 not; 97 has the fewest copies.
+        let rows = [
+            (101.0, 50.0, 3),
+            (100.0, 40.0, 3),
+            (97.0, 45.0, 2),
+            (100.0, 60.0, 4),
+        ];
+        let mut order = PairOrder::default();
+        order.add(&rows);
+        let mut naive = [BandCounts::default(); 5];
+        for i in 0..rows.len() {
+            for j in i + 1..rows.len() {
+                let (h, l) = if rows[i].0 >= rows[j].0 {
+                    (rows[i], rows[j])
+                } else {
+                    (rows[j], rows[i])
+                };
+                let r = h.0 / l.0;
+                let band = [1.025, 1.05, 1.1, 1.2, f64::INFINITY]
+                    .iter()
+                    .position(|&upper| r < upper)
+                    .unwrap();
+                let counts = &mut naive[band];
+                counts.pairs += 1;
+                counts.in_order += usize::from(h.1 > l.1);
+                if l.2 < h.2 {
+                    counts.fewer_copies_pairs += 1;
+                    counts.fewer_copies_in_order += usize::from(h.1 > l.1);
+                }
+            }
+        }
+        assert_eq!(order.counts, naive);
+        assert_eq!((order.counts[0].pairs, order.counts[0].in_order), (3, 1));
+        assert_eq!((order.counts[1].pairs, order.counts[1].in_order), (3, 2));
+        // Within 2.5 %, no lower prediction has fewer copies; within 2.5 to 5 %, 97 is
+        // the lower of all three pairs, and measured below 101 and 100' but above 100.
+        assert_eq!(
+            (
+                order.counts[0].fewer_copies_pairs,
+                order.counts[0].fewer_copies_in_order
+            ),
+            (0, 0)
+        );
+        assert_eq!(
+            (
+                order.counts[1].fewer_copies_pairs,
+                order.counts[1].fewer_copies_in_order
+            ),
+            (3, 2)
+        );
+    }
 
     #[test]
     fn split_row_finds_the_quoted_configuration() {
