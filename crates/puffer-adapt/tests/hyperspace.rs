@@ -10,7 +10,7 @@ use puffer_adapt::hyperspace::{
     candidate_configurations, copies_per_object, decide, dominant, hyperspace, no_subspace,
     predicted_throughput_ops_per_s, rank_configurations, subspaces_all, AnalyserConfig,
     AttributeId, AttributeSet, Calibration, Configuration, Deployment, Margins, Profiler,
-    ProfilerConfig, RankedConfiguration, SearchShape, WorkloadProfile, DEFAULT_TIE_MARGIN,
+    ProfilerConfig, RankedConfiguration, SearchShape, WorkloadProfile, DEFAULT_SWITCH_MARGIN,
 };
 
 const LOCALITY: AttributeId = 0;
@@ -162,6 +162,13 @@ fn model_choice_beats_every_heuristic_on_table_one() {
     }
 }
 
+/// The switch margin's default, and a tie margin of 5 % (its default is 0), so that the
+/// tie rule is exercised.
+const MARGINS: Margins = Margins {
+    switch: DEFAULT_SWITCH_MARGIN,
+    tie: 0.05,
+};
+
 #[test]
 fn configurator_follows_a_workload_shift() {
     let mut profiler = profiler();
@@ -175,10 +182,7 @@ fn configurator_follows_a_workload_shift() {
             configuration: current.clone(),
             predicted_throughput_ops_per_s: predicted(current, profile),
         };
-        (
-            decide(&current, &ranked, Margins::default()).unwrap(),
-            ranked,
-        )
+        (decide(&current, &ranked, MARGINS).unwrap(), ranked)
     };
 
     // From the key subspace alone, workload A's searches make the best candidate worth a
@@ -189,7 +193,7 @@ fn configurator_follows_a_workload_shift() {
     assert!(decision.switch);
     // The chosen ties with the best (within 5 %), and no tie stores fewer copies.
     let tie = |r: &RankedConfiguration| {
-        r.predicted_throughput_ops_per_s * (1.0 + DEFAULT_TIE_MARGIN)
+        r.predicted_throughput_ops_per_s * (1.0 + MARGINS.tie)
             >= ranked[0].predicted_throughput_ops_per_s
     };
     let chosen = ranked

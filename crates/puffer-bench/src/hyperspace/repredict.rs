@@ -12,7 +12,6 @@ use std::path::Path;
 use anyhow::Context;
 use puffer_adapt::hyperspace::{
     copies_per_object, pick_among_ties, rank_configurations, Calibration, RankedConfiguration,
-    DEFAULT_TIE_MARGIN,
 };
 use serde_json::json;
 
@@ -283,7 +282,7 @@ impl PairOrder {
 }
 
 /// Tie margins `tie_picks` tries.
-const TIE_MARGINS: [f64; 4] = [0.0, 0.025, DEFAULT_TIE_MARGIN, 0.10];
+const TIE_MARGINS: [f64; 4] = [0.0, 0.025, 0.05, 0.10];
 
 /// What the configurator would build at each of [`TIE_MARGINS`] (the fewest copies among
 /// the candidates predicted within the margin of the best), with its throughput where

@@ -403,9 +403,15 @@ impl Database {
                 options.switch_margin.max(options.tie_margin) * 100.0
             ),
             DecisionReason::BeyondMargin { gain } => format!(
-                "the choice (the fewest copies among those within {:.0} % of the best) is \
-                 {:.1} % faster{}",
-                options.tie_margin * 100.0,
+                "{} is {:.1} % faster{}",
+                if options.tie_margin > 0.0 {
+                    format!(
+                        "the fewest copies among those within {:.1} % of the best",
+                        options.tie_margin * 100.0
+                    )
+                } else {
+                    "the best".to_string()
+                },
                 gain * 100.0,
                 if options.auto {
                     ": switching"
