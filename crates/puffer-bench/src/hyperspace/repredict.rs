@@ -116,8 +116,8 @@ pub(super) fn repredict(
                     )
                 })
                 .collect();
+            // (predicted now, measured, copies per object) of every row.
             let mut pairs = Vec::new();
-            let mut with_copies = Vec::new();
             for row in &rows {
                 let (new, copies) = *predicted
                     .get(&row.configuration)
@@ -126,15 +126,14 @@ pub(super) fn repredict(
                     "{name}: {}: predicted {:.0} then, {new:.0} now, measured {:.0} ops/s",
                     row.configuration, row.predicted_ops_per_s, row.measured_ops_per_s
                 );
-                pairs.push((new, row.measured_ops_per_s));
-                with_copies.push((new, row.measured_ops_per_s, copies));
+                pairs.push((new, row.measured_ops_per_s, copies));
             }
-            let signed: Vec<f64> = pairs.iter().map(|(p, m)| (p - m) / m).collect();
+            let signed: Vec<f64> = pairs.iter().map(|(p, m, _)| (p - m) / m).collect();
             all_signed.extend(&signed);
-            order.add(&with_copies);
+            order.add(&pairs);
             let mae = signed.iter().map(|e| e.abs()).sum::<f64>() / signed.len() as f64;
             let mean_signed = signed.iter().sum::<f64>() / signed.len() as f64;
-            let (p, m): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+            let (p, m): (Vec<f64>, Vec<f64>) = pairs.iter().map(|&(p, m, _)| (p, m)).unzip();
             let known = &measured[&name];
             let best_measured = known.values().copied().fold(0.0, f64::max);
             let top = label(&subspaces_of(&ranked[0].configuration));
