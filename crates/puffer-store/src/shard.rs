@@ -14,7 +14,6 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use puffer_index::BuildOptions;
 
 use crate::aggregate::{index_group_counts, Aggregate, AggregateQuery, AggregateResult, Groups};
@@ -248,13 +247,43 @@ struct ManifestState {
     manifest: Manifest,
 }
 
+/// The stage set readers see, replaced whole by every SCU applied and every seal.
+///
+/// A lock around an `Arc`, not an `ArcSwap`: an `ArcSwap` store pays the readers'
+/// outstanding debts by walking a slot list holding a node for every thread that ever
+/// loaded any `ArcSwap` at the same time as others, and arc-swap never shrinks that
+/// list. A process that once ran many regions' threads (a configuration of seven
+/// subspaces of 16 regions) paid for all of them on every write from then on: updates
+/// alone ran about 30 % slower ten minutes into the hyperspace benchmark than in its
+/// first run, `Debt::pay_all` taking 16 % of the process's CPU (docs/subspaces.md,
+/// "Measured", 2026-12-05 afternoon). A read lock and a reference count cost the same
+/// whatever ran before.
+struct PublishedStages(RwLock<Arc<StageSet>>);
+
+impl PublishedStages {
+    fn new(set: StageSet) -> PublishedStages {
+        PublishedStages(RwLock::new(Arc::new(set)))
+    }
+
+    fn load(&self) -> Arc<StageSet> {
+        self.0.read().expect("stages lock").clone()
+    }
+
+    fn store(&self, set: Arc<StageSet>) {
+        let replaced = std::mem::replace(&mut *self.0.write().expect("stages lock"), set);
+        // Dropped after the lock is released: the last reference to a replaced set frees
+        // its memtables, which readers need not wait for.
+        drop(replaced);
+    }
+}
+
 struct Shared {
     dir: PathBuf,
     fs: Arc<dyn Fs>,
     clock: Arc<dyn Clock>,
     options: ShardOptions,
     schema: RwLock<Arc<Schema>>,
-    stages: ArcSwap<StageSet>,
+    stages: PublishedStages,
     /// Held while applying SCUs and while swapping stage sets.
     apply_lock: Mutex<()>,
     /// (seq, commit time) of SCUs not yet sealed, ascending. The commit time precedes
@@ -502,7 +531,7 @@ impl Shard {
             fs,
             clock,
             schema: RwLock::new(Arc::new(manifest.schema.clone())),
-            stages: ArcSwap::from_pointee(stages),
+            stages: PublishedStages::new(stages),
             apply_lock: Mutex::new(()),
             acks: Mutex::new(VecDeque::new()),
             stopped: Mutex::new(None),
@@ -1509,7 +1538,7 @@ impl Shared {
     fn apply(&self, scu: Scu, texts: Vec<Vec<u8>>, replaying: bool) -> Result<()> {
         let mut texts = texts.into_iter();
         let _guard = self.apply_lock.lock().expect("apply lock");
-        let set = self.stages.load_full();
+        let set = self.stages.load();
         for op in scu.ops {
             match op {
                 Op::AddAttribute(attribute) => {
@@ -1571,7 +1600,7 @@ impl Shared {
         // The set is loaded under the acks lock, which sealing and applying hold while
         // they publish, so the set and the acks describe the same moment.
         let acks = self.acks.lock().expect("acks lock");
-        let set = self.stages.load_full();
+        let set = self.stages.load();
         let now = self.clock.now_micros();
         if let Some(at) = read.at {
             let newest = match &self.fed {
@@ -1706,7 +1735,7 @@ impl Shared {
     fn compact(&self, all: bool) -> Result<bool> {
         let _one_at_a_time = self.compaction_lock.lock().expect("compaction lock");
         self.check_running()?;
-        let set = self.stages.load_full();
+        let set = self.stages.load();
         let batches = set.sorted.clone();
         let checkpoint = set.sealed_seq;
         let new_bytes: u64 = batches.iter().map(|b| b.text_bytes()).sum();
