@@ -252,9 +252,9 @@ struct ManifestState {
 /// A lock around an `Arc`, not an `ArcSwap`: an `ArcSwap` store pays the readers'
 /// outstanding debts by walking a slot list holding a node for every thread that ever
 /// loaded any `ArcSwap` at the same time as others, and arc-swap never shrinks that
-/// list. A process that once ran many regions' threads (a configuration of seven
+/// list. A process that once ran many regions' threads (a configuration of six
 /// subspaces of 16 regions) paid for all of them on every write from then on: updates
-/// alone ran about 30 % slower ten minutes into the hyperspace benchmark than in its
+/// alone ran 23 to 30 % slower ten minutes into the hyperspace benchmark than in its
 /// first run, `Debt::pay_all` taking 16 % of the process's CPU (docs/subspaces.md,
 /// "Measured", 2026-12-05 afternoon). A read lock and a reference count cost the same
 /// whatever ran before.
