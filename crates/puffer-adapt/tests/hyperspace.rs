@@ -34,6 +34,7 @@ const CALIBRATION: Calibration = Calibration {
     beta_s_per_object: 5e-8,
     region_cost_s: 0.0,
     fan_out_cost_s: 0.0,
+    condition_cost_s: 0.0,
     sent_row_cost_s: 0.0,
     write_rate_cost_s2: 0.0,
     catch_up_cost_s2: 0.0,

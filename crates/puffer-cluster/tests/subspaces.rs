@@ -474,6 +474,7 @@ fn the_leaders_configurator_hears_the_searches_other_nodes_served() {
             beta_s_per_object: 4e-6,
             region_cost_s: 2.5e-4,
             fan_out_cost_s: 1e-4,
+            condition_cost_s: 0.0,
             sent_row_cost_s: 5e-6,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,

@@ -636,6 +636,7 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
         beta_s_per_object: measured.beta_s_per_object,
         region_cost_s: measured.region_cost_s,
         fan_out_cost_s: measured.fan_out_cost_s,
+        condition_cost_s: measured.condition_cost_s,
         sent_row_cost_s: measured.sent_row_cost_s,
         write_rate_cost_s2: measured.write_rate_cost_s2,
         catch_up_cost_s2: measured.catch_up_cost_s2,
@@ -667,6 +668,10 @@ pub struct MeasuredCalibration {
     /// Seconds per region a search asks beyond the first (0 when not measured).
     #[serde(default)]
     pub fan_out_cost_s: f64,
+    /// Seconds per condition of a search per region it asks (0 when not measured: the
+    /// paper's model, which has no such term).
+    #[serde(default)]
+    pub condition_cost_s: f64,
     /// Seconds per row a region sends back to a search (0 when not measured: the
     /// paper's model, which has no such term).
     #[serde(default)]

@@ -104,6 +104,9 @@ pub struct HyperspaceConfig {
     /// Seconds a search spends per region it asks beyond the first, as the calibration
     /// measured it (optional with the three above; 0 without it).
     pub fan_out_cost_s: Option<f64>,
+    /// Seconds a search spends per condition per region it asks, as the calibration
+    /// measured it (optional with the three above; 0 without it).
+    pub condition_cost_s: Option<f64>,
     /// Seconds a search spends per row per second written into the regions it asks, as
     /// the calibration measured it (optional with the three above; 0 without it).
     pub write_rate_cost_s2: Option<f64>,
@@ -133,6 +136,7 @@ impl Default for HyperspaceConfig {
             region_cost_s: None,
             sent_row_cost_s: None,
             fan_out_cost_s: None,
+            condition_cost_s: None,
             write_rate_cost_s2: None,
             catch_up_cost_s2: None,
             update_fixed_cost_s: None,
@@ -207,13 +211,14 @@ impl HyperspaceConfig {
                 if self.region_cost_s.is_some()
                     || self.sent_row_cost_s.is_some()
                     || self.fan_out_cost_s.is_some()
+                    || self.condition_cost_s.is_some()
                     || self.write_rate_cost_s2.is_some()
                     || self.catch_up_cost_s2.is_some()
                     || self.update_fixed_cost_s.is_some() =>
             {
                 return Err(invalid(
-                    "region_cost_s, fan_out_cost_s, sent_row_cost_s, write_rate_cost_s2, \
-                     catch_up_cost_s2 and update_fixed_cost_s need beta_s_per_object, alpha and \
+                    "region_cost_s, fan_out_cost_s, condition_cost_s, sent_row_cost_s, \
+                     write_rate_cost_s2, catch_up_cost_s2 and update_fixed_cost_s need beta_s_per_object, alpha and \
                      max_throughput_ops_per_s"
                         .into(),
                 ))
@@ -224,6 +229,7 @@ impl HyperspaceConfig {
                     beta_s_per_object,
                     region_cost_s: self.region_cost_s.unwrap_or(0.0),
                     fan_out_cost_s: self.fan_out_cost_s.unwrap_or(0.0),
+                    condition_cost_s: self.condition_cost_s.unwrap_or(0.0),
                     sent_row_cost_s: self.sent_row_cost_s.unwrap_or(0.0),
                     write_rate_cost_s2: self.write_rate_cost_s2.unwrap_or(0.0),
                     catch_up_cost_s2: self.catch_up_cost_s2.unwrap_or(0.0),

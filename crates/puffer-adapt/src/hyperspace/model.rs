@@ -82,6 +82,11 @@ pub struct Calibration {
     /// has none: 0): the first is read on the asking thread, each other one is handed
     /// to its replica's workers (or node) and its answer merged.
     pub fan_out_cost_s: f64,
+    /// Seconds a search spends on each of its conditions in each region it asks (>= 0;
+    /// the paper has none: 0): a region resolves every condition of a conjunction on
+    /// each of its stages (log table, sorted batches, segments) to choose the one that
+    /// finds the fewest candidates, whatever it then reads.
+    pub condition_cost_s: f64,
     /// `γ`: seconds a search spends on each row a region sends back (>= 0; the paper
     /// has no such term: 0): a row found is decoded whole, named, sent and merged,
     /// which costs more than locating and checking a candidate that is left.
@@ -119,6 +124,7 @@ impl Calibration {
         for (setting, value) in [
             ("region_cost_s", self.region_cost_s),
             ("fan_out_cost_s", self.fan_out_cost_s),
+            ("condition_cost_s", self.condition_cost_s),
             ("sent_row_cost_s", self.sent_row_cost_s),
             ("write_rate_cost_s2", self.write_rate_cost_s2),
             ("catch_up_cost_s2", self.catch_up_cost_s2),
@@ -413,11 +419,19 @@ fn route_cost_and_exposure(
     let (read, sent, exposure) =
         read_and_sent(configuration, route, shape, rows, calibration.objects);
     let asked = route.regions_contacted as f64;
+    let conditions = conditions_of(shape);
     let cost = asked * calibration.region_cost_s
         + (asked - 1.0).max(0.0) * calibration.fan_out_cost_s
+        + asked * conditions * calibration.condition_cost_s
         + read * calibration.beta_s_per_object
         + sent * calibration.sent_row_cost_s;
     (cost, exposure)
+}
+
+/// The conditions a search of `shape` sets: one per constrained attribute, and the
+/// key's.
+pub fn conditions_of(shape: &SearchShape) -> f64 {
+    (shape.attributes.len() + usize::from(shape.key.is_some())) as f64
 }
 
 /// Objects a search of `shape` reads on `route` in a table of `objects`, the mean over
@@ -1231,6 +1245,8 @@ pub struct SearchRun {
     pub search_share: f64,
     /// Regions one search asks (>= 0).
     pub regions_asked: f64,
+    /// Conditions one search sets ([`conditions_of`]; >= 0).
+    pub conditions: f64,
     /// Objects one search reads (>= 0), as the model charges them ([`objects_read`]):
     /// `β` then also holds what the shards read beyond that on average.
     pub objects_read: f64,
@@ -1252,6 +1268,8 @@ pub struct SearchCosts {
     pub region_cost_s: f64,
     /// `c_fan`, seconds per region asked beyond the first (>= 0).
     pub fan_out_cost_s: f64,
+    /// `c_cond`, seconds per condition per region asked (>= 0).
+    pub condition_cost_s: f64,
     /// `β`, seconds per object read (> 0).
     pub beta_s_per_object: f64,
     /// `γ`, seconds per row sent back (>= 0).
@@ -1262,16 +1280,17 @@ pub struct SearchCosts {
     pub catch_up_cost_s2: f64,
 }
 
-/// `c_region`, `c_fan`, `β`, `γ`, `λ` and `κ` from calibration runs of searches
-/// (equations 2 and 3 inverted): each run gives `1 / T_real = p (regions · c_region +
-/// (regions − 1) · c_fan + read · β + sent · γ) + updates + λ · x · T_real + κ · p (1 −
-/// p) · T_real`, with `x` its [`write_exposure`]; with the measured `T_real` on the
-/// right, that is linear in the costs. They are the least-squares solution of those
-/// equations in relative terms (each run's residual divided by its cost, so a slow run
-/// does not outweigh the fast ones: the model's error is judged relative), none below
-/// 0: among the fits with `β` and any of the five others left free (the rest 0), the
-/// one with the smallest residual whose costs are all non-negative. Runs that leave `β`
-/// at 0 or below say nothing about it and are refused.
+/// `c_region`, `c_fan`, `c_cond`, `β`, `γ`, `λ` and `κ` from calibration runs of
+/// searches (equations 2 and 3 inverted): each run gives `1 / T_real = p (regions ·
+/// c_region + (regions − 1) · c_fan + regions · conditions · c_cond + read · β + sent ·
+/// γ) + updates + λ · x · T_real + κ · p (1 − p) · T_real`, with `x` its
+/// [`write_exposure`]; with the measured `T_real` on the right, that is linear in the
+/// costs. They are the least-squares solution of those equations in relative terms
+/// (each run's residual divided by its cost, so a slow run does not outweigh the fast
+/// ones: the model's error is judged relative), none below 0: among the fits with `β`
+/// and any of the six others left free (the rest 0), the one with the smallest
+/// residual whose costs are all non-negative. Runs that leave `β` at 0 or below say
+/// nothing about it and are refused.
 pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
     if runs.is_empty() {
         return Err(config_error(
@@ -1279,8 +1298,9 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             "no run: nothing to estimate beta from",
         ));
     }
-    // Each run as a row (p · regions · T, p · (regions − 1) · T, p · read · T,
-    // p · sent · T, x · T², p · (1 − p) · T²) against 1 − updates · T.
+    // Each run as a row (p · regions · T, p · (regions − 1) · T, p · regions ·
+    // conditions · T, p · read · T, p · sent · T, x · T², p · (1 − p) · T²) against
+    // 1 − updates · T.
     let mut rows = Vec::with_capacity(runs.len());
     let mut targets = Vec::with_capacity(runs.len());
     for run in runs {
@@ -1292,6 +1312,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         }
         for (name, value) in [
             ("regions asked", run.regions_asked),
+            ("conditions", run.conditions),
             ("objects read", run.objects_read),
             ("rows sent", run.rows_sent),
             ("update cost", run.update_s_per_op),
@@ -1309,6 +1330,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         rows.push([
             run.regions_asked * searches,
             (run.regions_asked - 1.0).max(0.0) * searches,
+            run.regions_asked * run.conditions * searches,
             run.objects_read * searches,
             run.rows_sent * searches,
             run.write_exposure * measured * measured,
@@ -1316,22 +1338,19 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         ]);
         targets.push(1.0 - run.update_s_per_op * measured);
     }
-    // Which costs are fitted (β, column 2, always): every subset, the best feasible
-    // one kept.
+    // Which costs are fitted (β, column BETA, always): every subset of the others,
+    // the best feasible one kept.
+    let optional = COSTS - 1;
     let mut best: Option<([f64; COSTS], f64)> = None;
-    for subset in 0..32u8 {
-        let free = [
-            subset & 1 != 0,
-            subset & 2 != 0,
-            true,
-            subset & 4 != 0,
-            subset & 8 != 0,
-            subset & 16 != 0,
-        ];
+    for subset in 0..1u32 << optional {
+        let mut free = [true; COSTS];
+        for (bit, column) in (0..COSTS).filter(|&c| c != BETA).enumerate() {
+            free[column] = subset & (1 << bit) != 0;
+        }
         let Some(costs) = least_squares(&rows, &targets, free) else {
             continue;
         };
-        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[2] <= 0.0 {
+        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[BETA] <= 0.0 {
             continue;
         }
         let residual: f64 = rows
@@ -1347,7 +1366,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         }
     }
     let Some((
-        [region_cost_s, fan_out_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2],
+        [region_cost_s, fan_out_cost_s, condition_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2],
         _,
     )) = best
     else {
@@ -1359,6 +1378,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
     Ok(SearchCosts {
         region_cost_s,
         fan_out_cost_s,
+        condition_cost_s,
         beta_s_per_object,
         sent_row_cost_s,
         write_rate_cost_s2,
@@ -1367,7 +1387,9 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
 }
 
 /// Costs a search is charged (columns of a calibration run's row).
-const COSTS: usize = 6;
+const COSTS: usize = 7;
+/// The column of `β`, always fitted.
+const BETA: usize = 3;
 
 /// The least-squares costs of `rows · costs = targets` over the columns `free` says
 /// (the others 0), by the normal equations; `None` when they are singular.
@@ -1461,6 +1483,7 @@ mod tests {
             beta_s_per_object: 1e-6,
             region_cost_s: 0.0,
             fan_out_cost_s: 0.0,
+            condition_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
@@ -1593,6 +1616,7 @@ mod tests {
             beta_s_per_object: 1e-3,
             region_cost_s: 0.0,
             fan_out_cost_s: 0.0,
+            condition_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
@@ -1923,6 +1947,7 @@ mod tests {
         let calibration = Calibration {
             region_cost_s: 2e-4,
             fan_out_cost_s: 5e-5,
+            condition_cost_s: 7e-5,
             sent_row_cost_s: 3e-5,
             write_rate_cost_s2: 4e-7,
             catch_up_cost_s2: 2e-7,
@@ -1944,6 +1969,7 @@ mod tests {
             vec![1, 5],
             vec![1],
             vec![0, 5],
+            vec![0, 1, 5],
         ];
         // Each class alone, and amid updates at 90, 50 and 10 % searches: the
         // throughput the model predicts is what the run "measured".
@@ -1969,6 +1995,7 @@ mod tests {
                 SearchRun {
                     search_share: share,
                     regions_asked: route.regions_contacted as f64,
+                    conditions: conditions_of(&shape),
                     objects_read: objects_read(
                         &configuration,
                         &route,
@@ -1994,6 +2021,7 @@ mod tests {
         assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.fan_out_cost_s / calibration.fan_out_cost_s - 1.0).abs() < 1e-9);
+        assert!((costs.condition_cost_s / calibration.condition_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.write_rate_cost_s2 / calibration.write_rate_cost_s2 - 1.0).abs() < 1e-9);
         assert!((costs.catch_up_cost_s2 / calibration.catch_up_cost_s2 - 1.0).abs() < 1e-9);
         // Runs that ask one region each and are sent nothing say nothing apart about
@@ -2002,6 +2030,7 @@ mod tests {
         let one = SearchRun {
             search_share: 1.0,
             regions_asked: 1.0,
+            conditions: 1.0,
             objects_read: 10.0,
             rows_sent: 0.0,
             update_s_per_op: 0.0,
@@ -2013,11 +2042,12 @@ mod tests {
             (
                 costs.region_cost_s,
                 costs.fan_out_cost_s,
+                costs.condition_cost_s,
                 costs.sent_row_cost_s,
                 costs.write_rate_cost_s2,
                 costs.catch_up_cost_s2
             ),
-            (0.0, 0.0, 0.0, 0.0, 0.0)
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         );
         assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
         let nothing_read = SearchRun {
@@ -2040,6 +2070,10 @@ mod tests {
                 ..one
             },
             SearchRun {
+                conditions: -1.0,
+                ..one
+            },
+            SearchRun {
                 update_s_per_op: f64::NAN,
                 ..one
             },
@@ -2057,6 +2091,7 @@ mod tests {
             beta_s_per_object: 1.0,
             region_cost_s: 0.0,
             fan_out_cost_s: 0.0,
+            condition_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
@@ -2211,6 +2246,7 @@ mod tests {
             beta_s_per_object: 1e-4,
             region_cost_s: 1e-3,
             fan_out_cost_s: 0.0,
+            condition_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
@@ -2318,6 +2354,7 @@ mod tests {
                 "fan_out_cost_s",
                 Calibration {
                     fan_out_cost_s: f64::NAN,
+                    condition_cost_s: 0.0,
                     ..calibration()
                 },
             ),

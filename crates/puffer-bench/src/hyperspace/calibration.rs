@@ -471,6 +471,7 @@ fn fit(
         search_runs.push(SearchRun {
             search_share: *share,
             regions_asked: asked,
+            conditions: model::conditions_of(&shape),
             objects_read: read,
             rows_sent: sent,
             update_s_per_op: (1.0 - share) * update_s,
@@ -484,6 +485,7 @@ fn fit(
         beta_s_per_object: costs.beta_s_per_object,
         region_cost_s: costs.region_cost_s,
         fan_out_cost_s: costs.fan_out_cost_s,
+        condition_cost_s: costs.condition_cost_s,
         sent_row_cost_s: costs.sent_row_cost_s,
         write_rate_cost_s2: costs.write_rate_cost_s2,
         catch_up_cost_s2: costs.catch_up_cost_s2,

@@ -318,6 +318,7 @@ mod tests {
             beta_s_per_object: 1e-6,
             region_cost_s: 5e-5,
             fan_out_cost_s: 2e-5,
+            condition_cost_s: 0.0,
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 3e-7,
             catch_up_cost_s2: 2e-7,

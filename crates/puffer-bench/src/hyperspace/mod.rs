@@ -40,6 +40,7 @@ mod decompose;
 mod listings;
 mod repredict;
 mod rows;
+mod speed;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -174,6 +175,13 @@ pub struct HyperspaceArgs {
     /// cannot see (a locality's page alone ran over three times as fast with it).
     #[arg(long, default_value_t = 0)]
     record_cache_bytes: u64,
+    /// Report every run's throughput at one reference speed of the machine: divided
+    /// by how much slower than at the start a probe thread's fixed work ran over the
+    /// run's seconds (see `speed.rs`; both figures are in `<out>/runs.csv` either way).
+    /// On a shared machine the same CPU second does more or less work from minute to
+    /// minute; this takes that out of comparisons between runs measured apart.
+    #[arg(long)]
+    speed_normalise: bool,
     /// Skip the adaptation run.
     #[arg(long)]
     skip_adaptation: bool,
@@ -236,6 +244,8 @@ struct Bench {
     /// The listings as loaded (what the table holds before any run; `--rows` counts on
     /// them).
     records: Arc<Vec<puffer_store::Record>>,
+    /// The machine's speed, measured beside every run.
+    speed: speed::SpeedProbe,
     _dir: tempfile::TempDir,
 }
 
@@ -332,8 +342,21 @@ impl Bench {
         let before = cpu::ThreadCpu::sample();
         let refused_before = workload::REFUSED_WRITES.load(Ordering::Relaxed);
         let started = Instant::now();
-        let run = self.measure_kinds(operations, seed)?;
+        let mut run = self.measure_kinds(operations, seed)?;
         let seconds = started.elapsed().as_secs_f64();
+        let measured_from = started + Duration::from_secs_f64(self.args.warm_seconds.max(0.0));
+        let slowdown = self.speed.slowdown(measured_from, Instant::now());
+        let raw_ops_per_s = run.ops_per_s;
+        if self.args.speed_normalise {
+            let slowdown = slowdown.with_context(|| {
+                format!("{what}: the speed probe took too few samples over the run")
+            })?;
+            run.ops_per_s *= slowdown;
+            eprintln!(
+                "  machine {slowdown:.3} times as slow as at the start: {raw_ops_per_s:.0} ops/s measured, {:.0} reported",
+                run.ops_per_s
+            );
+        }
         let rates = match (before, cpu::ThreadCpu::sample()) {
             (Some(before), Some(after)) => Some(cpu::CpuRates::of(&after.since(&before), seconds)),
             _ => None,
@@ -346,7 +369,12 @@ impl Bench {
                 refused as f64 / seconds.max(f64::MIN_POSITIVE)
             );
         }
-        self.log_run(what, seed, &run, rates.as_ref(), stages)?;
+        let measured = Measured {
+            run: &run,
+            raw_ops_per_s,
+            slowdown,
+        };
+        self.log_run(what, seed, &measured, rates.as_ref(), stages)?;
         Ok((run.ops_per_s, rates))
     }
 
@@ -357,7 +385,7 @@ impl Bench {
         &self,
         what: &str,
         seed: u64,
-        run: &workload::KindRun,
+        measured: &Measured,
         rates: Option<&cpu::CpuRates>,
         stages: Stages,
     ) -> anyhow::Result<()> {
@@ -389,7 +417,7 @@ impl Bench {
         writeln!(
             file,
             "{}",
-            run_row(unix_ms(), what, seed, run, cpu_s_per_s, stages)
+            run_row(unix_ms(), what, seed, measured, cpu_s_per_s, stages)
         )?;
         Ok(())
     }
@@ -492,6 +520,7 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         cluster,
         listings,
         records,
+        speed: speed::SpeedProbe::start()?,
         _dir: dir,
     };
     let layout = TableLayout {
@@ -507,6 +536,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         workload::write_retrying(loader, ops)?;
     }
     bench.configure(&Vec::new())?;
+    if args.speed_normalise && !bench.speed.wait_for_reference(Duration::from_secs(60)) {
+        anyhow::bail!("--speed-normalise: the speed probe took no reference in 60 s");
+    }
     eprintln!(
         "loaded {} listings in {:.1} s{}",
         bench.records.len(),
@@ -683,10 +715,11 @@ fn read_calibration(path: &std::path::Path) -> anyhow::Result<MeasuredCalibratio
 /// Prints `what`'s parameters on one line.
 fn print_calibration(what: &str, measured: &MeasuredCalibration) {
     println!(
-        "{what}: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, catch-up cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
+        "{what}: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, condition cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, catch-up cost {:.3e} s^2, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
         measured.beta_s_per_object,
         measured.region_cost_s,
         measured.fan_out_cost_s,
+        measured.condition_cost_s,
         measured.sent_row_cost_s,
         measured.write_rate_cost_s2,
         measured.catch_up_cost_s2,
@@ -872,7 +905,16 @@ impl std::fmt::Display for Stages {
 }
 
 /// The columns of `<out>/runs.csv`, one row per run ([`run_row`]).
-const RUNS_HEADER: &str = "unix_ms,what,seed,ops_per_s,cpu_s_per_s,ops_each_second,segments_after,sorted_batches_after,log_tables_after";
+const RUNS_HEADER: &str = "unix_ms,what,seed,ops_per_s,cpu_s_per_s,ops_each_second,segments_after,sorted_batches_after,log_tables_after,raw_ops_per_s,speed_slowdown";
+
+/// A run as `runs.csv` shows it: `run`'s throughput is the one reported (at the
+/// reference speed with `--speed-normalise`), `raw_ops_per_s` the one measured, and
+/// `slowdown` the machine's over the run (`None` where the probe could not tell).
+struct Measured<'r> {
+    run: &'r workload::KindRun,
+    raw_ops_per_s: f64,
+    slowdown: Option<f64>,
+}
 
 /// One run as a row of `<out>/runs.csv`: when it ended, what it ran, its seed, the
 /// median second's operations, the process's CPU in cores (empty where `/proc` cannot
@@ -884,20 +926,25 @@ fn run_row(
     unix_ms: u64,
     what: &str,
     seed: u64,
-    run: &workload::KindRun,
+    measured: &Measured,
     cpu_s_per_s: Option<f64>,
     stages: Stages,
 ) -> String {
+    let run = measured.run;
     let seconds: Vec<String> = run.per_second.iter().map(u64::to_string).collect();
     format!(
-        "{unix_ms},\"{}\",{seed},{:.1},{},\"{}\",{},{},{}",
+        "{unix_ms},\"{}\",{seed},{:.1},{},\"{}\",{},{},{},{:.1},{}",
         what.replace('"', "\"\""),
         run.ops_per_s,
         cpu_s_per_s.map_or(String::new(), |c| format!("{c:.3}")),
         seconds.join(";"),
         stages.segments,
         stages.sorted_batches,
-        stages.log_tables
+        stages.log_tables,
+        measured.raw_ops_per_s,
+        measured
+            .slowdown
+            .map_or(String::new(), |s| format!("{s:.4}")),
     )
 }
 
@@ -1735,10 +1782,19 @@ mod tests {
             log_tables: 36,
         };
         let what = r#"B-WH (locality) (region,pets) "again""#;
+        let measured = Measured {
+            run: &run,
+            raw_ops_per_s: 1000.0,
+            slowdown: Some(1.2345),
+        };
+        let unmeasured = Measured {
+            slowdown: None,
+            ..measured
+        };
         let text = format!(
             "{RUNS_HEADER}\n{}\n{}\n",
-            run_row(17, what, 9, &run, Some(1.9), stages),
-            run_row(18, "x", 1, &run, None, Stages::default())
+            run_row(17, what, 9, &measured, Some(1.9), stages),
+            run_row(18, "x", 1, &unmeasured, None, Stages::default())
         );
         let mut reader = csv::Reader::from_reader(text.as_bytes());
         let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
@@ -1758,8 +1814,11 @@ mod tests {
         assert_eq!(field(&rows[0], "segments_after"), "52");
         assert_eq!(field(&rows[0], "sorted_batches_after"), "7");
         assert_eq!(field(&rows[0], "log_tables_after"), "36");
+        assert_eq!(field(&rows[0], "raw_ops_per_s"), "1000.0");
+        assert_eq!(field(&rows[0], "speed_slowdown"), "1.2345");
         assert_eq!(field(&rows[1], "cpu_s_per_s"), "");
         assert_eq!(field(&rows[1], "segments_after"), "0");
+        assert_eq!(field(&rows[1], "speed_slowdown"), "");
     }
 
     /// Items shuffled, measured in rounds as `--interleave` measures them: every

@@ -486,6 +486,7 @@ fn time_ranking(bench: &Bench, workload: &Workload) -> anyhow::Result<()> {
         beta_s_per_object: 1.1e-5,
         region_cost_s: 7e-5,
         fan_out_cost_s: 3.2e-5,
+        condition_cost_s: 0.0,
         sent_row_cost_s: 0.0,
         write_rate_cost_s2: 4.3e-7,
         catch_up_cost_s2: 0.0,
