@@ -2258,6 +2258,20 @@ mod tests {
         let probe = rows_of(Some(10), &[(0.1, &[(0, 0.1)])]);
         let cost = search_cost_s(&configuration, &shape, Some(&probe), &calibration).unwrap();
         assert!((cost - 8e-3).abs() < 1e-12, "{cost}");
+        // Each condition in each region asked: one condition, 4 regions at 0.5 ms more;
+        // the key's equality besides it is a second condition (and asks one region).
+        let per_condition = Calibration {
+            condition_cost_s: 5e-4,
+            ..calibration
+        };
+        let cost = search_cost_s(&configuration, &shape, Some(&probe), &per_condition).unwrap();
+        assert!((cost - 10e-3).abs() < 1e-12, "{cost}");
+        let with_key = SearchShape {
+            key: Some(Constraint::Equality),
+            ..shape.clone()
+        };
+        assert_eq!(conditions_of(&with_key), 2.0);
+        assert_eq!(conditions_of(&shape), 1.0);
         let bad = rows_of(Some(10), &[(1.5, &[(0, 0.1)])]);
         assert!(search_cost_s(&configuration, &shape, Some(&bad), &calibration).is_err());
         assert!(search_cost_s(
@@ -2354,7 +2368,13 @@ mod tests {
                 "fan_out_cost_s",
                 Calibration {
                     fan_out_cost_s: f64::NAN,
-                    condition_cost_s: 0.0,
+                    ..calibration()
+                },
+            ),
+            (
+                "condition_cost_s",
+                Calibration {
+                    condition_cost_s: -1e-6,
                     ..calibration()
                 },
             ),

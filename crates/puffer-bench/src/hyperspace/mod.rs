@@ -175,7 +175,7 @@ pub struct HyperspaceArgs {
     /// cannot see (a locality's page alone ran over three times as fast with it).
     #[arg(long, default_value_t = 0)]
     record_cache_bytes: u64,
-    /// Report every run's throughput at one reference speed of the machine: divided
+    /// Report every run's throughput at one reference speed of the machine: multiplied
     /// by how much slower than at the start a probe thread's fixed work ran over the
     /// run's seconds (see `speed.rs`; both figures are in `<out>/runs.csv` either way).
     /// On a shared machine the same CPU second does more or less work from minute to
