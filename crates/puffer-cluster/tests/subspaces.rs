@@ -478,6 +478,7 @@ fn the_leaders_configurator_hears_the_searches_other_nodes_served() {
             sent_row_cost_s: 5e-6,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
+            fresh_window_s: 0.0,
             alpha: 0.4,
             max_throughput_ops_per_s: 10_000.0,
             update_fixed_cost_s: None,

@@ -640,6 +640,7 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
         sent_row_cost_s: measured.sent_row_cost_s,
         write_rate_cost_s2: measured.write_rate_cost_s2,
         catch_up_cost_s2: measured.catch_up_cost_s2,
+        fresh_window_s: measured.fresh_window_s,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
         // Not measured: equation 4's, the fetch counted as one more hop (an invalid
@@ -685,6 +686,12 @@ pub struct MeasuredCalibration {
     /// paper's model, which has no such term; about 0 embedded).
     #[serde(default)]
     pub catch_up_cost_s2: f64,
+    /// Seconds a written row stays where a search reads it without a segment's walks
+    /// (log tables, sorted batches): the share of the table written in that window is
+    /// read at no cost of `β` (0 when not measured: the paper's model, which has no
+    /// such term).
+    #[serde(default)]
+    pub fresh_window_s: f64,
     /// `α`: a moved copy's cost against one overwritten in place.
     pub alpha: f64,
     /// `T_max`: updates per second with a chain of length 1.

@@ -114,6 +114,10 @@ pub struct HyperspaceConfig {
     /// cluster, until the data nodes have applied the node's newest write), as the
     /// calibration measured it (optional with the three above; 0 without it).
     pub catch_up_cost_s2: Option<f64>,
+    /// Seconds a written row stays where a search reads it without a segment's walks
+    /// (log tables, sorted batches), as the calibration measured it (optional with the
+    /// three above; 0 without it).
+    pub fresh_window_s: Option<f64>,
     /// Seconds of an update that do not grow with its copies (its fetch and its SCU's
     /// commit), as the calibration measured it (optional with the three above; without
     /// it, equation 4's `1 / max_throughput_ops_per_s`).
@@ -139,6 +143,7 @@ impl Default for HyperspaceConfig {
             condition_cost_s: None,
             write_rate_cost_s2: None,
             catch_up_cost_s2: None,
+            fresh_window_s: None,
             update_fixed_cost_s: None,
         }
     }
@@ -214,11 +219,12 @@ impl HyperspaceConfig {
                     || self.condition_cost_s.is_some()
                     || self.write_rate_cost_s2.is_some()
                     || self.catch_up_cost_s2.is_some()
+                    || self.fresh_window_s.is_some()
                     || self.update_fixed_cost_s.is_some() =>
             {
                 return Err(invalid(
                     "region_cost_s, fan_out_cost_s, condition_cost_s, sent_row_cost_s, \
-                     write_rate_cost_s2, catch_up_cost_s2 and update_fixed_cost_s need beta_s_per_object, alpha and \
+                     write_rate_cost_s2, catch_up_cost_s2, fresh_window_s and update_fixed_cost_s need beta_s_per_object, alpha and \
                      max_throughput_ops_per_s"
                         .into(),
                 ))
@@ -233,6 +239,7 @@ impl HyperspaceConfig {
                     sent_row_cost_s: self.sent_row_cost_s.unwrap_or(0.0),
                     write_rate_cost_s2: self.write_rate_cost_s2.unwrap_or(0.0),
                     catch_up_cost_s2: self.catch_up_cost_s2.unwrap_or(0.0),
+                    fresh_window_s: self.fresh_window_s.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,
                     update_fixed_cost_s: self.update_fixed_cost_s,

@@ -54,9 +54,9 @@ pub use configurator::{
 };
 pub use heuristics::{dominant, hyperspace, no_subspace, subspaces_all};
 pub use model::{
-    alpha_from_update_runs, conditions_of, most_common_shares, objects_read,
+    alpha_from_update_runs, conditions_of, most_common_shares, objects_read, page_reads,
     predicted_throughput_ops_per_s, rank_configurations, rows_returned, search_costs_from_runs,
-    Calibration, RankedConfiguration, RowProbe, SearchCosts, SearchFrequency, SearchRows,
+    Calibration, PageRead, RankedConfiguration, RowProbe, SearchCosts, SearchFrequency, SearchRows,
     SearchRun, UpdateFrequency, UpdateRun, WorkloadProfile, MAX_FREE_VALUE_SHARES, MAX_ROW_PROBES,
 };
 pub use model::{

@@ -99,6 +99,12 @@ pub struct Calibration {
     /// (>= 0; the paper has no such term: 0): the wait until the data nodes have
     /// applied the node's newest write, which a search must see.
     pub catch_up_cost_s2: f64,
+    /// `τ`: seconds a written row stays where a search finds it without a segment's
+    /// walks (>= 0; the paper has no such term: 0): log tables and sorted batches hold
+    /// it whole and uncompressed, found by a scan or a suffix array, and a region looks
+    /// there first. A search cut by its page fills the page from those rows first, and
+    /// reads from its segments only what they leave ([`PageRead`]).
+    pub fresh_window_s: f64,
     /// `α`: cost of rewriting an object in a subspace whose coordinates the update moves
     /// (a delete on the old server and a write on the new), relative to an overwrite in
     /// place (>= 0; the paper measured 2.3).
@@ -128,6 +134,7 @@ impl Calibration {
             ("sent_row_cost_s", self.sent_row_cost_s),
             ("write_rate_cost_s2", self.write_rate_cost_s2),
             ("catch_up_cost_s2", self.catch_up_cost_s2),
+            ("fresh_window_s", self.fresh_window_s),
             ("alpha", self.alpha),
             ("update_fixed_cost_s", self.update_fixed_cost_s),
         ] {
@@ -399,14 +406,48 @@ fn search_cost_and_exposure(
     calibration: &Calibration,
 ) -> (f64, f64) {
     let route = route_search_unchecked(configuration, shape);
-    route_cost_and_exposure(configuration, &route, shape, rows, calibration)
+    let cost = route_cost_and_exposure(configuration, &route, shape, rows, calibration);
+    (cost.cost_s, cost.exposure)
 }
 
 /// A search's costs by what decides them: the search (its index in the profile), the
 /// subspace it is routed to (`None`: the key subspace) and the regions it asks of how
 /// many in its grid. Candidate configurations share most of their subspaces, so the
 /// ranking works out each once: 4,096 candidates of 14 classes, 256 probes each.
-type RouteCosts = HashMap<(usize, Option<Subspace>, u64, u64), (f64, f64)>;
+type RouteCosts = HashMap<(usize, Option<Subspace>, u64, u64), RouteCost>;
+
+/// One search's seconds by equation 2, its [`written_exposure`] and its
+/// [`page_reads`].
+#[derive(Debug, Clone)]
+struct RouteCost {
+    cost_s: f64,
+    exposure: f64,
+    pages: Vec<PageRead>,
+}
+
+/// What a search cut by its page reads in the regions holding its matches, from one
+/// probe of its rows ([`page_reads`]): `candidate_rows` rows there, of which it reads
+/// the share `paged_share` before the pages are full. When a share `m` of the table
+/// was written in the last `τ` seconds ([`Calibration::fresh_window_s`]), `m` of the
+/// matches lie in log tables and sorted batches, which a region reads first: the page
+/// takes `min(paged_share, m)` of the candidates there, and segments only the rest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PageRead {
+    /// Share of the candidates read before the pages are full (in `(0, 1)`).
+    pub paged_share: f64,
+    /// Candidate rows in the regions holding matches, divided by the probes (so that
+    /// the sum over a search's page reads is a mean over its probes; >= 0).
+    pub candidate_rows: f64,
+}
+
+/// Rows of `pages` found outside segments when a share `fresh_share` of the table is
+/// fresh (see [`PageRead`]).
+fn fresh_page_rows(pages: &[PageRead], fresh_share: f64) -> f64 {
+    pages
+        .iter()
+        .map(|page| page.candidate_rows * page.paged_share.min(fresh_share))
+        .sum()
+}
 
 /// [`search_cost_and_exposure`] on `route`.
 fn route_cost_and_exposure(
@@ -415,17 +456,20 @@ fn route_cost_and_exposure(
     shape: &SearchShape,
     rows: Option<&SearchRows>,
     calibration: &Calibration,
-) -> (f64, f64) {
-    let (read, sent, exposure) =
-        read_and_sent(configuration, route, shape, rows, calibration.objects);
+) -> RouteCost {
+    let reads = read_and_sent(configuration, route, shape, rows, calibration.objects);
     let asked = route.regions_contacted as f64;
     let conditions = conditions_of(shape);
-    let cost = asked * calibration.region_cost_s
+    let cost_s = asked * calibration.region_cost_s
         + (asked - 1.0).max(0.0) * calibration.fan_out_cost_s
         + asked * conditions * calibration.condition_cost_s
-        + read * calibration.beta_s_per_object
-        + sent * calibration.sent_row_cost_s;
-    (cost, exposure)
+        + reads.read * calibration.beta_s_per_object
+        + reads.sent * calibration.sent_row_cost_s;
+    RouteCost {
+        cost_s,
+        exposure: reads.exposure,
+        pages: reads.pages,
+    }
 }
 
 /// The conditions a search of `shape` sets: one per constrained attribute, and the
@@ -465,24 +509,52 @@ pub fn objects_read(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
-    read_and_sent(configuration, route, shape, rows, objects).0
+    read_and_sent(configuration, route, shape, rows, objects).read
 }
 
-/// [`objects_read`], [`rows_returned`] and [`written_exposure`] in one pass over the
-/// probes (the ranking charges all three for every candidate configuration).
+/// The page reads of a search of `shape` on `route` in a table of `objects`, one per
+/// probe of `rows` whose page cuts it (see [`PageRead`]); none without rows.
+pub fn page_reads(
+    configuration: &Configuration,
+    route: &SearchRoute,
+    shape: &SearchShape,
+    rows: Option<&SearchRows>,
+    objects: u64,
+) -> Vec<PageRead> {
+    read_and_sent(configuration, route, shape, rows, objects).pages
+}
+
+/// What one search reads and sends (see [`read_and_sent`]).
+struct Reads {
+    read: f64,
+    sent: f64,
+    exposure: f64,
+    pages: Vec<PageRead>,
+}
+
+/// [`objects_read`], [`rows_returned`], [`written_exposure`] and [`page_reads`] in one
+/// pass over the probes (the ranking charges them all for every candidate
+/// configuration).
 fn read_and_sent(
     configuration: &Configuration,
     route: &SearchRoute,
     shape: &SearchShape,
     rows: Option<&SearchRows>,
     objects: u64,
-) -> (f64, f64, f64) {
+) -> Reads {
     let objects = objects as f64;
     let asked = route.regions_contacted as f64;
     let fraction = asked / route.grid_regions as f64;
     let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
-        return (fraction * objects, fraction * objects, fraction);
+        return Reads {
+            read: fraction * objects,
+            sent: fraction * objects,
+            exposure: fraction,
+            pages: Vec::new(),
+        };
     };
+    let probes = rows.probes.len() as f64;
+    let mut pages = Vec::new();
     let subspace = routed_subspace(configuration, route);
     let key_candidates = match shape.key {
         Some(Constraint::Equality) => 1.0,
@@ -572,6 +644,10 @@ fn read_and_sent(
                 paged_share(configuration, route, shape, probe, page as f64, matched)
             });
             if paged < 1.0 {
+                pages.push(PageRead {
+                    paged_share: paged,
+                    candidate_rows: in_holding / probes,
+                });
                 let read = in_holding * paged + elsewhere;
                 (
                     read,
@@ -585,8 +661,12 @@ fn read_and_sent(
         .fold((0.0, 0.0, 0.0), |(read, sent, exposure), (r, s, e)| {
             (read + r, sent + s, exposure + e)
         });
-    let probes = rows.probes.len() as f64;
-    (read / probes, sent / probes, exposure / probes)
+    Reads {
+        read: read / probes,
+        sent: sent / probes,
+        exposure: exposure / probes,
+        pages,
+    }
 }
 
 /// The share of a search's `matched` matches that the regions holding them send back
@@ -740,7 +820,7 @@ pub fn written_exposure(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
-    read_and_sent(configuration, route, shape, rows, objects).2
+    read_and_sent(configuration, route, shape, rows, objects).exposure
 }
 
 /// The subspace `route` reads (`None`: the key subspace).
@@ -814,7 +894,7 @@ pub fn rows_returned(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
-    read_and_sent(configuration, route, shape, rows, objects).1
+    read_and_sent(configuration, route, shape, rows, objects).sent
 }
 
 /// Regions asked by a search on `route` that hold records whose free attributes have
@@ -942,18 +1022,18 @@ fn throughput_unchecked(
     total_frequency: f64,
     route_costs: &mut RouteCosts,
 ) -> f64 {
-    let (base_s, exposure, searches_amid_updates) = cost_and_exposure_unchecked(
+    let costs = cost_and_exposure_unchecked(
         configuration,
         profile,
         calibration,
         total_frequency,
         route_costs,
     );
-    throughput_from(
-        base_s,
-        calibration.write_rate_cost_s2 * exposure
-            + calibration.catch_up_cost_s2 * searches_amid_updates,
-    )
+    let write_term = calibration.write_rate_cost_s2 * costs.exposure
+        + calibration.catch_up_cost_s2 * costs.searches_amid_updates;
+    // Rows written in the last τ seconds, per row stored per operation per second.
+    let fresh_rate = costs.update_share * calibration.fresh_window_s / calibration.objects as f64;
+    throughput_with_fresh_rows(&costs, write_term, fresh_rate)
 }
 
 /// `T` solving `1/T = base_s + write_term · T` (see the module docs): `1 / base_s`
@@ -964,16 +1044,64 @@ fn throughput_from(base_s: f64, write_term: f64) -> f64 {
     2.0 / (base_s + (base_s * base_s + 4.0 * write_term).sqrt())
 }
 
-/// `A`, and `B`'s factors of `λ` and `κ`, of the module docs: the mean seconds of an
-/// operation without the writes its searches see, `u Σ_i p_i e_i` and `u Σ_i p_i`.
+/// `T` solving `1/T = A − β · F(1 − e^(−fresh_rate · T)) + write_term · T` (see the
+/// module docs; `F(m)` the page rows found outside segments when a share `m` of the
+/// table is fresh): [`throughput_from`] when no row is fresh. The right side falls
+/// with `T` no faster than the left, so the root lies between `T` with no row fresh
+/// (the left side is then at least the right) and `T` with every row fresh (at most);
+/// it is found by bisection.
+fn throughput_with_fresh_rows(costs: &OperationCosts, write_term: f64, fresh_rate: f64) -> f64 {
+    let base_s = costs.base_s;
+    let stale = throughput_from(base_s, write_term);
+    if fresh_rate <= 0.0 || costs.pages_s.is_empty() {
+        return stale;
+    }
+    let spared_s = |fresh_share: f64| fresh_page_rows(&costs.pages_s, fresh_share);
+    // The page reads are part of `base_s`; an operation keeps its other costs (every
+    // workload with fresh rows has updates, each costing more than 0).
+    let fresh = throughput_from((base_s - spared_s(1.0)).max(f64::MIN_POSITIVE), write_term);
+    let excess = |t: f64| 1.0 / t - base_s + spared_s(-(-fresh_rate * t).exp_m1()) - write_term * t;
+    let (mut low, mut high) = (stale, fresh);
+    // 64 halvings take any bracket below f64's resolution.
+    for _ in 0..64 {
+        let middle = 0.5 * (low + high);
+        if middle <= low || middle >= high {
+            break;
+        }
+        if excess(middle) > 0.0 {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    0.5 * (low + high)
+}
+
+/// What equation 3 needs of a workload in a configuration (see the module docs).
+#[derive(Debug, Clone)]
+struct OperationCosts {
+    /// `A`: the mean seconds of an operation without the writes its searches see.
+    base_s: f64,
+    /// The page reads of the searches, each in seconds (`β` times its rows, times its
+    /// search's share of the operations).
+    pages_s: Vec<PageRead>,
+    /// `B`'s factor of `λ`: `u Σ_i p_i e_i`.
+    exposure: f64,
+    /// `B`'s factor of `κ`: `u Σ_i p_i`.
+    searches_amid_updates: f64,
+    /// `u`: the updates' share of the operations.
+    update_share: f64,
+}
+
 fn cost_and_exposure_unchecked(
     configuration: &Configuration,
     profile: &WorkloadProfile,
     calibration: &Calibration,
     total_frequency: f64,
     route_costs: &mut RouteCosts,
-) -> (f64, f64, f64) {
+) -> OperationCosts {
     let mut search_cost = 0.0;
+    let mut pages_s = Vec::new();
     let mut exposure = 0.0;
     for (i, search) in profile.searches.iter().enumerate() {
         let route = route_search_unchecked(configuration, &search.shape);
@@ -983,7 +1111,7 @@ fn cost_and_exposure_unchecked(
             route.regions_contacted,
             route.grid_regions,
         );
-        let (cost, e) = *route_costs.entry(key).or_insert_with(|| {
+        let cost = route_costs.entry(key).or_insert_with(|| {
             route_cost_and_exposure(
                 configuration,
                 &route,
@@ -992,8 +1120,13 @@ fn cost_and_exposure_unchecked(
                 calibration,
             )
         });
-        search_cost += search.frequency * cost;
-        exposure += search.frequency * e;
+        search_cost += search.frequency * cost.cost_s;
+        exposure += search.frequency * cost.exposure;
+        let weight_s = search.frequency / total_frequency * calibration.beta_s_per_object;
+        pages_s.extend(cost.pages.iter().map(|page| PageRead {
+            paged_share: page.paged_share,
+            candidate_rows: page.candidate_rows * weight_s,
+        }));
     }
     let update_cost: f64 = profile
         .updates
@@ -1006,11 +1139,13 @@ fn cost_and_exposure_unchecked(
         profile.updates.iter().map(|u| u.frequency).sum::<f64>() / total_frequency;
     let search_share: f64 =
         profile.searches.iter().map(|s| s.frequency).sum::<f64>() / total_frequency;
-    (
-        (search_cost + update_cost) / total_frequency,
-        update_share * exposure / total_frequency,
-        update_share * search_share,
-    )
+    OperationCosts {
+        base_s: (search_cost + update_cost) / total_frequency,
+        pages_s,
+        exposure: update_share * exposure / total_frequency,
+        searches_amid_updates: update_share * search_share,
+        update_share,
+    }
 }
 
 /// `B / λ` of the module docs for `profile` in `configuration`, on a table of `objects`:
@@ -1028,14 +1163,14 @@ pub fn write_exposure(
     let mut exposure = 0.0;
     for search in &profile.searches {
         let route = route_search_unchecked(configuration, &search.shape);
-        let (_, _, e) = read_and_sent(
+        let reads = read_and_sent(
             configuration,
             &route,
             &search.shape,
             search.rows.as_ref(),
             objects,
         );
-        exposure += search.frequency * e;
+        exposure += search.frequency * reads.exposure;
     }
     let update_share: f64 = profile.updates.iter().map(|u| u.frequency).sum::<f64>() / total;
     Ok(update_share * exposure / total)
@@ -1239,7 +1374,7 @@ pub fn alpha_from_update_runs(
 /// One calibration run of searches (§4.3), alone or amid updates: what each search
 /// asked, read and was sent, the updates' part, and the throughput measured. Its
 /// operations are searches and updates only: `1 − p` of them are updates.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SearchRun {
     /// `p`, the searches' share of the run's operations (in `(0, 1]`).
     pub search_share: f64,
@@ -1252,6 +1387,9 @@ pub struct SearchRun {
     pub objects_read: f64,
     /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
     pub rows_sent: f64,
+    /// The search's [`page_reads`]: of `objects_read`, what log tables and sorted
+    /// batches spare it amid updates (empty when no page cuts it).
+    pub page_reads: Vec<PageRead>,
     /// Seconds per operation the run's updates cost, `(1 − p)` times an update's
     /// cost by equation 4 (>= 0; 0 for searches alone).
     pub update_s_per_op: f64,
@@ -1278,20 +1416,36 @@ pub struct SearchCosts {
     pub write_rate_cost_s2: f64,
     /// `κ`, seconds per update per second written through the asking node (>= 0).
     pub catch_up_cost_s2: f64,
+    /// `τ`, seconds a written row is read at no cost of `β` (>= 0).
+    pub fresh_window_s: f64,
 }
 
-/// `c_region`, `c_fan`, `c_cond`, `β`, `γ`, `λ` and `κ` from calibration runs of
-/// searches (equations 2 and 3 inverted): each run gives `1 / T_real = p (regions ·
-/// c_region + (regions − 1) · c_fan + regions · conditions · c_cond + read · β + sent ·
-/// γ) + updates + λ · x · T_real + κ · p (1 − p) · T_real`, with `x` its
-/// [`write_exposure`]; with the measured `T_real` on the right, that is linear in the
-/// costs. They are the least-squares solution of those equations in relative terms
-/// (each run's residual divided by its cost, so a slow run does not outweigh the fast
-/// ones: the model's error is judged relative), none below 0: among the fits with `β`
-/// and any of the six others left free (the rest 0), the one with the smallest
-/// residual whose costs are all non-negative. Runs that leave `β` at 0 or below say
-/// nothing about it and are refused.
-pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigError> {
+/// `τ` values the fit tries: every quarter second up to a minute. A row stays in log
+/// tables and sorted batches a few seconds; a minute leaves room for what the runs say.
+const FRESH_WINDOW_STEPS: u32 = 240;
+const FRESH_WINDOW_STEP_S: f64 = 0.25;
+
+/// `c_region`, `c_fan`, `c_cond`, `β`, `γ`, `λ`, `κ` and `τ` from calibration runs of
+/// searches on a table of `objects` (equations 2 and 3 inverted): each run gives `1 /
+/// T_real = p (regions · c_region + (regions − 1) · c_fan + regions · conditions ·
+/// c_cond + (read − F(m)) · β + sent · γ) + updates + λ · x · T_real + κ · p (1 − p) ·
+/// T_real`, with `x` its [`write_exposure`], `F(m)` the page rows found outside
+/// segments ([`PageRead`]) when a share `m = 1 − e^(−(1 − p) T_real τ / O)` of the
+/// table is fresh; with the measured `T_real` on the right and `τ` given, that is
+/// linear in the costs. They are the
+/// least-squares solution of those equations in relative terms (each run's residual
+/// divided by its cost, so a slow run does not outweigh the fast ones: the model's
+/// error is judged relative), none below 0: among the fits with `β` and any of the six
+/// others left free (the rest 0), at every `τ` of a grid (0 to a minute by quarter
+/// seconds), the one with the smallest residual whose costs are all non-negative.
+/// Runs that leave `β` at 0 or below say nothing about it and are refused.
+pub fn search_costs_from_runs(
+    runs: &[SearchRun],
+    objects: u64,
+) -> Result<SearchCosts, ConfigError> {
+    if objects == 0 {
+        return Err(config_error("objects", "0 objects: nothing to model"));
+    }
     if runs.is_empty() {
         return Err(config_error(
             "search_runs",
@@ -1300,9 +1454,12 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
     }
     // Each run as a row (p · regions · T, p · (regions − 1) · T, p · regions ·
     // conditions · T, p · read · T, p · sent · T, x · T², p · (1 − p) · T²) against
-    // 1 − updates · T.
+    // 1 − updates · T; the page rows found outside segments are taken off the read
+    // column at each τ tried. Each run's rows written per second per row stored is
+    // kept with it.
     let mut rows = Vec::with_capacity(runs.len());
     let mut targets = Vec::with_capacity(runs.len());
+    let mut written_shares = Vec::with_capacity(runs.len());
     for run in runs {
         if !(run.search_share > 0.0 && run.search_share <= 1.0) {
             return Err(config_error(
@@ -1325,6 +1482,21 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
                 ));
             }
         }
+        for page in &run.page_reads {
+            let share = page.paged_share;
+            if !(share > 0.0 && share <= 1.0 && page.candidate_rows.is_finite())
+                || page.candidate_rows < 0.0
+            {
+                return Err(config_error(
+                    "search_runs",
+                    format!(
+                        "page read of {} rows at share {share} is not a share in (0, 1] \
+                         of a finite non-negative number of rows",
+                        page.candidate_rows
+                    ),
+                ));
+            }
+        }
         let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
         let searches = run.search_share * measured;
         rows.push([
@@ -1337,37 +1509,54 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
             run.search_share * (1.0 - run.search_share) * measured * measured,
         ]);
         targets.push(1.0 - run.update_s_per_op * measured);
+        written_shares.push((1.0 - run.search_share) * measured / objects as f64);
     }
-    // Which costs are fitted (β, column BETA, always): every subset of the others,
-    // the best feasible one kept.
+    // Which costs are fitted (β, column BETA, always): every subset of the others at
+    // every τ, the best feasible one kept (the smallest τ of equal residuals).
     let optional = COSTS - 1;
-    let mut best: Option<([f64; COSTS], f64)> = None;
-    for subset in 0..1u32 << optional {
-        let mut free = [true; COSTS];
-        for (bit, column) in (0..COSTS).filter(|&c| c != BETA).enumerate() {
-            free[column] = subset & (1 << bit) != 0;
-        }
-        let Some(costs) = least_squares(&rows, &targets, free) else {
-            continue;
-        };
-        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[BETA] <= 0.0 {
-            continue;
-        }
-        let residual: f64 = rows
+    let mut best: Option<([f64; COSTS], f64, f64)> = None;
+    for step in 0..=FRESH_WINDOW_STEPS {
+        let window_s = f64::from(step) * FRESH_WINDOW_STEP_S;
+        let stale_rows: Vec<[f64; COSTS]> = rows
             .iter()
-            .zip(&targets)
-            .map(|(row, target)| {
-                let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
-                (fitted - target).powi(2)
+            .zip(&written_shares)
+            .zip(runs)
+            .map(|((row, written), run)| {
+                let mut row = *row;
+                let fresh_share = -(-written * window_s).exp_m1();
+                let spared = fresh_page_rows(&run.page_reads, fresh_share);
+                row[BETA] -= spared * run.search_share * run.measured_throughput_ops_per_s;
+                row
             })
-            .sum();
-        if best.is_none_or(|(_, r)| residual < r) {
-            best = Some((costs, residual));
+            .collect();
+        for subset in 0..1u32 << optional {
+            let mut free = [true; COSTS];
+            for (bit, column) in (0..COSTS).filter(|&c| c != BETA).enumerate() {
+                free[column] = subset & (1 << bit) != 0;
+            }
+            let Some(costs) = least_squares(&stale_rows, &targets, free) else {
+                continue;
+            };
+            if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[BETA] <= 0.0 {
+                continue;
+            }
+            let residual: f64 = stale_rows
+                .iter()
+                .zip(&targets)
+                .map(|(row, target)| {
+                    let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
+                    (fitted - target).powi(2)
+                })
+                .sum();
+            if best.is_none_or(|(_, r, _)| residual < r) {
+                best = Some((costs, residual, window_s));
+            }
         }
     }
     let Some((
         [region_cost_s, fan_out_cost_s, condition_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2],
         _,
+        fresh_window_s,
     )) = best
     else {
         return Err(config_error(
@@ -1383,6 +1572,7 @@ pub fn search_costs_from_runs(runs: &[SearchRun]) -> Result<SearchCosts, ConfigE
         sent_row_cost_s,
         write_rate_cost_s2,
         catch_up_cost_s2,
+        fresh_window_s,
     })
 }
 
@@ -1487,6 +1677,7 @@ mod tests {
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
+            fresh_window_s: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
             update_fixed_cost_s: 1.0 / 100_000.0,
@@ -1620,6 +1811,7 @@ mod tests {
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
+            fresh_window_s: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
             update_fixed_cost_s: 1.0 / 1000.0,
@@ -1670,6 +1862,119 @@ mod tests {
             }
         }
         low
+    }
+
+    #[test]
+    fn fresh_rows_by_hand() {
+        // The small instance, searches of <0> cut by a page: 400 matches in the 4
+        // regions asked, a page of 25 each, so a quarter of the candidates is read (100
+        // rows, 0.1 s); three quarters of the operations, updates of <2> the rest
+        // (0.012625 s each).
+        let (calibration, configuration) = small_instance();
+        let rows = SearchRows {
+            page_rows: Some(25),
+            probes: vec![RowProbe {
+                matched_share: 0.25,
+                attribute_shares: BTreeMap::from([(0, 0.25)]),
+                free_values: BTreeMap::new(),
+                candidate_free_values: BTreeMap::new(),
+                candidate_free_shares: BTreeMap::new(),
+                free_value_shares: BTreeMap::new(),
+            }],
+        };
+        let shape = SearchShape::equalities([0]);
+        let route = route_search_unchecked(&configuration, &shape);
+        let pages = page_reads(&configuration, &route, &shape, Some(&rows), 1600);
+        assert_eq!(
+            pages,
+            vec![PageRead {
+                paged_share: 0.25,
+                candidate_rows: 400.0
+            }]
+        );
+        assert_eq!(
+            objects_read(&configuration, &route, &shape, Some(&rows), 1600),
+            100.0
+        );
+        let profile = WorkloadProfile {
+            searches: vec![SearchFrequency {
+                shape,
+                frequency: 3.0,
+                rows: Some(rows),
+            }],
+            updates: vec![UpdateFrequency {
+                attributes: set(&[2]),
+                frequency: 1.0,
+            }],
+        };
+        let base = 0.75 * 0.1 + 0.25 * 0.012625;
+        for (window_s, lambda) in [(50.0, 0.0), (50.0, 5e-4), (500.0, 0.0)] {
+            let fresh = Calibration {
+                fresh_window_s: window_s,
+                write_rate_cost_s2: lambda,
+                ..calibration
+            };
+            // A share m = 1 − e^(−u T τ / O) of the table is fresh (u = 1/4, O = 1600):
+            // the page takes min(1/4, m) of the 400 candidates there, at no β.
+            let slope = lambda * 0.25 * 0.75 * (0.25 + 0.75 / 4.0) * 0.25;
+            let right = |t: f64| {
+                let m = 1.0 - (-0.25 * t * window_s / 1600.0).exp();
+                base - 0.75 * 1e-3 * 400.0 * m.min(0.25) + slope * t
+            };
+            // The oracle: bisection of the left side against the right, which falls
+            // slower with T.
+            let (mut low, mut high) = (0.0_f64, 1e6);
+            for _ in 0..200 {
+                let t = (low + high) / 2.0;
+                if 1.0 / t > right(t) {
+                    low = t;
+                } else {
+                    high = t;
+                }
+            }
+            let predicted =
+                predicted_throughput_ops_per_s(&configuration, &profile, &fresh).unwrap();
+            assert!(
+                (predicted / low - 1.0).abs() < 1e-9,
+                "τ {window_s}, λ {lambda}: {predicted} {low}"
+            );
+            let stale = Calibration {
+                fresh_window_s: 0.0,
+                ..fresh
+            };
+            let without = predicted_throughput_ops_per_s(&configuration, &profile, &stale).unwrap();
+            assert!(predicted > 1.1 * without, "{predicted} {without}");
+        }
+        // Searches alone write nothing, and a search no page cuts reads its candidates
+        // whole: no row spared.
+        let fresh = Calibration {
+            fresh_window_s: 500.0,
+            ..calibration
+        };
+        let (uncut, _, _) = writing_profile();
+        let searches = WorkloadProfile {
+            updates: Vec::new(),
+            ..profile.clone()
+        };
+        for profile in [uncut, searches] {
+            assert_eq!(
+                predicted_throughput_ops_per_s(&configuration, &profile, &fresh).unwrap(),
+                predicted_throughput_ops_per_s(&configuration, &profile, &calibration).unwrap()
+            );
+        }
+        // A negative or infinite window is refused by name.
+        for bad in [-1.0, f64::INFINITY, f64::NAN] {
+            let bad = Calibration {
+                fresh_window_s: bad,
+                ..calibration
+            };
+            assert_eq!(
+                predicted_throughput_ops_per_s(&configuration, &profile, &bad)
+                    .unwrap_err()
+                    .setting,
+                "fresh_window_s"
+            );
+        }
     }
 
     #[test]
@@ -1951,6 +2256,8 @@ mod tests {
             sent_row_cost_s: 3e-5,
             write_rate_cost_s2: 4e-7,
             catch_up_cost_s2: 2e-7,
+            // On the fit's grid of quarter seconds.
+            fresh_window_s: 41.5,
             ..calibration()
         };
         let configuration =
@@ -2004,6 +2311,7 @@ mod tests {
                         objects,
                     ),
                     rows_sent: rows_returned(&configuration, &route, &shape, Some(&rows), objects),
+                    page_reads: page_reads(&configuration, &route, &shape, Some(&rows), objects),
                     update_s_per_op: (1.0 - share)
                         * update_cost_s(&configuration, &updated, &calibration).unwrap(),
                     write_exposure: write_exposure(&configuration, &profile, objects).unwrap(),
@@ -2016,7 +2324,8 @@ mod tests {
                 }
             })
             .collect();
-        let costs = search_costs_from_runs(&runs).unwrap();
+        let costs = search_costs_from_runs(&runs, calibration.objects).unwrap();
+        assert_eq!(costs.fresh_window_s, calibration.fresh_window_s);
         assert!((costs.beta_s_per_object / calibration.beta_s_per_object - 1.0).abs() < 1e-9);
         assert!((costs.region_cost_s / calibration.region_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.sent_row_cost_s / calibration.sent_row_cost_s - 1.0).abs() < 1e-9);
@@ -2033,11 +2342,12 @@ mod tests {
             conditions: 1.0,
             objects_read: 10.0,
             rows_sent: 0.0,
+            page_reads: Vec::new(),
             update_s_per_op: 0.0,
             write_exposure: 0.0,
             measured_throughput_ops_per_s: 100.0,
         };
-        let costs = search_costs_from_runs(&[one, one]).unwrap();
+        let costs = search_costs_from_runs(&[one.clone(), one.clone()], 1000).unwrap();
         assert_eq!(
             (
                 costs.region_cost_s,
@@ -2045,41 +2355,55 @@ mod tests {
                 costs.condition_cost_s,
                 costs.sent_row_cost_s,
                 costs.write_rate_cost_s2,
-                costs.catch_up_cost_s2
+                costs.catch_up_cost_s2,
+                costs.fresh_window_s
             ),
-            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         );
         assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
         let nothing_read = SearchRun {
             objects_read: 0.0,
-            ..one
+            ..one.clone()
         };
-        assert!(search_costs_from_runs(&[nothing_read]).is_err());
-        assert!(search_costs_from_runs(&[]).is_err());
+        assert!(search_costs_from_runs(&[nothing_read], 1000).is_err());
+        assert!(search_costs_from_runs(&[], 1000).is_err());
+        assert_eq!(
+            search_costs_from_runs(std::slice::from_ref(&one), 0)
+                .unwrap_err()
+                .setting,
+            "objects"
+        );
         for bad in [
             SearchRun {
                 measured_throughput_ops_per_s: 0.0,
-                ..one
+                ..one.clone()
             },
             SearchRun {
                 search_share: 0.0,
-                ..one
+                ..one.clone()
             },
             SearchRun {
                 write_exposure: -1.0,
-                ..one
+                ..one.clone()
             },
             SearchRun {
                 conditions: -1.0,
-                ..one
+                ..one.clone()
+            },
+            SearchRun {
+                page_reads: vec![PageRead {
+                    paged_share: 1.5,
+                    candidate_rows: 10.0,
+                }],
+                ..one.clone()
             },
             SearchRun {
                 update_s_per_op: f64::NAN,
-                ..one
+                ..one.clone()
             },
         ] {
             assert_eq!(
-                search_costs_from_runs(&[bad]).unwrap_err().setting,
+                search_costs_from_runs(&[bad], 1000).unwrap_err().setting,
                 "search_runs"
             );
         }
@@ -2095,6 +2419,7 @@ mod tests {
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
+            fresh_window_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1.0,
             update_fixed_cost_s: 1.0,
@@ -2250,6 +2575,7 @@ mod tests {
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
+            fresh_window_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1000.0,
             update_fixed_cost_s: 1.0 / 1000.0,

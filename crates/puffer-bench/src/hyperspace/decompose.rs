@@ -65,6 +65,10 @@ fn model_kinds(
     let total: f64 = profile.searches.iter().map(|s| s.frequency).sum::<f64>()
         + profile.updates.iter().map(|u| u.frequency).sum::<f64>();
     let update_share = profile.updates.iter().map(|u| u.frequency).sum::<f64>() / total;
+    // The share of the table written in the last τ seconds.
+    let fresh = -(-update_share * predicted * calibration.fresh_window_s
+        / calibration.objects as f64)
+        .exp_m1();
     let mut costs = Vec::with_capacity(profile.searches.len() + 1);
     for search in &profile.searches {
         let alone = model::search_cost_s(
@@ -82,19 +86,31 @@ fn model_kinds(
             search.rows.as_ref(),
             calibration.objects,
         );
+        let rows_read = model::objects_read(
+            configuration,
+            &route,
+            &search.shape,
+            search.rows.as_ref(),
+            calibration.objects,
+        );
+        // The page's rows found in log tables and sorted batches cost no β.
+        let fresh_rows: f64 = model::page_reads(
+            configuration,
+            &route,
+            &search.shape,
+            search.rows.as_ref(),
+            calibration.objects,
+        )
+        .iter()
+        .map(|page| page.candidate_rows * page.paged_share.min(fresh))
+        .sum();
         costs.push(ModelKind {
-            cost_s: alone
+            cost_s: alone - fresh_rows * calibration.beta_s_per_object
                 + (calibration.write_rate_cost_s2 * exposure + calibration.catch_up_cost_s2)
                     * predicted
                     * update_share,
             regions_asked: route.regions_contacted,
-            rows_read: model::objects_read(
-                configuration,
-                &route,
-                &search.shape,
-                search.rows.as_ref(),
-                calibration.objects,
-            ),
+            rows_read,
         });
     }
     // The workload's updates, each of `UPDATED` equally often: their mean cost.
@@ -322,6 +338,7 @@ mod tests {
             sent_row_cost_s: 0.0,
             write_rate_cost_s2: 3e-7,
             catch_up_cost_s2: 2e-7,
+            fresh_window_s: 5.0,
             alpha: 0.5,
             max_throughput_ops_per_s: 20_000.0,
             update_fixed_cost_s: 2e-5,
