@@ -47,6 +47,20 @@
 //!   search reads before its page is full (1 when it is not cut). As `W_i` grows with
 //!   `T`, equation 3 becomes `1/T = A + B · T` (`A` as above, `B = λ u Σ_i p_i e_i`),
 //!   and `T = 2 / (A + √(A² + 4B))`.
+//! - Fresh rows (not in the paper): a region looks for a page in its log tables and
+//!   sorted batches before its segments, and finds a row there without a segment's
+//!   walks to a sample. Updates rewrite rows all over the table, so at `u T` updates a
+//!   second a share `m = 1 − e^(−u T τ / O)` of the table was written in the last `τ`
+//!   seconds ([`Calibration::fresh_window_s`]: how long a row stays there, a log
+//!   table's second plus a sorted batch's wait for compaction) and lies there. A search
+//!   whose page cuts it reads the share `paged` of its candidates in the regions holding
+//!   its matches; `min(paged, m)` of them are found fresh, at no cost of `β`, and only
+//!   the rest in segments ([`PageRead`]). A page fills from fresh rows long before the
+//!   table is fresh: a locality's matches in its region are many times its page. With
+//!   `A(T)` falling as `T` rises, `1/T = A(T) + B · T` is solved by bisection between
+//!   `T` with no row fresh and `T` with every row fresh. A search no page cuts reads
+//!   every candidate wherever it lies: nothing spared (the log tables' rows it checks
+//!   are `λ`'s).
 //! - Own writes waited for (not in the paper): a node reads its own writes, so on a
 //!   cluster a search asked after an update through the same node waits until the data
 //!   nodes have applied it, whichever regions it asks (they follow the log in SCU
@@ -61,6 +75,7 @@
 //! throughput predicted with the returned `α` reproduces the measured one.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use super::{
     check_update_attributes, regions::route_search_unchecked, AttributeId, AttributeSet,
@@ -417,12 +432,13 @@ fn search_cost_and_exposure(
 type RouteCosts = HashMap<(usize, Option<Subspace>, u64, u64), RouteCost>;
 
 /// One search's seconds by equation 2, its [`written_exposure`] and its
-/// [`page_reads`].
+/// [`page_reads`] (shared with the operation costs of every configuration that routes
+/// the search the same way).
 #[derive(Debug, Clone)]
 struct RouteCost {
     cost_s: f64,
     exposure: f64,
-    pages: Vec<PageRead>,
+    pages: Arc<PageCurve>,
 }
 
 /// What a search cut by its page reads in the regions holding its matches, from one
@@ -449,6 +465,49 @@ fn fresh_page_rows(pages: &[PageRead], fresh_share: f64) -> f64 {
         .sum()
 }
 
+/// [`fresh_page_rows`] of one search's page reads at any fresh share in `O(log n)`:
+/// the throughput's bisection asks it 64 times for every class of every candidate
+/// configuration (C: 14 classes, up to 256 probes each, 4,090 candidates).
+#[derive(Debug, Clone, Default)]
+struct PageCurve {
+    /// The page reads' shares, ascending.
+    shares: Vec<f64>,
+    /// `below[i]`: `Σ rows · share` over the first `i` shares (those found fresh whole).
+    below: Vec<f64>,
+    /// `above[i]`: `Σ rows` over the shares from `i` on (found fresh up to the share).
+    above: Vec<f64>,
+}
+
+impl PageCurve {
+    fn new(pages: &[PageRead]) -> PageCurve {
+        let mut sorted = pages.to_vec();
+        sorted.sort_by(|a, b| a.paged_share.total_cmp(&b.paged_share));
+        let mut below = vec![0.0; sorted.len() + 1];
+        let mut above = vec![0.0; sorted.len() + 1];
+        for (i, page) in sorted.iter().enumerate() {
+            below[i + 1] = below[i] + page.candidate_rows * page.paged_share;
+        }
+        for (i, page) in sorted.iter().enumerate().rev() {
+            above[i] = above[i + 1] + page.candidate_rows;
+        }
+        PageCurve {
+            shares: sorted.iter().map(|page| page.paged_share).collect(),
+            below,
+            above,
+        }
+    }
+
+    /// [`fresh_page_rows`] of the pages this curve was made of.
+    fn rows(&self, fresh_share: f64) -> f64 {
+        let whole = self.shares.partition_point(|&share| share <= fresh_share);
+        self.below[whole] + fresh_share * self.above[whole]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.shares.is_empty()
+    }
+}
+
 /// [`search_cost_and_exposure`] on `route`.
 fn route_cost_and_exposure(
     configuration: &Configuration,
@@ -468,7 +527,7 @@ fn route_cost_and_exposure(
     RouteCost {
         cost_s,
         exposure: reads.exposure,
-        pages: reads.pages,
+        pages: Arc::new(PageCurve::new(&reads.pages)),
     }
 }
 
@@ -1046,17 +1105,22 @@ fn throughput_from(base_s: f64, write_term: f64) -> f64 {
 
 /// `T` solving `1/T = A − β · F(1 − e^(−fresh_rate · T)) + write_term · T` (see the
 /// module docs; `F(m)` the page rows found outside segments when a share `m` of the
-/// table is fresh): [`throughput_from`] when no row is fresh. The right side falls
-/// with `T` no faster than the left, so the root lies between `T` with no row fresh
-/// (the left side is then at least the right) and `T` with every row fresh (at most);
-/// it is found by bisection.
+/// table is fresh): [`throughput_from`] when no row is fresh. At `T` with no row fresh
+/// the left side is at least the right, at `T` with every row fresh at most, so a root
+/// lies between; it is found by bisection.
 fn throughput_with_fresh_rows(costs: &OperationCosts, write_term: f64, fresh_rate: f64) -> f64 {
     let base_s = costs.base_s;
     let stale = throughput_from(base_s, write_term);
     if fresh_rate <= 0.0 || costs.pages_s.is_empty() {
         return stale;
     }
-    let spared_s = |fresh_share: f64| fresh_page_rows(&costs.pages_s, fresh_share);
+    let spared_s = |fresh_share: f64| -> f64 {
+        costs
+            .pages_s
+            .iter()
+            .map(|(weight_s, curve)| weight_s * curve.rows(fresh_share))
+            .sum()
+    };
     // The page reads are part of `base_s`; an operation keeps its other costs (every
     // workload with fresh rows has updates, each costing more than 0).
     let fresh = throughput_from((base_s - spared_s(1.0)).max(f64::MIN_POSITIVE), write_term);
@@ -1082,9 +1146,9 @@ fn throughput_with_fresh_rows(costs: &OperationCosts, write_term: f64, fresh_rat
 struct OperationCosts {
     /// `A`: the mean seconds of an operation without the writes its searches see.
     base_s: f64,
-    /// The page reads of the searches, each in seconds (`β` times its rows, times its
-    /// search's share of the operations).
-    pages_s: Vec<PageRead>,
+    /// The page reads of the searches cut by their page: each search's share of the
+    /// operations times `β` (seconds per row), and its page reads.
+    pages_s: Vec<(f64, Arc<PageCurve>)>,
     /// `B`'s factor of `λ`: `u Σ_i p_i e_i`.
     exposure: f64,
     /// `B`'s factor of `κ`: `u Σ_i p_i`.
@@ -1122,11 +1186,10 @@ fn cost_and_exposure_unchecked(
         });
         search_cost += search.frequency * cost.cost_s;
         exposure += search.frequency * cost.exposure;
-        let weight_s = search.frequency / total_frequency * calibration.beta_s_per_object;
-        pages_s.extend(cost.pages.iter().map(|page| PageRead {
-            paged_share: page.paged_share,
-            candidate_rows: page.candidate_rows * weight_s,
-        }));
+        if !cost.pages.is_empty() {
+            let weight_s = search.frequency / total_frequency * calibration.beta_s_per_object;
+            pages_s.push((weight_s, Arc::clone(&cost.pages)));
+        }
     }
     let update_cost: f64 = profile
         .updates
@@ -2791,6 +2854,27 @@ mod tests {
     }
 
     proptest! {
+        /// The page curve's sorted sums give what summing every page read gives, at
+        /// any fresh share (ties, shares of 1 and empty curves included).
+        #[test]
+        fn page_curve_is_the_sum_of_its_page_reads(
+            pages in proptest::collection::vec((1u32..=20, 0u32..1000), 0..40),
+            fresh in 0u32..=21,
+        ) {
+            let pages: Vec<PageRead> = pages
+                .into_iter()
+                .map(|(share, rows)| PageRead {
+                    paged_share: f64::from(share) / 20.0,
+                    candidate_rows: f64::from(rows),
+                })
+                .collect();
+            let fresh = f64::from(fresh) / 20.0;
+            let curve = PageCurve::new(&pages);
+            let expected = fresh_page_rows(&pages, fresh);
+            prop_assert!((curve.rows(fresh) - expected).abs() <= 1e-9 * expected.max(1.0));
+            prop_assert_eq!(curve.is_empty(), pages.is_empty());
+        }
+
         /// Adding a subspace never makes a search costlier (it can only offer a better
         /// route) and always makes an update costlier (one more chain of K servers).
         #[test]

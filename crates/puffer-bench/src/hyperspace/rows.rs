@@ -490,7 +490,7 @@ fn time_ranking(bench: &Bench, workload: &Workload) -> anyhow::Result<()> {
         sent_row_cost_s: 0.0,
         write_rate_cost_s2: 4.3e-7,
         catch_up_cost_s2: 0.0,
-        fresh_window_s: 0.0,
+        fresh_window_s: 1.0,
         alpha: 0.7,
         max_throughput_ops_per_s: 23_000.0,
         update_fixed_cost_s: 1.7e-5,
