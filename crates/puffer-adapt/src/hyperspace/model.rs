@@ -432,7 +432,7 @@ fn search_cost_and_exposure(
 type RouteCosts = HashMap<(usize, Option<Subspace>, u64, u64), RouteCost>;
 
 /// One search's seconds by equation 2, its [`written_exposure`] and its
-/// [`page_reads`] (shared with the operation costs of every configuration that routes
+/// [`SearchReads::pages`] (shared with the operation costs of every configuration that routes
 /// the search the same way).
 #[derive(Debug, Clone)]
 struct RouteCost {
@@ -442,7 +442,7 @@ struct RouteCost {
 }
 
 /// What a search cut by its page reads in the regions holding its matches, from one
-/// probe of its rows ([`page_reads`]): `candidate_rows` rows there, of which it reads
+/// probe of its rows ([`SearchReads::pages`]): `candidate_rows` rows there, of which it reads
 /// the share `paged_share` before the pages are full. When a share `m` of the table
 /// was written in the last `τ` seconds ([`Calibration::fresh_window_s`]), `m` of the
 /// matches lie in log tables and sorted batches, which a region reads first: the page
@@ -458,7 +458,7 @@ pub struct PageRead {
 
 /// Rows of `pages` found outside segments when a share `fresh_share` of the table is
 /// fresh (see [`PageRead`]).
-fn fresh_page_rows(pages: &[PageRead], fresh_share: f64) -> f64 {
+pub fn fresh_page_rows(pages: &[PageRead], fresh_share: f64) -> f64 {
     pages
         .iter()
         .map(|page| page.candidate_rows * page.paged_share.min(fresh_share))
@@ -516,7 +516,7 @@ fn route_cost_and_exposure(
     rows: Option<&SearchRows>,
     calibration: &Calibration,
 ) -> RouteCost {
-    let reads = read_and_sent(configuration, route, shape, rows, calibration.objects);
+    let reads = search_reads(configuration, route, shape, rows, calibration.objects);
     let asked = route.regions_contacted as f64;
     let conditions = conditions_of(shape);
     let cost_s = asked * calibration.region_cost_s
@@ -568,44 +568,38 @@ pub fn objects_read(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
-    read_and_sent(configuration, route, shape, rows, objects).read
+    search_reads(configuration, route, shape, rows, objects).read
 }
 
-/// The page reads of a search of `shape` on `route` in a table of `objects`, one per
-/// probe of `rows` whose page cuts it (see [`PageRead`]); none without rows.
-pub fn page_reads(
+/// What one search of a shape reads and is sent on a route ([`search_reads`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchReads {
+    /// [`objects_read`].
+    pub read: f64,
+    /// [`rows_returned`].
+    pub sent: f64,
+    /// [`written_exposure`].
+    pub exposure: f64,
+    /// One [`PageRead`] per probe of the rows whose page cuts the search (none without
+    /// rows).
+    pub pages: Vec<PageRead>,
+}
+
+/// [`objects_read`], [`rows_returned`], [`written_exposure`] and the page reads of a
+/// search of `shape` on `route` in a table of `objects`, in one pass over the probes
+/// (the ranking charges them all for every candidate configuration).
+pub fn search_reads(
     configuration: &Configuration,
     route: &SearchRoute,
     shape: &SearchShape,
     rows: Option<&SearchRows>,
     objects: u64,
-) -> Vec<PageRead> {
-    read_and_sent(configuration, route, shape, rows, objects).pages
-}
-
-/// What one search reads and sends (see [`read_and_sent`]).
-struct Reads {
-    read: f64,
-    sent: f64,
-    exposure: f64,
-    pages: Vec<PageRead>,
-}
-
-/// [`objects_read`], [`rows_returned`], [`written_exposure`] and [`page_reads`] in one
-/// pass over the probes (the ranking charges them all for every candidate
-/// configuration).
-fn read_and_sent(
-    configuration: &Configuration,
-    route: &SearchRoute,
-    shape: &SearchShape,
-    rows: Option<&SearchRows>,
-    objects: u64,
-) -> Reads {
+) -> SearchReads {
     let objects = objects as f64;
     let asked = route.regions_contacted as f64;
     let fraction = asked / route.grid_regions as f64;
     let Some(rows) = rows.filter(|rows| !rows.probes.is_empty()) else {
-        return Reads {
+        return SearchReads {
             read: fraction * objects,
             sent: fraction * objects,
             exposure: fraction,
@@ -720,7 +714,7 @@ fn read_and_sent(
         .fold((0.0, 0.0, 0.0), |(read, sent, exposure), (r, s, e)| {
             (read + r, sent + s, exposure + e)
         });
-    Reads {
+    SearchReads {
         read: read / probes,
         sent: sent / probes,
         exposure: exposure / probes,
@@ -879,7 +873,7 @@ pub fn written_exposure(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
-    read_and_sent(configuration, route, shape, rows, objects).exposure
+    search_reads(configuration, route, shape, rows, objects).exposure
 }
 
 /// The subspace `route` reads (`None`: the key subspace).
@@ -953,7 +947,7 @@ pub fn rows_returned(
     rows: Option<&SearchRows>,
     objects: u64,
 ) -> f64 {
-    read_and_sent(configuration, route, shape, rows, objects).sent
+    search_reads(configuration, route, shape, rows, objects).sent
 }
 
 /// Regions asked by a search on `route` that hold records whose free attributes have
@@ -1226,7 +1220,7 @@ pub fn write_exposure(
     let mut exposure = 0.0;
     for search in &profile.searches {
         let route = route_search_unchecked(configuration, &search.shape);
-        let reads = read_and_sent(
+        let reads = search_reads(
             configuration,
             &route,
             &search.shape,
@@ -1450,7 +1444,7 @@ pub struct SearchRun {
     pub objects_read: f64,
     /// Rows the regions send back for one search ([`rows_returned`]; >= 0).
     pub rows_sent: f64,
-    /// The search's [`page_reads`]: of `objects_read`, what log tables and sorted
+    /// The search's [`SearchReads::pages`]: of `objects_read`, what log tables and sorted
     /// batches spare it amid updates (empty when no page cuts it).
     pub page_reads: Vec<PageRead>,
     /// Seconds per operation the run's updates cost, `(1 − p)` times an update's
@@ -1927,14 +1921,10 @@ mod tests {
         low
     }
 
-    #[test]
-    fn fresh_rows_by_hand() {
-        // The small instance, searches of <0> cut by a page: 400 matches in the 4
-        // regions asked, a page of 25 each, so a quarter of the candidates is read (100
-        // rows, 0.1 s); three quarters of the operations, updates of <2> the rest
-        // (0.012625 s each).
-        let (calibration, configuration) = small_instance();
-        let rows = SearchRows {
+    /// Rows of a search of <0> in the small instance: a quarter of the table matches,
+    /// 400 matches in the 4 regions asked, a page of 25 each.
+    fn quarter_paged_rows() -> SearchRows {
+        SearchRows {
             page_rows: Some(25),
             probes: vec![RowProbe {
                 matched_share: 0.25,
@@ -1944,10 +1934,20 @@ mod tests {
                 candidate_free_shares: BTreeMap::new(),
                 free_value_shares: BTreeMap::new(),
             }],
-        };
+        }
+    }
+
+    #[test]
+    fn fresh_rows_by_hand() {
+        // The small instance, searches of <0> cut by a page: 400 matches in the 4
+        // regions asked, a page of 25 each, so a quarter of the candidates is read (100
+        // rows, 0.1 s); three quarters of the operations, updates of <2> the rest
+        // (0.012625 s each).
+        let (calibration, configuration) = small_instance();
+        let rows = quarter_paged_rows();
         let shape = SearchShape::equalities([0]);
         let route = route_search_unchecked(&configuration, &shape);
-        let pages = page_reads(&configuration, &route, &shape, Some(&rows), 1600);
+        let pages = search_reads(&configuration, &route, &shape, Some(&rows), 1600).pages;
         assert_eq!(
             pages,
             vec![PageRead {
@@ -2089,17 +2089,7 @@ mod tests {
         // writes to its regions: 400 matches in the 4 regions asked, a page of 25 each.
         // The regions asked hold the value's records and a quarter of the others
         // (held_share): 0.25 + 0.75 / 4 of the table.
-        let rows = SearchRows {
-            page_rows: Some(25),
-            probes: vec![RowProbe {
-                matched_share: 0.25,
-                attribute_shares: BTreeMap::from([(0, 0.25)]),
-                free_values: BTreeMap::new(),
-                candidate_free_values: BTreeMap::new(),
-                candidate_free_shares: BTreeMap::new(),
-                free_value_shares: BTreeMap::new(),
-            }],
-        };
+        let rows = quarter_paged_rows();
         let shape = SearchShape::equalities([0]);
         let route = route_search_unchecked(&configuration, &shape);
         let e = written_exposure(&configuration, &route, &shape, Some(&rows), 1600);
@@ -2374,7 +2364,8 @@ mod tests {
                         objects,
                     ),
                     rows_sent: rows_returned(&configuration, &route, &shape, Some(&rows), objects),
-                    page_reads: page_reads(&configuration, &route, &shape, Some(&rows), objects),
+                    page_reads: search_reads(&configuration, &route, &shape, Some(&rows), objects)
+                        .pages,
                     update_s_per_op: (1.0 - share)
                         * update_cost_s(&configuration, &updated, &calibration).unwrap(),
                     write_exposure: write_exposure(&configuration, &profile, objects).unwrap(),

@@ -162,9 +162,9 @@ impl Plan {
             // A locality's page amid more updates: the more rows a second are written,
             // the more of a page is found in log tables and sorted batches, at no
             // segment's walks (τ). Every run above with fewer searches is a selective
-            // one, which log tables make dearer (λ); on those alone τ came out at 0
-            // and B's configurations holding (locality) were predicted 5 to 19 % too
-            // slow (its searches are 55 % a locality's page).
+            // one, which log tables make dearer (λ). Before τ, B's configurations
+            // holding (locality) were predicted 5 to 19 % too slow (`n11`; its
+            // searches are 55 % a locality's page).
             (vec!["locality"], vec![sub(&["locality"])], 0.5),
             (vec!["locality"], vec![sub(&["locality"])], 0.1),
         ];
@@ -455,8 +455,8 @@ fn fit(
         let route = route_search(&configuration, &shape).map_err(config_error)?;
         let with_rows = bench.with_rows(profile(&run.workload, run.mix))?;
         let rows = with_rows.searches[0].rows.clone();
-        let read = model::objects_read(&configuration, &route, &shape, rows.as_ref(), objects);
-        let sent = model::rows_returned(&configuration, &route, &shape, rows.as_ref(), objects);
+        let reads = model::search_reads(&configuration, &route, &shape, rows.as_ref(), objects);
+        let (read, sent) = (reads.read, reads.sent);
         let exposure =
             model::write_exposure(&configuration, &with_rows, objects).map_err(config_error)?;
         let asked = route.regions_contacted as f64;
@@ -482,7 +482,7 @@ fn fit(
             conditions: model::conditions_of(&shape),
             objects_read: read,
             rows_sent: sent,
-            page_reads: model::page_reads(&configuration, &route, &shape, rows.as_ref(), objects),
+            page_reads: reads.pages,
             update_s_per_op: (1.0 - share) * update_s,
             write_exposure: exposure,
             measured_throughput_ops_per_s: ops,

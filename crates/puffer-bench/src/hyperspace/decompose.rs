@@ -79,14 +79,7 @@ fn model_kinds(
         )
         .map_err(config_error)?;
         let route = route_search(configuration, &search.shape).map_err(config_error)?;
-        let exposure = model::written_exposure(
-            configuration,
-            &route,
-            &search.shape,
-            search.rows.as_ref(),
-            calibration.objects,
-        );
-        let rows_read = model::objects_read(
+        let reads = model::search_reads(
             configuration,
             &route,
             &search.shape,
@@ -94,23 +87,14 @@ fn model_kinds(
             calibration.objects,
         );
         // The page's rows found in log tables and sorted batches cost no β.
-        let fresh_rows: f64 = model::page_reads(
-            configuration,
-            &route,
-            &search.shape,
-            search.rows.as_ref(),
-            calibration.objects,
-        )
-        .iter()
-        .map(|page| page.candidate_rows * page.paged_share.min(fresh))
-        .sum();
+        let fresh_rows = model::fresh_page_rows(&reads.pages, fresh);
         costs.push(ModelKind {
             cost_s: alone - fresh_rows * calibration.beta_s_per_object
-                + (calibration.write_rate_cost_s2 * exposure + calibration.catch_up_cost_s2)
+                + (calibration.write_rate_cost_s2 * reads.exposure + calibration.catch_up_cost_s2)
                     * predicted
                     * update_share,
             regions_asked: route.regions_contacted,
-            rows_read,
+            rows_read: reads.read,
         });
     }
     // The workload's updates, each of `UPDATED` equally often: their mean cost.
@@ -321,15 +305,34 @@ pub(super) fn decompose(
 
 #[cfg(test)]
 mod tests {
+    use super::super::data;
     use super::*;
+    use puffer_adapt::hyperspace::{RowProbe, SearchRows};
 
     #[test]
     fn the_model_kind_costs_add_up_to_its_prediction() {
         let workload = &workloads()[2];
         // Balanced: searches and updates both weigh, and the write and catch-up terms
         // are not 0. Without rows (none estimated here) the model charges whole
-        // regions.
-        let profile = profile(workload, MIXES[1]);
+        // regions, but for the first class (a locality and a price, one region of
+        // (locality,price)): 1,300 matches there and a page of 100, so the fresh rows
+        // spare it part of its page.
+        let mut profile = profile(workload, MIXES[1]);
+        assert_eq!(workload.searches[0].0, ["locality", "price"]);
+        profile.searches[0].rows = Some(SearchRows {
+            page_rows: Some(100),
+            probes: vec![RowProbe {
+                matched_share: 0.05,
+                attribute_shares: BTreeMap::from([
+                    (data::id("locality"), 0.2),
+                    (data::id("price"), 0.1),
+                ]),
+                free_values: BTreeMap::new(),
+                candidate_free_values: BTreeMap::new(),
+                candidate_free_shares: BTreeMap::new(),
+                free_value_shares: BTreeMap::new(),
+            }],
+        });
         let calibration = Calibration {
             beta_s_per_object: 1e-6,
             region_cost_s: 5e-5,
@@ -366,5 +369,12 @@ mod tests {
             1.0 / predicted
         );
         assert_eq!(costs.len(), workload.searches.len() + 1);
+        // The fresh rows are charged: without them the prediction is slower.
+        let stale = Calibration {
+            fresh_window_s: 0.0,
+            ..calibration
+        };
+        let (without, _) = model_kinds(&configuration, &profile, &stale).unwrap();
+        assert!(predicted > without, "{predicted} against {without}");
     }
 }
