@@ -39,6 +39,8 @@ const CALIBRATION: Calibration = Calibration {
     write_rate_cost_s2: 0.0,
     catch_up_cost_s2: 0.0,
     fresh_window_s: 0.0,
+    region_upkeep_s_per_s: 0.0,
+    upkeep_half_rate_per_s: 0.0,
     alpha: 2.3,
     max_throughput_ops_per_s: 40_000.0,
     update_fixed_cost_s: 1.0 / 40_000.0,

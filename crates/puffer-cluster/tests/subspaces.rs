@@ -479,6 +479,8 @@ fn the_leaders_configurator_hears_the_searches_other_nodes_served() {
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
             fresh_window_s: 0.0,
+            region_upkeep_s_per_s: 0.0,
+            upkeep_half_rate_per_s: 0.0,
             alpha: 0.4,
             max_throughput_ops_per_s: 10_000.0,
             update_fixed_cost_s: None,

@@ -641,6 +641,8 @@ pub fn calibration(measured: &MeasuredCalibration, objects: u64) -> Calibration 
         write_rate_cost_s2: measured.write_rate_cost_s2,
         catch_up_cost_s2: measured.catch_up_cost_s2,
         fresh_window_s: measured.fresh_window_s,
+        region_upkeep_s_per_s: measured.region_upkeep_s_per_s,
+        upkeep_half_rate_per_s: measured.upkeep_half_rate_per_s,
         alpha: measured.alpha,
         max_throughput_ops_per_s: measured.max_throughput_ops_per_s,
         // Not measured: equation 4's, the fetch counted as one more hop (an invalid
@@ -692,6 +694,15 @@ pub struct MeasuredCalibration {
     /// such term).
     #[serde(default)]
     pub fresh_window_s: f64,
+    /// Seconds of the machine a second that a region written without pause costs
+    /// besides its copies: its log table sealed and its sorted batch compacted every
+    /// second (0 when not measured: the paper's model, which has no such term).
+    #[serde(default)]
+    pub region_upkeep_s_per_s: f64,
+    /// Copies a second into a region at which its upkeep is half the above (0 when not
+    /// measured: the upkeep whatever the copies).
+    #[serde(default)]
+    pub upkeep_half_rate_per_s: f64,
     /// `α`: a moved copy's cost against one overwritten in place.
     pub alpha: f64,
     /// `T_max`: updates per second with a chain of length 1.

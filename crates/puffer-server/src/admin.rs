@@ -373,7 +373,8 @@ pub(crate) async fn calibration(
 /// `PUT /v1/admin/hyperspace/calibration` with `{"beta_s_per_object", "alpha",
 /// "max_throughput_ops_per_s"}` and optionally `"region_cost_s"`,
 /// `"fan_out_cost_s"`, `"condition_cost_s"`, `"sent_row_cost_s"`, `"write_rate_cost_s2"`,
-/// `"catch_up_cost_s2"` and `"fresh_window_s"` (0 without them) and
+/// `"catch_up_cost_s2"`, `"fresh_window_s"`, `"region_upkeep_s_per_s"` and
+/// `"upkeep_half_rate_per_s"` (0 without them) and
 /// `"update_fixed_cost_s"` (equation 4's `1 / max_throughput_ops_per_s` without it), as
 /// `puffer-bench hyperspace --calibrate` measured them.
 pub(crate) async fn set_calibration(

@@ -118,6 +118,14 @@ pub struct HyperspaceConfig {
     /// (log tables, sorted batches), as the calibration measured it (optional with the
     /// three above; 0 without it).
     pub fresh_window_s: Option<f64>,
+    /// Seconds of the machine a second that a region written without pause costs
+    /// besides its copies, as the calibration measured it (optional with the three
+    /// above; 0 without it).
+    pub region_upkeep_s_per_s: Option<f64>,
+    /// Copies a second into a region at which its upkeep is half the above, as the
+    /// calibration measured it (optional with the three above; 0 without it: the upkeep
+    /// whatever the copies).
+    pub upkeep_half_rate_per_s: Option<f64>,
     /// Seconds of an update that do not grow with its copies (its fetch and its SCU's
     /// commit), as the calibration measured it (optional with the three above; without
     /// it, equation 4's `1 / max_throughput_ops_per_s`).
@@ -144,6 +152,8 @@ impl Default for HyperspaceConfig {
             write_rate_cost_s2: None,
             catch_up_cost_s2: None,
             fresh_window_s: None,
+            region_upkeep_s_per_s: None,
+            upkeep_half_rate_per_s: None,
             update_fixed_cost_s: None,
         }
     }
@@ -220,11 +230,14 @@ impl HyperspaceConfig {
                     || self.write_rate_cost_s2.is_some()
                     || self.catch_up_cost_s2.is_some()
                     || self.fresh_window_s.is_some()
+                    || self.region_upkeep_s_per_s.is_some()
+                    || self.upkeep_half_rate_per_s.is_some()
                     || self.update_fixed_cost_s.is_some() =>
             {
                 return Err(invalid(
                     "region_cost_s, fan_out_cost_s, condition_cost_s, sent_row_cost_s, \
-                     write_rate_cost_s2, catch_up_cost_s2, fresh_window_s and update_fixed_cost_s need beta_s_per_object, alpha and \
+                     write_rate_cost_s2, catch_up_cost_s2, fresh_window_s, region_upkeep_s_per_s, \
+                     upkeep_half_rate_per_s and update_fixed_cost_s need beta_s_per_object, alpha and \
                      max_throughput_ops_per_s"
                         .into(),
                 ))
@@ -240,6 +253,8 @@ impl HyperspaceConfig {
                     write_rate_cost_s2: self.write_rate_cost_s2.unwrap_or(0.0),
                     catch_up_cost_s2: self.catch_up_cost_s2.unwrap_or(0.0),
                     fresh_window_s: self.fresh_window_s.unwrap_or(0.0),
+                    region_upkeep_s_per_s: self.region_upkeep_s_per_s.unwrap_or(0.0),
+                    upkeep_half_rate_per_s: self.upkeep_half_rate_per_s.unwrap_or(0.0),
                     alpha,
                     max_throughput_ops_per_s,
                     update_fixed_cost_s: self.update_fixed_cost_s,

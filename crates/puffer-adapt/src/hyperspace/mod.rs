@@ -56,9 +56,10 @@ pub use heuristics::{dominant, hyperspace, no_subspace, subspaces_all};
 pub use model::{
     alpha_from_update_runs, conditions_of, fresh_page_rows, most_common_shares, objects_read,
     predicted_throughput_ops_per_s, rank_configurations, rows_returned, search_costs_from_runs,
-    search_reads, Calibration, PageRead, RankedConfiguration, RowProbe, SearchCosts,
-    SearchFrequency, SearchReads, SearchRows, SearchRun, UpdateFrequency, UpdateRun,
-    WorkloadProfile, MAX_FREE_VALUE_SHARES, MAX_ROW_PROBES,
+    search_reads, search_run_time_ratio, tables_written, upkeep_share, Calibration, PageRead,
+    RankedConfiguration, RowProbe, SearchCosts, SearchFrequency, SearchReads, SearchRows,
+    SearchRun, UpdateFrequency, UpdateRun, Upkeep, WorkloadProfile, MAX_FREE_VALUE_SHARES,
+    MAX_ROW_PROBES,
 };
 pub use model::{
     move_probability, search_cost_s, update_chain_length, update_cost_s, update_costs_from_runs,

@@ -68,6 +68,20 @@
 //!   the longer it is: a search is charged `κ · u · T` ([`Calibration::catch_up_cost_s2`],
 //!   seconds per update per second), which adds `κ u Σ_i p_i` to `B`. Embedded, the node
 //!   applies a write before it acknowledges it, and `κ` is fitted at about 0.
+//! - Regions' upkeep (not in the paper): every second a region being written seals its
+//!   log table into a sorted batch, and a second later compacts it into a new segment
+//!   whose index is built whole. Per copy that work is dearest while a region's copies
+//!   a second are few and cheapest once a second's batch is large: the shards' sealing
+//!   and compacting threads took 15 to 21 µs of CPU a copy at 100 to 800 copies a
+//!   second into a region and 6 µs above 1,600 (`n12`), and the update runs alone,
+//!   which fit `T_max`, write 1,500 to 15,000. A region written `w` copies a second
+//!   costs `ρ · w / (w + w_½)` of every second ([`Calibration::region_upkeep_s_per_s`],
+//!   [`Calibration::upkeep_half_rate_per_s`]; [`upkeep_share`] over the tables an update
+//!   writes, [`tables_written`]), and the operations share the rest: `(1 − upkeep(T)) /
+//!   T = A(T) + B · T`, solved by bisection. Measured embedded (2026-12-06), a search of
+//!   a locality and a price amid updates ran 3.6 %, 8.4 % and 20 % slower at 90 %, 50 %
+//!   and 10 % searches with a second subspace of 16 regions it never asks; the model
+//!   without the term had it 5.6 to 7.5 % faster than measured.
 //!
 //! Equation 5 as printed, `α = (T_max − T_real − |N| K T_max) / (2|M| K T_real)`, is not
 //! the inverse of equation 4 (it charges `|N| K T_max` where equation 4 gives
@@ -120,6 +134,16 @@ pub struct Calibration {
     /// there first. A search cut by its page fills the page from those rows first, and
     /// reads from its segments only what they leave ([`PageRead`]).
     pub fresh_window_s: f64,
+    /// `ρ`: seconds of the machine a second that a region written without pause costs
+    /// besides its copies (>= 0; the paper has no such term: 0): a written region seals
+    /// its log table into a sorted batch every second and compacts it into a segment
+    /// whose index is built anew, work that grows with the copies while they are few
+    /// and stops growing once a second's batch is large ([`upkeep_share`]).
+    pub region_upkeep_s_per_s: f64,
+    /// `w_½`: copies a second into a region at which its upkeep is half of `ρ` (>= 0; 0:
+    /// `ρ` whatever the copies). Below it a copy costs about `ρ / w_½` more than `T_max`
+    /// says; well above it the region costs `ρ` a second.
+    pub upkeep_half_rate_per_s: f64,
     /// `α`: cost of rewriting an object in a subspace whose coordinates the update moves
     /// (a delete on the old server and a write on the new), relative to an overwrite in
     /// place (>= 0; the paper measured 2.3).
@@ -150,6 +174,8 @@ impl Calibration {
             ("write_rate_cost_s2", self.write_rate_cost_s2),
             ("catch_up_cost_s2", self.catch_up_cost_s2),
             ("fresh_window_s", self.fresh_window_s),
+            ("region_upkeep_s_per_s", self.region_upkeep_s_per_s),
+            ("upkeep_half_rate_per_s", self.upkeep_half_rate_per_s),
             ("alpha", self.alpha),
             ("update_fixed_cost_s", self.update_fixed_cost_s),
         ] {
@@ -1051,7 +1077,9 @@ fn update_cost_unchecked(
 }
 
 /// Predicted operations per second of `configuration` under `profile` (equations 1 to 4,
-/// combined as equation 3 and §3.3).
+/// combined as equation 3 and §3.3). Where the upkeep of the regions an update writes
+/// takes every second ([`Calibration::region_upkeep_s_per_s`]), a billionth of a
+/// second is left to operations.
 pub fn predicted_throughput_ops_per_s(
     configuration: &Configuration,
     profile: &WorkloadProfile,
@@ -1086,7 +1114,64 @@ fn throughput_unchecked(
         + calibration.catch_up_cost_s2 * costs.searches_amid_updates;
     // Rows written in the last τ seconds, per row stored per operation per second.
     let fresh_rate = costs.update_share * calibration.fresh_window_s / calibration.objects as f64;
-    throughput_with_fresh_rows(&costs, write_term, fresh_rate)
+    if costs.update_share <= 0.0 || calibration.region_upkeep_s_per_s <= 0.0 {
+        return solve_throughput(&costs, write_term, fresh_rate, |_| 0.0);
+    }
+    // The share of every second the written regions' upkeep takes at `T`.
+    let tables = tables_written(configuration);
+    let upkeep = |t: f64| {
+        upkeep_share(
+            &tables,
+            costs.update_share * t,
+            calibration.region_upkeep_s_per_s,
+            calibration.upkeep_half_rate_per_s,
+        )
+    };
+    solve_throughput(&costs, write_term, fresh_rate, upkeep)
+}
+
+/// The share of a second left to operations where the regions' upkeep takes it all: a
+/// configuration whose upkeep takes every second keeps a billionth of it, ranked last
+/// and never chosen, with a throughput the configurator can still compare.
+const MIN_CAPACITY: f64 = 1e-9;
+
+/// The tables an update writes into in `configuration`, by their regions: the key
+/// subspace and each subspace, on each of the `K` copies (every update writes a copy
+/// into each; [`upkeep_share`]).
+pub fn tables_written(configuration: &Configuration) -> Vec<u32> {
+    let per_copy: Vec<u32> = std::iter::once(configuration.key_regions())
+        .chain(configuration.subspaces().iter().map(Subspace::regions))
+        .collect();
+    (0..configuration.replicas())
+        .flat_map(|_| per_copy.iter().copied())
+        .collect()
+}
+
+/// The share of every second the upkeep of the regions written takes
+/// ([`Calibration::region_upkeep_s_per_s`]), with `updates_per_s` updates a second each
+/// writing a copy into every table of `tables` (each given by its regions, as
+/// [`tables_written`] gives them), spread evenly over a table's regions: `ρ Σ_t r_t ·
+/// w_t / (w_t + w_½)`, `w_t = updates_per_s / r_t` a region's copies a second and
+/// `w_½` = `half_rate_per_s` (0: every region costs `ρ` whatever its writes). At most
+/// all but a billionth of the second.
+pub fn upkeep_share(
+    tables: &[u32],
+    updates_per_s: f64,
+    region_upkeep_s_per_s: f64,
+    half_rate_per_s: f64,
+) -> f64 {
+    if updates_per_s <= 0.0 || region_upkeep_s_per_s <= 0.0 {
+        return 0.0;
+    }
+    let busy_regions: f64 = tables
+        .iter()
+        .map(|&regions| {
+            let regions = f64::from(regions);
+            // r · w / (w + w½) with w = U / r, as U r / (U + w½ r).
+            updates_per_s * regions / (updates_per_s + half_rate_per_s * regions)
+        })
+        .sum();
+    (region_upkeep_s_per_s * busy_regions).min(1.0 - MIN_CAPACITY)
 }
 
 /// `T` solving `1/T = base_s + write_term · T` (see the module docs): `1 / base_s`
@@ -1097,15 +1182,23 @@ fn throughput_from(base_s: f64, write_term: f64) -> f64 {
     2.0 / (base_s + (base_s * base_s + 4.0 * write_term).sqrt())
 }
 
-/// `T` solving `1/T = A − β · F(1 − e^(−fresh_rate · T)) + write_term · T` (see the
-/// module docs; `F(m)` the page rows found outside segments when a share `m` of the
-/// table is fresh): [`throughput_from`] when no row is fresh. At `T` with no row fresh
-/// the left side is at least the right, at `T` with every row fresh at most, so a root
-/// lies between; it is found by bisection.
-fn throughput_with_fresh_rows(costs: &OperationCosts, write_term: f64, fresh_rate: f64) -> f64 {
+/// `T` solving `(1 − upkeep(T)) / T = A − β · F(1 − e^(−fresh_rate · T)) + write_term ·
+/// T` (see the module docs; `F(m)` the page rows found outside segments when a share
+/// `m` of the table is fresh, `upkeep(T)` the share of a second the written regions'
+/// upkeep takes at `T`, below 1): [`throughput_from`] when no row is fresh and nothing
+/// is upkept. At `T` with every row fresh and no upkeep the left side is at most the
+/// right; at `T` with no row fresh, or near 0 with upkeep, at least; a root lies
+/// between, found by bisection.
+fn solve_throughput(
+    costs: &OperationCosts,
+    write_term: f64,
+    fresh_rate: f64,
+    upkeep: impl Fn(f64) -> f64,
+) -> f64 {
     let base_s = costs.base_s;
     let stale = throughput_from(base_s, write_term);
-    if fresh_rate <= 0.0 || costs.pages_s.is_empty() {
+    let paged = fresh_rate > 0.0 && !costs.pages_s.is_empty();
+    if !paged && upkeep(stale) <= 0.0 {
         return stale;
     }
     let spared_s = |fresh_share: f64| -> f64 {
@@ -1117,9 +1210,17 @@ fn throughput_with_fresh_rows(costs: &OperationCosts, write_term: f64, fresh_rat
     };
     // The page reads are part of `base_s`; an operation keeps its other costs (every
     // workload with fresh rows has updates, each costing more than 0).
-    let fresh = throughput_from((base_s - spared_s(1.0)).max(f64::MIN_POSITIVE), write_term);
-    let excess = |t: f64| 1.0 / t - base_s + spared_s(-(-fresh_rate * t).exp_m1()) - write_term * t;
-    let (mut low, mut high) = (stale, fresh);
+    let fresh = if paged {
+        throughput_from((base_s - spared_s(1.0)).max(f64::MIN_POSITIVE), write_term)
+    } else {
+        stale
+    };
+    let excess = |t: f64| {
+        (1.0 - upkeep(t)) / t - base_s + spared_s(-(-fresh_rate * t).exp_m1()) - write_term * t
+    };
+    // The upkeep only lowers the throughput: below `stale` the root may lie, down to 0
+    // (where the left side grows without bound: the upkeep stays below 1).
+    let (mut low, mut high) = (if upkeep(stale) > 0.0 { 0.0 } else { stale }, fresh);
     // 64 halvings take any bracket below f64's resolution.
     for _ in 0..64 {
         let middle = 0.5 * (low + high);
@@ -1285,7 +1386,7 @@ pub fn rank_configurations(
 
 /// One calibration run of updates alone (§4.3): the configuration's shape as the update
 /// sees it, and the throughput measured.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpdateRun {
     /// `K`, copies per subspace (1..=16).
     pub replicas: u32,
@@ -1297,6 +1398,8 @@ pub struct UpdateRun {
     /// region on average (in `[0, 1]`; the mean of their [`move_probability`], 1 in the
     /// paper); the others are overwritten in place, as the `|N|` are.
     pub move_share: f64,
+    /// The tables the updates write into, by their regions ([`tables_written`]).
+    pub tables_written: Vec<u32>,
     /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
@@ -1322,22 +1425,38 @@ impl UpdateCosts {
     }
 }
 
+/// The regions' upkeep: `ρ` ([`Calibration::region_upkeep_s_per_s`]) and `w_½`
+/// ([`Calibration::upkeep_half_rate_per_s`]), as a fit is given them.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Upkeep {
+    /// `ρ`, seconds a second (>= 0).
+    pub region_s_per_s: f64,
+    /// `w_½`, copies a second into a region (>= 0).
+    pub half_rate_per_s: f64,
+}
+
 /// `f` and `T_max` from calibration runs of updates that move no copy (`|M| = 0`; the
-/// others are `α`'s, [`alpha_from_update_runs`]): each gives `1 / T_real = f +
-/// K(1 + |N|) / T_max`, linear in `f` and `1 / T_max`. They are its least-squares
-/// solution in relative terms (each run's residual divided by its cost), with `f` at 0
-/// if it would fall below. Runs of at least two chain lengths are needed; runs whose
-/// throughput does not fall as copies are added say nothing about a copy's cost and
-/// are refused.
-pub fn update_costs_from_runs(runs: &[UpdateRun]) -> Result<UpdateCosts, ConfigError> {
+/// others are `α`'s, [`alpha_from_update_runs`]), the regions' upkeep given: each gives
+/// `(1 − upkeep) / T_real = f + K(1 + |N|) / T_max` (`upkeep` the share of a second
+/// [`upkeep_share`] gives at `T_real`), linear in `f` and `1 / T_max`. They
+/// are its least-squares solution in relative terms (each run's residual divided by its
+/// cost), with `f` at 0 if it would fall below. Runs of at least two chain lengths are
+/// needed; runs whose throughput does not fall as copies are added say nothing about a
+/// copy's cost and are refused, as is an upkeep that leaves a run no time.
+pub fn update_costs_from_runs(
+    runs: &[UpdateRun],
+    upkeep: Upkeep,
+) -> Result<UpdateCosts, ConfigError> {
     let mut rows = Vec::new();
+    let mut targets = Vec::new();
     let mut chains = Vec::new();
     for run in runs.iter().filter(|run| run.modified_subspaces == 0) {
         check_update_run(run)?;
         let chain = u64::from(run.replicas) * (1 + u64::from(run.untouched_subspaces));
-        // 1 / T_real = f + chain / T_max, times T_real: relative residuals.
+        // (1 − upkeep) / T_real = f + chain / T_max, times T_real: relative residuals.
         let measured = run.measured_throughput_ops_per_s;
         rows.push([measured, chain as f64 * measured]);
+        targets.push(capacity_left(&run.tables_written, measured, upkeep)?);
         chains.push(chain);
     }
     chains.sort_unstable();
@@ -1352,7 +1471,6 @@ pub fn update_costs_from_runs(runs: &[UpdateRun]) -> Result<UpdateCosts, ConfigE
             ),
         ));
     }
-    let targets = vec![1.0; rows.len()];
     let [fixed_cost_s, copy_cost_s] = match least_squares(&rows, &targets, [true, true]) {
         Some([fixed, copy]) if fixed >= 0.0 => [fixed, copy],
         _ => least_squares(&rows, &targets, [false, true]).unwrap_or([0.0, 0.0]),
@@ -1374,8 +1492,9 @@ pub fn update_costs_from_runs(runs: &[UpdateRun]) -> Result<UpdateCosts, ConfigE
 
 /// `α` from calibration runs (equation 5, as the exact inverse of equation 4).
 ///
-/// Each run gives `T_max / T_real − f · T_max − K(1 + |N| + |M|(1 − m)) = 2K|M|m · α`,
-/// `m` its move share (`f · T_max` and `m` are 1 in the paper); `α` is the
+/// Each run gives `(1 − ρ R) T_max / T_real − f · T_max − K(1 + |N| + |M|(1 − m)) =
+/// 2K|M|m · α`, `m` its move share and `ρ R` its regions' upkeep (`f · T_max` and `m`
+/// are 1 in the paper, `ρ` 0); `α` is the
 /// least-squares solution of those equations (a single run with `|M| >= 1` gives
 /// equation 4 inverted). At least one run must move a subspace
 /// (`|M| >= 1`); an `α` below 0 means the runs were faster than any chain allows, and
@@ -1384,6 +1503,7 @@ pub fn alpha_from_update_runs(
     runs: &[UpdateRun],
     max_throughput_ops_per_s: f64,
     update_fixed_cost_s: f64,
+    upkeep: Upkeep,
 ) -> Result<f64, ConfigError> {
     if !(max_throughput_ops_per_s.is_finite() && max_throughput_ops_per_s > 0.0) {
         return Err(config_error(
@@ -1403,7 +1523,12 @@ pub fn alpha_from_update_runs(
         check_update_run(run)?;
         let replicas = f64::from(run.replicas);
         let modified = f64::from(run.modified_subspaces);
-        let excess = max_throughput_ops_per_s / run.measured_throughput_ops_per_s
+        let capacity = capacity_left(
+            &run.tables_written,
+            run.measured_throughput_ops_per_s,
+            upkeep,
+        )?;
+        let excess = capacity * max_throughput_ops_per_s / run.measured_throughput_ops_per_s
             - update_fixed_cost_s * max_throughput_ops_per_s
             - replicas
                 * (1.0 + f64::from(run.untouched_subspaces) + modified * (1.0 - run.move_share));
@@ -1452,11 +1577,14 @@ pub struct SearchRun {
     pub update_s_per_op: f64,
     /// [`write_exposure`] of the run's workload (>= 0; 0 for searches alone).
     pub write_exposure: f64,
+    /// The tables the run's updates write into, by their regions ([`tables_written`];
+    /// not counted for searches alone).
+    pub tables_written: Vec<u32>,
     /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
 
-/// A search's six costs, from [`search_costs_from_runs`].
+/// A search's costs and the written regions' upkeep, from [`search_costs_from_runs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchCosts {
     /// `c_region`, seconds per region asked (>= 0).
@@ -1475,6 +1603,10 @@ pub struct SearchCosts {
     pub catch_up_cost_s2: f64,
     /// `τ`, seconds a written row is read at no cost of `β` (>= 0).
     pub fresh_window_s: f64,
+    /// `ρ`, seconds a second a region written without pause costs (>= 0).
+    pub region_upkeep_s_per_s: f64,
+    /// `w½`, copies a second into a region at which its upkeep is half of `ρ` (>= 0).
+    pub upkeep_half_rate_per_s: f64,
 }
 
 /// `τ` values the fit tries: every quarter second up to a minute. A row stays in log
@@ -1482,17 +1614,18 @@ pub struct SearchCosts {
 const FRESH_WINDOW_STEPS: u32 = 240;
 const FRESH_WINDOW_STEP_S: f64 = 0.25;
 
-/// `c_region`, `c_fan`, `c_cond`, `β`, `γ`, `λ`, `κ` and `τ` from calibration runs of
-/// searches on a table of `objects` (equations 2 and 3 inverted): each run gives `1 /
+/// `c_region`, `c_fan`, `c_cond`, `β`, `γ`, `λ`, `κ`, `ρ` and `τ` from calibration runs
+/// of searches on a table of `objects` (equations 2 and 3 inverted): each run gives `1 /
 /// T_real = p (regions · c_region + (regions − 1) · c_fan + regions · conditions ·
 /// c_cond + (read − F(m)) · β + sent · γ) + updates + λ · x · T_real + κ · p (1 − p) ·
-/// T_real`, with `x` its [`write_exposure`], `F(m)` the page rows found outside
+/// T_real + ρ · R / T_real`, with `x` its [`write_exposure`], `R` the regions its
+/// updates write, `F(m)` the page rows found outside
 /// segments ([`PageRead`]) when a share `m = 1 − e^(−(1 − p) T_real τ / O)` of the
 /// table is fresh; with the measured `T_real` on the right and `τ` given, that is
 /// linear in the costs. They are the
 /// least-squares solution of those equations in relative terms (each run's residual
 /// divided by its cost, so a slow run does not outweigh the fast ones: the model's
-/// error is judged relative), none below 0: among the fits with `β` and any of the six
+/// error is judged relative), none below 0: among the fits with `β` and any of the seven
 /// others left free (the rest 0), at every `τ` of a grid (0 to a minute by quarter
 /// seconds), the one with the smallest residual whose costs are all non-negative.
 /// Runs that leave `β` at 0 or below say nothing about it and are refused.
@@ -1510,7 +1643,7 @@ pub fn search_costs_from_runs(
         ));
     }
     // Each run as a row (p · regions · T, p · (regions − 1) · T, p · regions ·
-    // conditions · T, p · read · T, p · sent · T, x · T², p · (1 − p) · T²) against
+    // conditions · T, p · read · T, p · sent · T, x · T², p · (1 − p) · T², R) against
     // 1 − updates · T; the page rows found outside segments are taken off the read
     // column at each τ tried. Each run's rows written per second per row stored is
     // kept with it.
@@ -1564,14 +1697,17 @@ pub fn search_costs_from_runs(
             run.rows_sent * searches,
             run.write_exposure * measured * measured,
             run.search_share * (1.0 - run.search_share) * measured * measured,
+            // The upkeep's column, set at each w½ tried.
+            0.0,
         ]);
         targets.push(1.0 - run.update_s_per_op * measured);
         written_shares.push((1.0 - run.search_share) * measured / objects as f64);
     }
     // Which costs are fitted (β, column BETA, always): every subset of the others at
-    // every τ, the best feasible one kept (the smallest τ of equal residuals).
+    // every τ and every w½, the best feasible one kept (the smallest τ and w½ of equal
+    // residuals).
     let optional = COSTS - 1;
-    let mut best: Option<([f64; COSTS], f64, f64)> = None;
+    let mut best: Option<([f64; COSTS], f64, f64, f64)> = None;
     for step in 0..=FRESH_WINDOW_STEPS {
         let window_s = f64::from(step) * FRESH_WINDOW_STEP_S;
         let stale_rows: Vec<[f64; COSTS]> = rows
@@ -1586,34 +1722,46 @@ pub fn search_costs_from_runs(
                 row
             })
             .collect();
-        for subset in 0..1u32 << optional {
-            let mut free = [true; COSTS];
-            for (bit, column) in (0..COSTS).filter(|&c| c != BETA).enumerate() {
-                free[column] = subset & (1 << bit) != 0;
+        for (h, &half_rate_per_s) in UPKEEP_HALF_RATES_PER_S.iter().enumerate() {
+            let mut rows = stale_rows.clone();
+            for (row, run) in rows.iter_mut().zip(runs) {
+                row[UPKEEP] = busy_regions(run, half_rate_per_s);
             }
-            let Some(costs) = least_squares(&stale_rows, &targets, free) else {
-                continue;
-            };
-            if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[BETA] <= 0.0 {
-                continue;
-            }
-            let residual: f64 = stale_rows
-                .iter()
-                .zip(&targets)
-                .map(|(row, target)| {
-                    let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
-                    (fitted - target).powi(2)
-                })
-                .sum();
-            if best.is_none_or(|(_, r, _)| residual < r) {
-                best = Some((costs, residual, window_s));
+            for subset in 0..1u32 << optional {
+                let mut free = [true; COSTS];
+                for (bit, column) in (0..COSTS).filter(|&c| c != BETA).enumerate() {
+                    free[column] = subset & (1 << bit) != 0;
+                }
+                // Without ρ, w½ changes nothing: tried once.
+                if !free[UPKEEP] && h > 0 {
+                    continue;
+                }
+                let Some(costs) = least_squares(&rows, &targets, free) else {
+                    continue;
+                };
+                if costs.iter().any(|c| !c.is_finite() || *c < 0.0) || costs[BETA] <= 0.0 {
+                    continue;
+                }
+                let residual: f64 = rows
+                    .iter()
+                    .zip(&targets)
+                    .map(|(row, target)| {
+                        let fitted: f64 = row.iter().zip(&costs).map(|(x, c)| x * c).sum();
+                        (fitted - target).powi(2)
+                    })
+                    .sum();
+                if best.is_none_or(|(_, r, _, _)| residual < r) {
+                    let half = if free[UPKEEP] { half_rate_per_s } else { 0.0 };
+                    best = Some((costs, residual, window_s, half));
+                }
             }
         }
     }
     let Some((
-        [region_cost_s, fan_out_cost_s, condition_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2],
+        [region_cost_s, fan_out_cost_s, condition_cost_s, beta_s_per_object, sent_row_cost_s, write_rate_cost_s2, catch_up_cost_s2, region_upkeep_s_per_s],
         _,
         fresh_window_s,
+        upkeep_half_rate_per_s,
     )) = best
     else {
         return Err(config_error(
@@ -1630,13 +1778,66 @@ pub fn search_costs_from_runs(
         write_rate_cost_s2,
         catch_up_cost_s2,
         fresh_window_s,
+        region_upkeep_s_per_s,
+        upkeep_half_rate_per_s,
     })
 }
 
-/// Costs a search is charged (columns of a calibration run's row).
-const COSTS: usize = 7;
+/// `w½` values the fit tries, copies a second into a region: 0 (a region costs `ρ`
+/// whatever its copies) and doublings from 25 to 6,400 (a region of the calibration's
+/// update runs takes 1,500 to 15,000 copies a second, of its searches amid updates 5
+/// to 6,000).
+const UPKEEP_HALF_RATES_PER_S: [f64; 10] = [
+    0.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0, 6400.0,
+];
+
+/// The regions a search run's updates keep busy at `w½` = `half_rate_per_s`: the share
+/// of a second [`upkeep_share`] gives with `ρ` = 1.
+fn busy_regions(run: &SearchRun, half_rate_per_s: f64) -> f64 {
+    let updates_per_s = (1.0 - run.search_share) * run.measured_throughput_ops_per_s;
+    if updates_per_s <= 0.0 {
+        return 0.0;
+    }
+    run.tables_written
+        .iter()
+        .map(|&regions| {
+            let regions = f64::from(regions);
+            updates_per_s * regions / (updates_per_s + half_rate_per_s * regions)
+        })
+        .sum()
+}
+
+/// How far fitted `costs` miss a calibration `run`: the model's seconds per operation of
+/// the run (its searches' share of equation 2 at the measured `T_real`, with the fresh
+/// share that throughput writes, plus the run's updates) times `T_real`, plus the
+/// written regions' upkeep. 1 is a perfect
+/// fit; above 1 the model has the run slower than measured, by about that factor.
+pub fn search_run_time_ratio(run: &SearchRun, costs: &SearchCosts, objects: u64) -> f64 {
+    let measured = run.measured_throughput_ops_per_s;
+    let p = run.search_share;
+    let written = (1.0 - p) * measured / objects.max(1) as f64;
+    let fresh_share = -(-written * costs.fresh_window_s).exp_m1();
+    let read = run.objects_read - fresh_page_rows(&run.page_reads, fresh_share);
+    let search_s = run.regions_asked * costs.region_cost_s
+        + (run.regions_asked - 1.0).max(0.0) * costs.fan_out_cost_s
+        + run.regions_asked * run.conditions * costs.condition_cost_s
+        + read * costs.beta_s_per_object
+        + run.rows_sent * costs.sent_row_cost_s;
+    let per_op_s = p * search_s
+        + run.update_s_per_op
+        + costs.write_rate_cost_s2 * run.write_exposure * measured
+        + costs.catch_up_cost_s2 * p * (1.0 - p) * measured;
+    per_op_s * measured
+        + costs.region_upkeep_s_per_s * busy_regions(run, costs.upkeep_half_rate_per_s)
+}
+
+/// Costs a search run is charged (columns of a calibration run's row): a search's
+/// six, `λ`, `κ` and `ρ`.
+const COSTS: usize = 8;
 /// The column of `β`, always fitted.
 const BETA: usize = 3;
+/// The column of `ρ`.
+const UPKEEP: usize = 7;
 
 /// The least-squares costs of `rows · costs = targets` over the columns `free` says
 /// (the others 0), by the normal equations; `None` when they are singular.
@@ -1708,6 +1909,42 @@ fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
     check_measured("update_runs", run.measured_throughput_ops_per_s).map(|_| ())
 }
 
+/// The share of a second left for its operations to a run of `updates_per_s` updates a
+/// second into `tables` ([`tables_written`]) with `upkeep`, refused unless the upkeep's
+/// parameters are non-negative numbers and leave some.
+fn capacity_left(tables: &[u32], updates_per_s: f64, upkeep: Upkeep) -> Result<f64, ConfigError> {
+    for (setting, value) in [
+        ("region_upkeep_s_per_s", upkeep.region_s_per_s),
+        ("upkeep_half_rate_per_s", upkeep.half_rate_per_s),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(config_error(
+                setting,
+                format!("{value} is not a finite non-negative number"),
+            ));
+        }
+    }
+    let share = upkeep_share(
+        tables,
+        updates_per_s,
+        upkeep.region_s_per_s,
+        upkeep.half_rate_per_s,
+    );
+    if share >= 1.0 - 2.0 * MIN_CAPACITY {
+        return Err(config_error(
+            "region_upkeep_s_per_s",
+            format!(
+                "{} s/s a region written ({} copies a second at half of it) takes a run's \
+                 whole second at {updates_per_s} updates a second into {} regions",
+                upkeep.region_s_per_s,
+                upkeep.half_rate_per_s,
+                tables.iter().map(|&r| u64::from(r)).sum::<u64>()
+            ),
+        ));
+    }
+    Ok(1.0 - share)
+}
+
 /// A calibration run's measured throughput, refused unless finite and positive.
 fn check_measured(setting: &'static str, measured: f64) -> Result<f64, ConfigError> {
     if !(measured.is_finite() && measured > 0.0) {
@@ -1735,6 +1972,8 @@ mod tests {
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
             fresh_window_s: 0.0,
+            region_upkeep_s_per_s: 0.0,
+            upkeep_half_rate_per_s: 0.0,
             alpha: 2.3,
             max_throughput_ops_per_s: 100_000.0,
             update_fixed_cost_s: 1.0 / 100_000.0,
@@ -1869,6 +2108,8 @@ mod tests {
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
             fresh_window_s: 0.0,
+            region_upkeep_s_per_s: 0.0,
+            upkeep_half_rate_per_s: 0.0,
             alpha: 2.0,
             max_throughput_ops_per_s: 1000.0,
             update_fixed_cost_s: 1.0 / 1000.0,
@@ -1919,6 +2160,95 @@ mod tests {
             }
         }
         low
+    }
+
+    /// The written regions' upkeep leaves `c = 1 − ρ R` of every second to operations:
+    /// without `λ` the throughput is `c` times as much; with it, the throughput solves
+    /// `c / T = A + B · T`, `A` and `B` taken from the model without the upkeep.
+    #[test]
+    fn region_upkeep_by_hand() {
+        let configuration = Configuration::new(
+            [
+                Subspace::new([0], 16).unwrap(),
+                Subspace::new([1, 2], 16).unwrap(),
+            ],
+            4,
+            2,
+        )
+        .unwrap();
+        // Two copies of 4 + 16 + 16 regions.
+        assert_eq!(tables_written(&configuration), [4, 16, 16, 4, 16, 16]);
+        let profile = |share: f64| WorkloadProfile {
+            searches: vec![SearchFrequency {
+                shape: SearchShape::equalities([0]),
+                frequency: share,
+                rows: None,
+            }],
+            updates: vec![UpdateFrequency {
+                attributes: set(&[2]),
+                frequency: 1.0 - share,
+            }],
+        };
+        let upkeep = 5e-3;
+        let capacity = 1.0 - upkeep * 72.0;
+        let without = calibration();
+        let with = Calibration {
+            region_upkeep_s_per_s: upkeep,
+            upkeep_half_rate_per_s: 0.0,
+            ..without
+        };
+        let throughput = |c: &Calibration, share: f64| {
+            predicted_throughput_ops_per_s(&configuration, &profile(share), c).unwrap()
+        };
+        let ratio = throughput(&with, 0.5) / throughput(&without, 0.5);
+        assert!((ratio - capacity).abs() < 1e-12, "{ratio}");
+        // Searches alone write nothing: no upkeep.
+        assert_eq!(throughput(&with, 1.0), throughput(&without, 1.0));
+        // With λ: A from the model without λ, B from the model with it, both without
+        // the upkeep; the throughput with the upkeep solves c / T = A + B · T.
+        let lambda = Calibration {
+            write_rate_cost_s2: 5e-4,
+            ..without
+        };
+        let a = 1.0 / throughput(&without, 0.5);
+        let t_b = throughput(&lambda, 0.5);
+        let b = (1.0 / t_b - a) / t_b;
+        assert!(b > 0.0);
+        let t = throughput(
+            &Calibration {
+                region_upkeep_s_per_s: upkeep,
+                upkeep_half_rate_per_s: 0.0,
+                ..lambda
+            },
+            0.5,
+        );
+        let residual = capacity / t - a - b * t;
+        assert!(residual.abs() < 1e-12 * a, "{residual}");
+        // An upkeep that takes every second leaves a throughput still positive, far
+        // below any other.
+        let swamped = throughput(
+            &Calibration {
+                region_upkeep_s_per_s: 1.0 / 72.0,
+                upkeep_half_rate_per_s: 0.0,
+                ..without
+            },
+            0.5,
+        );
+        assert!(swamped > 0.0 && swamped < 1e-6 * throughput(&without, 0.5));
+        // A bad upkeep is refused by name.
+        for bad in [-1e-3, f64::NAN, f64::INFINITY] {
+            let error = predicted_throughput_ops_per_s(
+                &configuration,
+                &profile(0.5),
+                &Calibration {
+                    region_upkeep_s_per_s: bad,
+                    upkeep_half_rate_per_s: 0.0,
+                    ..without
+                },
+            )
+            .unwrap_err();
+            assert_eq!(error.setting, "region_upkeep_s_per_s");
+        }
     }
 
     /// Rows of a search of <0> in the small instance: a quarter of the table matches,
@@ -1974,6 +2304,8 @@ mod tests {
         for (window_s, lambda) in [(50.0, 0.0), (50.0, 5e-4), (500.0, 0.0)] {
             let fresh = Calibration {
                 fresh_window_s: window_s,
+                region_upkeep_s_per_s: 0.0,
+                upkeep_half_rate_per_s: 0.0,
                 write_rate_cost_s2: lambda,
                 ..calibration
             };
@@ -2003,6 +2335,8 @@ mod tests {
             );
             let stale = Calibration {
                 fresh_window_s: 0.0,
+                region_upkeep_s_per_s: 0.0,
+                upkeep_half_rate_per_s: 0.0,
                 ..fresh
             };
             let without = predicted_throughput_ops_per_s(&configuration, &profile, &stale).unwrap();
@@ -2012,6 +2346,8 @@ mod tests {
         // whole: no row spared.
         let fresh = Calibration {
             fresh_window_s: 500.0,
+            region_upkeep_s_per_s: 0.0,
+            upkeep_half_rate_per_s: 0.0,
             ..calibration
         };
         let (uncut, _, _) = writing_profile();
@@ -2029,6 +2365,8 @@ mod tests {
         for bad in [-1.0, f64::INFINITY, f64::NAN] {
             let bad = Calibration {
                 fresh_window_s: bad,
+                region_upkeep_s_per_s: 0.0,
+                upkeep_half_rate_per_s: 0.0,
                 ..calibration
             };
             assert_eq!(
@@ -2209,43 +2547,96 @@ mod tests {
             untouched_subspaces: 1,
             modified_subspaces: 2,
             move_share: (15.0 / 16.0 + 0.75) / 2.0,
+            tables_written: Vec::new(),
             measured_throughput_ops_per_s: measured,
         };
         let alpha = alpha_from_update_runs(
-            &[run, run],
+            &[run.clone(), run],
             calibration.max_throughput_ops_per_s,
             calibration.update_fixed_cost_s,
+            Upkeep::default(),
         );
         assert!((alpha.unwrap() - 2.3).abs() < 1e-9);
     }
 
-    /// Runs generated by equation 4 with a fixed cost `f` and `T_max`: the fit finds
-    /// both again, and `α` after them; runs moving copies do not enter it.
+    /// Runs generated by equation 4 with a fixed cost `f` and `T_max`, and each region
+    /// written costing `ρ` of every second: the fit given `ρ` finds both again, and `α`
+    /// after them; runs moving copies do not enter it. Given no upkeep, the same runs
+    /// give other costs.
     #[test]
     fn update_costs_round_trip_through_equation_four() {
-        for (fixed_cost_s, max_throughput) in [(1e-5, 100_000.0), (5e-3, 20_000.0), (0.0, 500.0)] {
+        for (fixed_cost_s, max_throughput, upkeep) in [
+            (1e-5, 100_000.0, 0.0),
+            (5e-3, 20_000.0, 0.0),
+            (0.0, 500.0, 0.0),
+            (1e-5, 100_000.0, 2e-3),
+        ] {
             let runs: Vec<UpdateRun> = [(1, 0, 0), (1, 1, 0), (1, 3, 0), (2, 2, 0), (1, 1, 2)]
                 .into_iter()
                 .map(|(replicas, untouched, modified)| {
                     let chain = f64::from(replicas)
                         * (1.0 + f64::from(untouched) + 2.0 * 2.3 * f64::from(modified));
+                    // 4 regions of the key subspace and 16 of each other, on every copy.
+                    let tables_written: Vec<u32> = (0..replicas)
+                        .flat_map(|_| {
+                            std::iter::once(4).chain((0..untouched + modified).map(|_| 16))
+                        })
+                        .collect();
+                    let regions: u32 = tables_written.iter().sum();
+                    let capacity = 1.0 - upkeep * f64::from(regions);
                     UpdateRun {
                         replicas,
                         untouched_subspaces: untouched,
                         modified_subspaces: modified,
                         move_share: 1.0,
-                        measured_throughput_ops_per_s: 1.0
+                        tables_written,
+                        measured_throughput_ops_per_s: capacity
                             / (fixed_cost_s + chain / max_throughput),
                     }
                 })
                 .collect();
-            let costs = update_costs_from_runs(&runs).unwrap();
+            // Every region costs ρ whatever its copies (w½ = 0).
+            let upkeep = Upkeep {
+                region_s_per_s: upkeep,
+                half_rate_per_s: 0.0,
+            };
+            let costs = update_costs_from_runs(&runs, upkeep).unwrap();
             assert!((costs.fixed_cost_s - fixed_cost_s).abs() < 1e-12);
             assert!((costs.max_throughput_ops_per_s / max_throughput - 1.0).abs() < 1e-9);
-            let alpha =
-                alpha_from_update_runs(&runs, costs.max_throughput_ops_per_s, costs.fixed_cost_s)
-                    .unwrap();
+            let alpha = alpha_from_update_runs(
+                &runs,
+                costs.max_throughput_ops_per_s,
+                costs.fixed_cost_s,
+                upkeep,
+            )
+            .unwrap();
             assert!((alpha - 2.3).abs() < 1e-6);
+            if upkeep.region_s_per_s > 0.0 {
+                let blind = update_costs_from_runs(&runs, Upkeep::default()).unwrap();
+                assert!(blind.max_throughput_ops_per_s < 0.99 * max_throughput);
+            }
+        }
+        // An upkeep that leaves a run no second is refused by name.
+        let busy = UpdateRun {
+            replicas: 1,
+            untouched_subspaces: 1,
+            modified_subspaces: 0,
+            move_share: 1.0,
+            tables_written: vec![4, 16],
+            measured_throughput_ops_per_s: 100.0,
+        };
+        for (region_s_per_s, half_rate_per_s, setting) in [
+            (0.05, 0.0, "region_upkeep_s_per_s"),
+            (-1e-3, 0.0, "region_upkeep_s_per_s"),
+            (f64::NAN, 0.0, "region_upkeep_s_per_s"),
+            (1e-3, -1.0, "upkeep_half_rate_per_s"),
+        ] {
+            let upkeep = Upkeep {
+                region_s_per_s,
+                half_rate_per_s,
+            };
+            let error = update_costs_from_runs(std::slice::from_ref(&busy), upkeep).unwrap_err();
+            assert_eq!(error.setting, setting);
         }
         // The paper's calibration is the fit's answer when f is one hop: the key
         // subspace alone runs at T_max / 2.
@@ -2259,10 +2650,11 @@ mod tests {
                 untouched_subspaces: untouched,
                 modified_subspaces: 0,
                 move_share: 1.0,
+                tables_written: Vec::new(),
                 measured_throughput_ops_per_s: 1000.0 / (2.0 + f64::from(untouched)),
             })
             .collect();
-        let fitted = update_costs_from_runs(&runs).unwrap();
+        let fitted = update_costs_from_runs(&runs, Upkeep::default()).unwrap();
         assert!((fitted.fixed_cost_s - paper.fixed_cost_s).abs() < 1e-12);
         assert!((fitted.max_throughput_ops_per_s - paper.max_throughput_ops_per_s).abs() < 1e-6);
     }
@@ -2274,6 +2666,7 @@ mod tests {
             untouched_subspaces: untouched,
             modified_subspaces: 0,
             move_share: 1.0,
+            tables_written: Vec::new(),
             measured_throughput_ops_per_s: measured,
         };
         // One chain length (and a moved run, which is alpha's): f and T_max cannot be
@@ -2282,22 +2675,30 @@ mod tests {
             modified_subspaces: 1,
             ..run(0, 100.0)
         };
-        let error = update_costs_from_runs(&[run(1, 100.0), run(1, 90.0), moved]).unwrap_err();
+        let error =
+            update_costs_from_runs(&[run(1, 100.0), run(1, 90.0), moved], Upkeep::default())
+                .unwrap_err();
         assert!(error.reason.contains("at least 2"), "{}", error.reason);
         // Faster with more copies: no copy cost.
-        let error = update_costs_from_runs(&[run(0, 100.0), run(2, 120.0)]).unwrap_err();
+        let error =
+            update_costs_from_runs(&[run(0, 100.0), run(2, 120.0)], Upkeep::default()).unwrap_err();
         assert!(error.reason.contains("T_max"), "{}", error.reason);
         // A fixed cost that would come out below 0 is 0: 1/T = chain · c fitted alone.
         // 1000, 400 and 250 ops/s for chains 1, 2, 3 give f < 0 unconstrained.
-        let costs =
-            update_costs_from_runs(&[run(0, 1000.0), run(1, 400.0), run(2, 250.0)]).unwrap();
+        let costs = update_costs_from_runs(
+            &[run(0, 1000.0), run(1, 400.0), run(2, 250.0)],
+            Upkeep::default(),
+        )
+        .unwrap();
         assert_eq!(costs.fixed_cost_s, 0.0);
         // Relative least squares of 1 = c · chain · T: c = Σ x / Σ x², x = chain · T.
         let x = [1000.0, 800.0, 750.0];
         let expected = x.iter().sum::<f64>() / x.iter().map(|v| v * v).sum::<f64>();
         assert!((1.0 / costs.max_throughput_ops_per_s - expected).abs() < 1e-15);
         // A bad run is refused by name.
-        assert!(update_costs_from_runs(&[run(0, f64::NAN), run(1, 10.0)]).is_err());
+        assert!(
+            update_costs_from_runs(&[run(0, f64::NAN), run(1, 10.0)], Upkeep::default()).is_err()
+        );
     }
 
     #[test]
@@ -2311,6 +2712,9 @@ mod tests {
             catch_up_cost_s2: 2e-7,
             // On the fit's grid of quarter seconds.
             fresh_window_s: 41.5,
+            // 128 regions written, each at half its upkeep at 400 copies a second.
+            region_upkeep_s_per_s: 2e-3,
+            upkeep_half_rate_per_s: 400.0,
             ..calibration()
         };
         let configuration =
@@ -2369,6 +2773,7 @@ mod tests {
                     update_s_per_op: (1.0 - share)
                         * update_cost_s(&configuration, &updated, &calibration).unwrap(),
                     write_exposure: write_exposure(&configuration, &profile, objects).unwrap(),
+                    tables_written: tables_written(&configuration),
                     measured_throughput_ops_per_s: predicted_throughput_ops_per_s(
                         &configuration,
                         &profile,
@@ -2387,6 +2792,28 @@ mod tests {
         assert!((costs.condition_cost_s / calibration.condition_cost_s - 1.0).abs() < 1e-9);
         assert!((costs.write_rate_cost_s2 / calibration.write_rate_cost_s2 - 1.0).abs() < 1e-9);
         assert!((costs.catch_up_cost_s2 / calibration.catch_up_cost_s2 - 1.0).abs() < 1e-9);
+        assert!(
+            (costs.region_upkeep_s_per_s / calibration.region_upkeep_s_per_s - 1.0).abs() < 1e-9
+        );
+        assert_eq!(
+            costs.upkeep_half_rate_per_s,
+            calibration.upkeep_half_rate_per_s
+        );
+        // Every run was made by the model: each is fitted exactly. A run measured at
+        // 80 % of that throughput is missed: the model has it faster than measured, by
+        // no more than 1 / 0.8² (at the slower throughput the terms that grow with it,
+        // λ's and κ's, fall too; fewer rows are fresh, which costs more).
+        let objects = calibration.objects;
+        for run in &runs {
+            let ratio = search_run_time_ratio(run, &costs, objects);
+            assert!((ratio - 1.0).abs() < 1e-9, "{ratio}");
+            let slower = SearchRun {
+                measured_throughput_ops_per_s: 0.8 * run.measured_throughput_ops_per_s,
+                ..run.clone()
+            };
+            let ratio = search_run_time_ratio(&slower, &costs, objects);
+            assert!((0.64 - 1e-9..1.0).contains(&ratio), "{ratio}");
+        }
         // Runs that ask one region each and are sent nothing say nothing apart about
         // the region's cost or a row sent: both 0 and beta carries it all; runs with no
         // object read say nothing about beta.
@@ -2399,6 +2826,7 @@ mod tests {
             page_reads: Vec::new(),
             update_s_per_op: 0.0,
             write_exposure: 0.0,
+            tables_written: Vec::new(),
             measured_throughput_ops_per_s: 100.0,
         };
         let costs = search_costs_from_runs(&[one.clone(), one.clone()], 1000).unwrap();
@@ -2410,9 +2838,10 @@ mod tests {
                 costs.sent_row_cost_s,
                 costs.write_rate_cost_s2,
                 costs.catch_up_cost_s2,
-                costs.fresh_window_s
+                costs.fresh_window_s,
+                costs.region_upkeep_s_per_s
             ),
-            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         );
         assert!((costs.beta_s_per_object - 1e-3).abs() < 1e-15);
         let nothing_read = SearchRun {
@@ -2474,6 +2903,8 @@ mod tests {
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
             fresh_window_s: 0.0,
+            region_upkeep_s_per_s: 0.0,
+            upkeep_half_rate_per_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1.0,
             update_fixed_cost_s: 1.0,
@@ -2630,6 +3061,8 @@ mod tests {
             write_rate_cost_s2: 0.0,
             catch_up_cost_s2: 0.0,
             fresh_window_s: 0.0,
+            region_upkeep_s_per_s: 0.0,
+            upkeep_half_rate_per_s: 0.0,
             alpha: 1.0,
             max_throughput_ops_per_s: 1000.0,
             update_fixed_cost_s: 1.0 / 1000.0,
@@ -2670,43 +3103,86 @@ mod tests {
             untouched_subspaces: 1,
             modified_subspaces: 0,
             move_share: 1.0,
+            tables_written: Vec::new(),
             measured_throughput_ops_per_s: 100.0,
         };
-        assert!(alpha_from_update_runs(&[run], 1000.0, 1e-3).is_err());
-        assert!(alpha_from_update_runs(&[], 1000.0, 1e-3).is_err());
+        assert!(alpha_from_update_runs(
+            std::slice::from_ref(&run),
+            1000.0,
+            1e-3,
+            Upkeep::default()
+        )
+        .is_err());
+        assert!(alpha_from_update_runs(&[], 1000.0, 1e-3, Upkeep::default()).is_err());
         let too_fast = UpdateRun {
             modified_subspaces: 1,
             measured_throughput_ops_per_s: 999.0,
-            ..run
+            ..run.clone()
         };
-        assert!(alpha_from_update_runs(&[too_fast], 1000.0, 1e-3).is_err());
+        assert!(alpha_from_update_runs(
+            std::slice::from_ref(&too_fast),
+            1000.0,
+            1e-3,
+            Upkeep::default()
+        )
+        .is_err());
         // A fixed cost below 0 or not finite is refused.
         let slow = UpdateRun {
             measured_throughput_ops_per_s: 100.0,
-            ..too_fast
+            ..too_fast.clone()
         };
-        assert!(alpha_from_update_runs(&[slow], 1000.0, 1e-3).is_ok());
-        assert!(alpha_from_update_runs(&[slow], 1000.0, -1e-3).is_err());
-        assert!(alpha_from_update_runs(&[slow], 1000.0, f64::NAN).is_err());
+        assert!(alpha_from_update_runs(
+            std::slice::from_ref(&slow),
+            1000.0,
+            1e-3,
+            Upkeep::default()
+        )
+        .is_ok());
+        assert!(alpha_from_update_runs(
+            std::slice::from_ref(&slow),
+            1000.0,
+            -1e-3,
+            Upkeep::default()
+        )
+        .is_err());
+        assert!(alpha_from_update_runs(
+            std::slice::from_ref(&slow),
+            1000.0,
+            f64::NAN,
+            Upkeep::default()
+        )
+        .is_err());
         let zero = UpdateRun {
             measured_throughput_ops_per_s: 0.0,
-            ..too_fast
+            ..too_fast.clone()
         };
-        assert!(alpha_from_update_runs(&[zero], 1000.0, 1e-3).is_err());
+        assert!(alpha_from_update_runs(
+            std::slice::from_ref(&zero),
+            1000.0,
+            1e-3,
+            Upkeep::default()
+        )
+        .is_err());
         // A modified subspace that never moves the copy (one region) is a copy written
         // in place: it says nothing about alpha. A share outside [0, 1] is refused.
         let in_place = UpdateRun {
             move_share: 0.0,
-            ..slow
+            ..slow.clone()
         };
-        assert!(alpha_from_update_runs(&[in_place], 1000.0, 1e-3).is_err());
+        assert!(alpha_from_update_runs(
+            std::slice::from_ref(&in_place),
+            1000.0,
+            1e-3,
+            Upkeep::default()
+        )
+        .is_err());
         for share in [-0.1, 1.5, f64::NAN] {
             let bad = UpdateRun {
                 move_share: share,
-                ..slow
+                ..slow.clone()
             };
             assert_eq!(
-                alpha_from_update_runs(&[bad], 1000.0, 1e-3)
+                alpha_from_update_runs(std::slice::from_ref(&bad), 1000.0, 1e-3, Upkeep::default())
                     .unwrap_err()
                     .setting,
                 "update_runs"

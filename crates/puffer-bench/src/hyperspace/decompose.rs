@@ -105,8 +105,21 @@ fn model_kinds(
             .map_err(config_error)?;
         update_cost += cost * update.frequency / updates.max(f64::MIN_POSITIVE);
     }
+    // The written regions' upkeep, a share of every second, is the updates': spread
+    // over the updates of a second.
+    let updates_per_s = update_share * predicted;
+    let upkeep_s = if updates_per_s > 0.0 {
+        model::upkeep_share(
+            &model::tables_written(configuration),
+            updates_per_s,
+            calibration.region_upkeep_s_per_s,
+            calibration.upkeep_half_rate_per_s,
+        ) / updates_per_s
+    } else {
+        0.0
+    };
     costs.push(ModelKind {
-        cost_s: update_cost,
+        cost_s: update_cost + upkeep_s,
         regions_asked: 0,
         rows_read: 0.0,
     });
@@ -342,6 +355,8 @@ mod tests {
             write_rate_cost_s2: 3e-7,
             catch_up_cost_s2: 2e-7,
             fresh_window_s: 5.0,
+            region_upkeep_s_per_s: 1e-3,
+            upkeep_half_rate_per_s: 200.0,
             alpha: 0.5,
             max_throughput_ops_per_s: 20_000.0,
             update_fixed_cost_s: 2e-5,
@@ -369,6 +384,13 @@ mod tests {
             1.0 / predicted
         );
         assert_eq!(costs.len(), workload.searches.len() + 1);
+        // The regions' upkeep is charged: without it the prediction is faster.
+        let no_upkeep = Calibration {
+            region_upkeep_s_per_s: 0.0,
+            ..calibration
+        };
+        let (faster, _) = model_kinds(&configuration, &profile, &no_upkeep).unwrap();
+        assert!(faster > predicted, "{faster} against {predicted}");
         // The fresh rows are charged: without them the prediction is slower.
         let stale = Calibration {
             fresh_window_s: 0.0,

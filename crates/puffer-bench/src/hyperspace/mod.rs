@@ -715,7 +715,7 @@ fn read_calibration(path: &std::path::Path) -> anyhow::Result<MeasuredCalibratio
 /// Prints `what`'s parameters on one line.
 fn print_calibration(what: &str, measured: &MeasuredCalibration) {
     println!(
-        "{what}: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, condition cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, catch-up cost {:.3e} s^2, fresh window {:.2} s, alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
+        "{what}: beta {:.3e} s/object, region cost {:.3e} s, fan-out cost {:.3e} s, condition cost {:.3e} s, sent row cost {:.3e} s, write rate cost {:.3e} s^2, catch-up cost {:.3e} s^2, fresh window {:.2} s, region upkeep {:.3e} s/s (half at {} copies/s), alpha {:.3}, T_max {:.0} ops/s, update fixed cost {}",
         measured.beta_s_per_object,
         measured.region_cost_s,
         measured.fan_out_cost_s,
@@ -724,6 +724,8 @@ fn print_calibration(what: &str, measured: &MeasuredCalibration) {
         measured.write_rate_cost_s2,
         measured.catch_up_cost_s2,
         measured.fresh_window_s,
+        measured.region_upkeep_s_per_s,
+        measured.upkeep_half_rate_per_s,
         measured.alpha,
         measured.max_throughput_ops_per_s,
         measured

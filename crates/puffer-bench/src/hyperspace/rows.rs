@@ -491,6 +491,8 @@ fn time_ranking(bench: &Bench, workload: &Workload) -> anyhow::Result<()> {
         write_rate_cost_s2: 4.3e-7,
         catch_up_cost_s2: 0.0,
         fresh_window_s: 1.0,
+        region_upkeep_s_per_s: 0.0,
+        upkeep_half_rate_per_s: 0.0,
         alpha: 0.7,
         max_throughput_ops_per_s: 23_000.0,
         update_fixed_cost_s: 1.7e-5,
