@@ -638,6 +638,24 @@ mod tests {
                 },
                 "update_fixed_cost_s",
             ),
+            (
+                HyperspaceConfig {
+                    region_upkeep_s_per_s: Some(1e-3),
+                    ..defaults.clone()
+                },
+                "need beta_s_per_object",
+            ),
+            (
+                HyperspaceConfig {
+                    beta_s_per_object: Some(1e-6),
+                    alpha: Some(1.0),
+                    max_throughput_ops_per_s: Some(10.0),
+                    region_upkeep_s_per_s: Some(1e-3),
+                    upkeep_half_rate_per_s: Some(-5.0),
+                    ..defaults.clone()
+                },
+                "upkeep_half_rate_per_s",
+            ),
         ];
         for (config, says) in bad {
             let error = config.options().unwrap_err().to_string();
