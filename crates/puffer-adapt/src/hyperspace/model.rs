@@ -1160,18 +1160,11 @@ pub fn upkeep_share(
     region_upkeep_s_per_s: f64,
     half_rate_per_s: f64,
 ) -> f64 {
-    if updates_per_s <= 0.0 || region_upkeep_s_per_s <= 0.0 {
+    if region_upkeep_s_per_s <= 0.0 {
         return 0.0;
     }
-    let busy_regions: f64 = tables
-        .iter()
-        .map(|&regions| {
-            let regions = f64::from(regions);
-            // r · w / (w + w½) with w = U / r, as U r / (U + w½ r).
-            updates_per_s * regions / (updates_per_s + half_rate_per_s * regions)
-        })
-        .sum();
-    (region_upkeep_s_per_s * busy_regions).min(1.0 - MIN_CAPACITY)
+    let busy = busy_regions(tables, updates_per_s, half_rate_per_s);
+    (region_upkeep_s_per_s * busy).min(1.0 - MIN_CAPACITY)
 }
 
 /// `T` solving `1/T = base_s + write_term · T` (see the module docs): `1 / base_s`
@@ -1642,14 +1635,8 @@ pub fn search_costs_from_runs(
             "no run: nothing to estimate beta from",
         ));
     }
-    // Each run as a row (p · regions · T, p · (regions − 1) · T, p · regions ·
-    // conditions · T, p · read · T, p · sent · T, x · T², p · (1 − p) · T², R) against
-    // 1 − updates · T; the page rows found outside segments are taken off the read
-    // column at each τ tried. Each run's rows written per second per row stored is
-    // kept with it.
-    let mut rows = Vec::with_capacity(runs.len());
+    // Each run as a row ([`run_row`]) against 1 − updates · T.
     let mut targets = Vec::with_capacity(runs.len());
-    let mut written_shares = Vec::with_capacity(runs.len());
     for run in runs {
         if !(run.search_share > 0.0 && run.search_share <= 1.0) {
             return Err(config_error(
@@ -1688,20 +1675,7 @@ pub fn search_costs_from_runs(
             }
         }
         let measured = check_measured("search_runs", run.measured_throughput_ops_per_s)?;
-        let searches = run.search_share * measured;
-        rows.push([
-            run.regions_asked * searches,
-            (run.regions_asked - 1.0).max(0.0) * searches,
-            run.regions_asked * run.conditions * searches,
-            run.objects_read * searches,
-            run.rows_sent * searches,
-            run.write_exposure * measured * measured,
-            run.search_share * (1.0 - run.search_share) * measured * measured,
-            // The upkeep's column, set at each w½ tried.
-            0.0,
-        ]);
         targets.push(1.0 - run.update_s_per_op * measured);
-        written_shares.push((1.0 - run.search_share) * measured / objects as f64);
     }
     // Which costs are fitted (β, column BETA, always): every subset of the others at
     // every τ and every w½, the best feasible one kept (the smallest τ and w½ of equal
@@ -1710,23 +1684,11 @@ pub fn search_costs_from_runs(
     let mut best: Option<([f64; COSTS], f64, f64, f64)> = None;
     for step in 0..=FRESH_WINDOW_STEPS {
         let window_s = f64::from(step) * FRESH_WINDOW_STEP_S;
-        let stale_rows: Vec<[f64; COSTS]> = rows
-            .iter()
-            .zip(&written_shares)
-            .zip(runs)
-            .map(|((row, written), run)| {
-                let mut row = *row;
-                let fresh_share = -(-written * window_s).exp_m1();
-                let spared = fresh_page_rows(&run.page_reads, fresh_share);
-                row[BETA] -= spared * run.search_share * run.measured_throughput_ops_per_s;
-                row
-            })
-            .collect();
         for (h, &half_rate_per_s) in UPKEEP_HALF_RATES_PER_S.iter().enumerate() {
-            let mut rows = stale_rows.clone();
-            for (row, run) in rows.iter_mut().zip(runs) {
-                row[UPKEEP] = busy_regions(run, half_rate_per_s);
-            }
+            let rows: Vec<[f64; COSTS]> = runs
+                .iter()
+                .map(|run| run_row(run, objects, window_s, half_rate_per_s))
+                .collect();
             for subset in 0..1u32 << optional {
                 let mut free = [true; COSTS];
                 for (bit, column) in (0..COSTS).filter(|&c| c != BETA).enumerate() {
@@ -1791,14 +1753,38 @@ const UPKEEP_HALF_RATES_PER_S: [f64; 10] = [
     0.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0, 6400.0,
 ];
 
-/// The regions a search run's updates keep busy at `w½` = `half_rate_per_s`: the share
-/// of a second [`upkeep_share`] gives with `ρ` = 1.
-fn busy_regions(run: &SearchRun, half_rate_per_s: f64) -> f64 {
-    let updates_per_s = (1.0 - run.search_share) * run.measured_throughput_ops_per_s;
+/// A search run as a row of the fit, one column per cost (`p · regions · T`, `p ·
+/// (regions − 1) · T`, `p · regions · conditions · T`, `p · (read − F(m)) · T`, `p ·
+/// sent · T`, `x · T²`, `p (1 − p) · T²`, busy regions), at `τ` = `window_s` and `w½` =
+/// `half_rate_per_s`: its dot product with the costs plus the updates' `update · T` is
+/// the model's time per operation times `T`.
+fn run_row(run: &SearchRun, objects: u64, window_s: f64, half_rate_per_s: f64) -> [f64; COSTS] {
+    let measured = run.measured_throughput_ops_per_s;
+    let p = run.search_share;
+    let searches = p * measured;
+    let updates_per_s = (1.0 - p) * measured;
+    let fresh_share = -(-updates_per_s / objects.max(1) as f64 * window_s).exp_m1();
+    let read = run.objects_read - fresh_page_rows(&run.page_reads, fresh_share);
+    [
+        run.regions_asked * searches,
+        (run.regions_asked - 1.0).max(0.0) * searches,
+        run.regions_asked * run.conditions * searches,
+        read * searches,
+        run.rows_sent * searches,
+        run.write_exposure * measured * measured,
+        p * (1.0 - p) * measured * measured,
+        busy_regions(&run.tables_written, updates_per_s, half_rate_per_s),
+    ]
+}
+
+/// The regions of `tables` that `updates_per_s` updates keep busy at `w½` =
+/// `half_rate_per_s`: `Σ_t r_t · w_t / (w_t + w½)`, `w_t = updates_per_s / r_t`, as
+/// `U r / (U + w½ r)` (0 without updates).
+fn busy_regions(tables: &[u32], updates_per_s: f64, half_rate_per_s: f64) -> f64 {
     if updates_per_s <= 0.0 {
         return 0.0;
     }
-    run.tables_written
+    tables
         .iter()
         .map(|&regions| {
             let regions = f64::from(regions);
@@ -1813,22 +1799,24 @@ fn busy_regions(run: &SearchRun, half_rate_per_s: f64) -> f64 {
 /// written regions' upkeep. 1 is a perfect
 /// fit; above 1 the model has the run slower than measured, by about that factor.
 pub fn search_run_time_ratio(run: &SearchRun, costs: &SearchCosts, objects: u64) -> f64 {
-    let measured = run.measured_throughput_ops_per_s;
-    let p = run.search_share;
-    let written = (1.0 - p) * measured / objects.max(1) as f64;
-    let fresh_share = -(-written * costs.fresh_window_s).exp_m1();
-    let read = run.objects_read - fresh_page_rows(&run.page_reads, fresh_share);
-    let search_s = run.regions_asked * costs.region_cost_s
-        + (run.regions_asked - 1.0).max(0.0) * costs.fan_out_cost_s
-        + run.regions_asked * run.conditions * costs.condition_cost_s
-        + read * costs.beta_s_per_object
-        + run.rows_sent * costs.sent_row_cost_s;
-    let per_op_s = p * search_s
-        + run.update_s_per_op
-        + costs.write_rate_cost_s2 * run.write_exposure * measured
-        + costs.catch_up_cost_s2 * p * (1.0 - p) * measured;
-    per_op_s * measured
-        + costs.region_upkeep_s_per_s * busy_regions(run, costs.upkeep_half_rate_per_s)
+    let row = run_row(
+        run,
+        objects,
+        costs.fresh_window_s,
+        costs.upkeep_half_rate_per_s,
+    );
+    let fitted = [
+        costs.region_cost_s,
+        costs.fan_out_cost_s,
+        costs.condition_cost_s,
+        costs.beta_s_per_object,
+        costs.sent_row_cost_s,
+        costs.write_rate_cost_s2,
+        costs.catch_up_cost_s2,
+        costs.region_upkeep_s_per_s,
+    ];
+    row.iter().zip(fitted).map(|(x, c)| x * c).sum::<f64>()
+        + run.update_s_per_op * run.measured_throughput_ops_per_s
 }
 
 /// Costs a search run is charged (columns of a calibration run's row): a search's
