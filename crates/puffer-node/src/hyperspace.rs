@@ -10,13 +10,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::time::Duration;
 
+use puffer_adapt::hyperspace::grid::Coordinate;
 use puffer_adapt::hyperspace::{
     most_common_shares, AttributeId, AttributeSet, Calibration, Configuration, Constraint,
-    Profiler, ProfilerConfig, RowProbe, SearchRows, SearchShape, Subspace, MAX_IN_VALUES,
-    MAX_ROW_PROBES, RANGE_FRACTION_DENOMINATOR,
+    Profiler, ProfilerConfig, RowProbe, SearchRows, SearchShape, Subspace, ValueSpread,
+    MAX_IN_VALUES, MAX_ROW_PROBES, MAX_SPREAD_VALUES, RANGE_FRACTION_DENOMINATOR,
 };
+use puffer_adapt::spread::fnv1a64;
 use puffer_query::{QueryError, Result};
-use puffer_store::{Predicate, Record, Schema, Value, WriteOp};
+use puffer_store::{AttrType, Predicate, Record, Schema, Value, WriteOp};
 use serde::Serialize;
 
 /// How the database profiles its tables and chooses their subspaces.
@@ -299,6 +301,9 @@ pub struct RowSample {
     table_records: u64,
     /// Per attribute, each record's value (`None`: the record lacks it).
     values: HashMap<AttributeId, Vec<Option<String>>>,
+    /// Per hashed attribute (a string or a boolean), how many sampled records hold
+    /// each value, by the value's hash as the grid takes it (`None`: lacking it).
+    hash_counts: BTreeMap<AttributeId, HashMap<Option<u64>, usize>>,
 }
 
 impl RowSample {
@@ -322,11 +327,58 @@ impl RowSample {
                 Some((id, column))
             })
             .collect();
+        let hash_counts = attributes
+            .iter()
+            .filter_map(|&id| {
+                let attribute = schema.attributes.get(usize::from(id))?;
+                if !matches!(attribute.attr_type, AttrType::String | AttrType::Bool) {
+                    return None;
+                }
+                let mut counts: HashMap<Option<u64>, usize> = HashMap::new();
+                for record in records {
+                    let hash = record.values.get(&attribute.name).and_then(value_hash);
+                    *counts.entry(hash).or_default() += 1;
+                }
+                Some((id, counts))
+            })
+            .collect();
         RowSample {
             records: records.len(),
             table_records: table_records.max(records.len() as u64),
             values,
+            hash_counts,
         }
+    }
+
+    /// Per hashed attribute of the sample, how its values spread over the records (the
+    /// model's [`ValueSpread`]: which regions of a subspace cutting it are written):
+    /// the [`MAX_SPREAD_VALUES`] most common values' shares of the sampled records, the
+    /// others counted. Numbers are cut at their quantiles and spread evenly: none.
+    pub fn value_spreads(&self) -> BTreeMap<AttributeId, ValueSpread> {
+        let records = self.records.max(1) as f64;
+        self.hash_counts
+            .iter()
+            .map(|(&id, counts)| {
+                let mut counted: Vec<(Option<u64>, usize)> =
+                    counts.iter().map(|(&hash, &count)| (hash, count)).collect();
+                // The most common first; equal counts by hash, so a sample spreads the
+                // same way every time.
+                counted.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                let other_values = counted.len().saturating_sub(MAX_SPREAD_VALUES) as u64;
+                counted.truncate(MAX_SPREAD_VALUES);
+                let hashed_shares = counted
+                    .into_iter()
+                    .map(|(hash, count)| (hash, count as f64 / records))
+                    .collect();
+                (
+                    id,
+                    ValueSpread {
+                        hashed_shares,
+                        other_values,
+                    },
+                )
+            })
+            .collect()
     }
 
     /// The share of the table's records that `sampled` of the sampled records stand
@@ -530,6 +582,15 @@ fn value_key(value: &Value) -> String {
     format!("{value:?}")
 }
 
+/// The hash the grid cuts a hashed value by (strings and booleans; `None` for numbers,
+/// which are cut by order).
+fn value_hash(value: &Value) -> Option<u64> {
+    match crate::subspace::coordinate(value) {
+        Coordinate::Bytes(bytes) => Some(fnv1a64(bytes)),
+        Coordinate::Number(_) | Coordinate::Missing => None,
+    }
+}
+
 /// The attributes (ids of `schema`) whose values `op` changes in a record that was
 /// `before`: all it sets for a new record, those that differ (or appear or vanish)
 /// for a replaced one, every one the record had for a delete. `None` for a schema
@@ -725,7 +786,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use puffer_adapt::hyperspace::MAX_FREE_VALUE_SHARES;
-    use puffer_store::{AttrType, Attribute};
+    use puffer_store::Attribute;
 
     fn schema() -> Schema {
         let attribute = |name: &str| Attribute {
@@ -733,6 +794,85 @@ mod tests {
             attr_type: AttrType::Int,
         };
         Schema::new("id", vec![attribute("a"), attribute("b"), attribute("c")]).unwrap()
+    }
+
+    /// A sample's spreads list its strings and booleans by the hash the grid cuts them
+    /// by, with the shares a count of the records gives (the oracle), the most common
+    /// first up to the bound and the rest counted; numbers have none.
+    #[test]
+    fn value_spreads_count_the_hashed_values() {
+        let attribute = |name: &str, attr_type| Attribute {
+            name: name.into(),
+            attr_type,
+        };
+        let schema = Schema::new(
+            "id",
+            vec![
+                attribute("city", AttrType::String),
+                attribute("pool", AttrType::Bool),
+                attribute("price", AttrType::Int),
+            ],
+        )
+        .unwrap();
+        // City i (of 70) in i + 1 records, a pool in every third, a price in each; the
+        // first ten records (all of cities 0 to 3) lack a city.
+        let mut records = Vec::new();
+        for city in 0..70 {
+            for copy in 0..=city {
+                let mut record = Record::new(format!("k{city}-{copy}"))
+                    .with("pool", Value::Bool(copy % 3 == 0))
+                    .with("price", Value::Int(copy));
+                if records.len() >= 10 {
+                    record = record.with("city", Value::str(&format!("city{city}")));
+                }
+                records.push(record);
+            }
+        }
+        let total = records.len() as f64;
+        let sample = RowSample::new(&records, 10_000, &schema, &AttributeSet::from([0, 1, 2]));
+        let spreads = sample.value_spreads();
+        assert_eq!(spreads.keys().copied().collect::<Vec<_>>(), [0, 1]);
+        // The oracle: every record's value hashed and counted.
+        let count = |name: &str| {
+            let mut counts: HashMap<Option<u64>, usize> = HashMap::new();
+            for record in &records {
+                let hash = record.values.get(name).map(|value| match value {
+                    Value::String(bytes) => fnv1a64(bytes),
+                    Value::Bool(pool) => fnv1a64(&[u8::from(*pool)]),
+                    other => panic!("{other:?} is not hashed"),
+                });
+                *counts.entry(hash).or_default() += 1;
+            }
+            counts
+        };
+        for (id, name) in [(0, "city"), (1, "pool")] {
+            let counts = count(name);
+            let spread = &spreads[&id];
+            assert_eq!(
+                spread.hashed_shares.len() + spread.other_values as usize,
+                counts.len()
+            );
+            assert!(spread.hashed_shares.len() <= MAX_SPREAD_VALUES);
+            for &(hash, share) in &spread.hashed_shares {
+                assert_eq!(share, counts[&hash] as f64 / total);
+            }
+            // The listed are the most common: none left out holds more.
+            let least_listed = spread
+                .hashed_shares
+                .iter()
+                .map(|(_, share)| *share)
+                .fold(f64::INFINITY, f64::min);
+            let listed: HashSet<Option<u64>> =
+                spread.hashed_shares.iter().map(|(hash, _)| *hash).collect();
+            for (hash, &count) in &counts {
+                if !listed.contains(hash) {
+                    assert!(count as f64 / total <= least_listed);
+                }
+            }
+        }
+        // 66 cities and the records lacking one: 64 listed, 3 more counted.
+        assert_eq!(spreads[&0].other_values, 3);
+        assert_eq!(spreads[&1].hashed_shares.len(), 2);
     }
 
     /// Records with values of `a`, `b`, `c` from small ranges (so they repeat), each

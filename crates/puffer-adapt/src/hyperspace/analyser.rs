@@ -300,6 +300,7 @@ mod tests {
                 })
                 .collect(),
             updates: vec![],
+            value_spreads: Default::default(),
         }
     }
 

@@ -128,6 +128,7 @@ pub(crate) mod tests {
                     frequency: 0.25,
                 })
                 .collect(),
+            value_spreads: Default::default(),
         }
     }
 
@@ -197,6 +198,7 @@ pub(crate) mod tests {
                 })
                 .collect(),
             updates: vec![],
+            value_spreads: Default::default(),
         };
         let all = subspaces_all(&profile, &DEPLOYMENT).unwrap();
         let kept: Vec<AttributeId> = all.subspaces().iter().map(|s| s.attributes()[0]).collect();

@@ -58,8 +58,8 @@ pub use model::{
     predicted_throughput_ops_per_s, rank_configurations, rows_returned, search_costs_from_runs,
     search_reads, search_run_time_ratio, tables_written, upkeep_share, Calibration, PageRead,
     RankedConfiguration, RowProbe, SearchCosts, SearchFrequency, SearchReads, SearchRows,
-    SearchRun, UpdateFrequency, UpdateRun, Upkeep, WorkloadProfile, MAX_FREE_VALUE_SHARES,
-    MAX_ROW_PROBES,
+    SearchRun, UpdateFrequency, UpdateRun, Upkeep, ValueSpread, WorkloadProfile,
+    MAX_FREE_VALUE_SHARES, MAX_ROW_PROBES, MAX_SPREAD_VALUES,
 };
 pub use model::{
     move_probability, search_cost_s, update_chain_length, update_cost_s, update_costs_from_runs,

@@ -358,6 +358,80 @@ pub struct WorkloadProfile {
     pub searches: Vec<SearchFrequency>,
     /// The updates.
     pub updates: Vec<UpdateFrequency>,
+    /// Per hashed attribute (strings, booleans), how its values spread over the table:
+    /// which regions of a subspace cutting it the updates write ([`tables_written`]).
+    /// An attribute missing here spreads evenly over every part (numbers are cut at
+    /// their quantiles, so they do).
+    pub value_spreads: BTreeMap<AttributeId, ValueSpread>,
+}
+
+/// How a hashed attribute's values fall over the table's records: five cities hashed
+/// into 16 parts fill at most five of them, two into four parts (Dublin and Edinburgh
+/// share one), and a subspace of the city alone has five regions written, not 16.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ValueSpread {
+    /// The most common values, each as its hash (FNV-1a of the bytes the grid hashes;
+    /// `None`: records lacking the attribute, which lie in part 0) and its share of the
+    /// records, at most [`MAX_SPREAD_VALUES`], the shares summing to at most 1.
+    pub hashed_shares: Vec<(Option<u64>, f64)>,
+    /// Distinct values not listed: they share the rest of the records, spread evenly
+    /// over the parts (0: the list is whole).
+    pub other_values: u64,
+}
+
+/// Most values of an attribute a [`ValueSpread`] lists.
+pub const MAX_SPREAD_VALUES: usize = 64;
+
+impl ValueSpread {
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.hashed_shares.len() > MAX_SPREAD_VALUES {
+            return Err(config_error(
+                "value_spread",
+                format!(
+                    "{} values listed, more than {MAX_SPREAD_VALUES}",
+                    self.hashed_shares.len()
+                ),
+            ));
+        }
+        let mut total = 0.0;
+        for &(_, share) in &self.hashed_shares {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(config_error(
+                    "value_spread",
+                    format!("a value's share {share} is not in 0..=1"),
+                ));
+            }
+            total += share;
+        }
+        if total > 1.0 + 1e-9 {
+            return Err(config_error(
+                "value_spread",
+                format!("the listed values' shares sum to {total}, above 1"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The share of the records in each of a dimension's `parts` parts (summing to 1
+    /// when the list is whole or values are left over; less when the listed shares fall
+    /// short of 1 and none are).
+    fn part_shares(&self, parts: u32) -> Vec<f64> {
+        let parts = parts.max(1);
+        let mut shares = vec![0.0; parts as usize];
+        for &(hash, share) in &self.hashed_shares {
+            let part = hash.map_or(0, |hash| hash % u64::from(parts)) as usize;
+            shares[part] += share;
+        }
+        let listed: f64 = self.hashed_shares.iter().map(|(_, share)| share).sum();
+        let rest = (1.0 - listed).max(0.0);
+        if self.other_values > 0 || self.hashed_shares.is_empty() {
+            // Which parts the rest's hashes fall in is unknown: evenly, as expected.
+            for share in &mut shares {
+                *share += rest / f64::from(parts);
+            }
+        }
+        shares
+    }
 }
 
 impl WorkloadProfile {
@@ -388,6 +462,9 @@ impl WorkloadProfile {
             check_update_attributes(&update.attributes)?;
             check_frequency(update.frequency)?;
             total += update.frequency;
+        }
+        for spread in self.value_spreads.values() {
+            spread.check()?;
         }
         if !total.is_finite() {
             return Err(config_error(
@@ -1118,7 +1195,7 @@ fn throughput_unchecked(
         return solve_throughput(&costs, write_term, fresh_rate, |_| 0.0);
     }
     // The share of every second the written regions' upkeep takes at `T`.
-    let tables = tables_written(configuration);
+    let tables = tables_written(configuration, &profile.value_spreads);
     let upkeep = |t: f64| {
         upkeep_share(
             &tables,
@@ -1135,27 +1212,62 @@ fn throughput_unchecked(
 /// and never chosen, with a throughput the configurator can still compare.
 const MIN_CAPACITY: f64 = 1e-9;
 
-/// The tables an update writes into in `configuration`, by their regions: the key
-/// subspace and each subspace, on each of the `K` copies (every update writes a copy
-/// into each; [`upkeep_share`]).
-pub fn tables_written(configuration: &Configuration) -> Vec<u32> {
-    let per_copy: Vec<u32> = std::iter::once(configuration.key_regions())
-        .chain(configuration.subspaces().iter().map(Subspace::regions))
-        .collect();
+/// The tables an update writes into in `configuration`, each as the shares of the
+/// copies its written regions take: the key subspace (keys are distinct: evenly over
+/// its regions) and each subspace (its grid's regions, the values of `spreads` where
+/// they fall, others evenly; dimensions taken as independent), on each of the `K`
+/// copies (every update writes a copy into each; [`upkeep_share`]). Regions no copy
+/// falls in are left out.
+pub fn tables_written(
+    configuration: &Configuration,
+    spreads: &BTreeMap<AttributeId, ValueSpread>,
+) -> Vec<Vec<f64>> {
+    let key_regions = configuration.key_regions().max(1);
+    let per_copy: Vec<Vec<f64>> =
+        std::iter::once(vec![1.0 / f64::from(key_regions); key_regions as usize])
+            .chain(
+                configuration
+                    .subspaces()
+                    .iter()
+                    .map(|subspace| region_shares(subspace, spreads)),
+            )
+            .collect();
     (0..configuration.replicas())
-        .flat_map(|_| per_copy.iter().copied())
+        .flat_map(|_| per_copy.iter().cloned())
+        .collect()
+}
+
+/// The share of the records in each region of `subspace`'s grid that holds any
+/// (`parts^dimensions` regions, the parts of each dimension as `spreads` fill them).
+fn region_shares(subspace: &Subspace, spreads: &BTreeMap<AttributeId, ValueSpread>) -> Vec<f64> {
+    let attributes = subspace.attributes();
+    let parts = super::parts_per_dimension(subspace.regions(), attributes.len());
+    attributes
+        .iter()
+        .map(|attribute| match spreads.get(attribute) {
+            Some(spread) => spread.part_shares(parts),
+            None => vec![1.0 / f64::from(parts); parts as usize],
+        })
+        .fold(vec![1.0], |regions, dimension| {
+            regions
+                .iter()
+                .flat_map(|region| dimension.iter().map(move |part| region * part))
+                .collect()
+        })
+        .into_iter()
+        .filter(|&share| share > 0.0)
         .collect()
 }
 
 /// The share of every second the upkeep of the regions written takes
 /// ([`Calibration::region_upkeep_s_per_s`]), with `updates_per_s` updates a second each
-/// writing a copy into every table of `tables` (each given by its regions, as
-/// [`tables_written`] gives them), spread evenly over a table's regions: `ρ Σ_t r_t ·
-/// w_t / (w_t + w_½)`, `w_t = updates_per_s / r_t` a region's copies a second and
-/// `w_½` = `half_rate_per_s` (0: every region costs `ρ` whatever its writes). At most
-/// all but a billionth of the second.
+/// writing a copy into every table of `tables` (each as its written regions' shares of
+/// the copies, as [`tables_written`] gives them): `ρ Σ_regions w / (w + w_½)`, `w =
+/// share · updates_per_s` a region's copies a second and `w_½` = `half_rate_per_s` (0:
+/// every region written costs `ρ` whatever its writes). At most all but a billionth of
+/// the second.
 pub fn upkeep_share(
-    tables: &[u32],
+    tables: &[Vec<f64>],
     updates_per_s: f64,
     region_upkeep_s_per_s: f64,
     half_rate_per_s: f64,
@@ -1391,8 +1503,9 @@ pub struct UpdateRun {
     /// region on average (in `[0, 1]`; the mean of their [`move_probability`], 1 in the
     /// paper); the others are overwritten in place, as the `|N|` are.
     pub move_share: f64,
-    /// The tables the updates write into, by their regions ([`tables_written`]).
-    pub tables_written: Vec<u32>,
+    /// The tables the updates write into, each as its written regions' shares of the
+    /// copies ([`tables_written`]).
+    pub tables_written: Vec<Vec<f64>>,
     /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
@@ -1570,9 +1683,9 @@ pub struct SearchRun {
     pub update_s_per_op: f64,
     /// [`write_exposure`] of the run's workload (>= 0; 0 for searches alone).
     pub write_exposure: f64,
-    /// The tables the run's updates write into, by their regions ([`tables_written`];
-    /// not counted for searches alone).
-    pub tables_written: Vec<u32>,
+    /// The tables the run's updates write into, each as its written regions' shares of
+    /// the copies ([`tables_written`]; not counted for searches alone).
+    pub tables_written: Vec<Vec<f64>>,
     /// `T_real`, operations per second measured (> 0).
     pub measured_throughput_ops_per_s: f64,
 }
@@ -1778,17 +1891,18 @@ fn run_row(run: &SearchRun, objects: u64, window_s: f64, half_rate_per_s: f64) -
 }
 
 /// The regions of `tables` that `updates_per_s` updates keep busy at `w½` =
-/// `half_rate_per_s`: `Σ_t r_t · w_t / (w_t + w½)`, `w_t = updates_per_s / r_t`, as
-/// `U r / (U + w½ r)` (0 without updates).
-fn busy_regions(tables: &[u32], updates_per_s: f64, half_rate_per_s: f64) -> f64 {
+/// `half_rate_per_s`: `Σ w / (w + w½)` over the written regions, `w = share ·
+/// updates_per_s` (0 without updates).
+fn busy_regions(tables: &[Vec<f64>], updates_per_s: f64, half_rate_per_s: f64) -> f64 {
     if updates_per_s <= 0.0 {
         return 0.0;
     }
     tables
         .iter()
-        .map(|&regions| {
-            let regions = f64::from(regions);
-            updates_per_s * regions / (updates_per_s + half_rate_per_s * regions)
+        .flatten()
+        .map(|&share| {
+            let copies_per_s = share * updates_per_s;
+            copies_per_s / (copies_per_s + half_rate_per_s)
         })
         .sum()
 }
@@ -1900,7 +2014,11 @@ fn check_update_run(run: &UpdateRun) -> Result<(), ConfigError> {
 /// The share of a second left for its operations to a run of `updates_per_s` updates a
 /// second into `tables` ([`tables_written`]) with `upkeep`, refused unless the upkeep's
 /// parameters are non-negative numbers and leave some.
-fn capacity_left(tables: &[u32], updates_per_s: f64, upkeep: Upkeep) -> Result<f64, ConfigError> {
+fn capacity_left(
+    tables: &[Vec<f64>],
+    updates_per_s: f64,
+    upkeep: Upkeep,
+) -> Result<f64, ConfigError> {
     for (setting, value) in [
         ("region_upkeep_s_per_s", upkeep.region_s_per_s),
         ("upkeep_half_rate_per_s", upkeep.half_rate_per_s),
@@ -1926,7 +2044,7 @@ fn capacity_left(tables: &[u32], updates_per_s: f64, upkeep: Upkeep) -> Result<f
                  whole second at {updates_per_s} updates a second into {} regions",
                 upkeep.region_s_per_s,
                 upkeep.half_rate_per_s,
-                tables.iter().map(|&r| u64::from(r)).sum::<u64>()
+                tables.iter().map(Vec::len).sum::<usize>()
             ),
         ));
     }
@@ -1967,6 +2085,11 @@ mod tests {
             update_fixed_cost_s: 1.0 / 100_000.0,
             objects: 140_000,
         }
+    }
+
+    /// A table of `regions` regions written evenly.
+    fn evenly(regions: usize) -> Vec<f64> {
+        vec![1.0 / regions as f64; regions]
     }
 
     fn set(attributes: &[AttributeId]) -> AttributeSet {
@@ -2130,6 +2253,7 @@ mod tests {
                 attributes: set(&[2]),
                 frequency: 1.0,
             }],
+            value_spreads: Default::default(),
         };
         let base = 0.5 * 0.4 + 0.25 * 1.6 + 0.25 * 0.012625;
         let exposure = 0.25 * (0.5 * 0.25 + 0.25 * 1.0);
@@ -2150,6 +2274,112 @@ mod tests {
         low
     }
 
+    /// A subspace of a city (five values, skewed, some records without one) and a
+    /// pool (a tenth with one) cut 4 × 4: the regions [`tables_written`] has written,
+    /// and their shares, are those the grid places the records in (the oracle: every
+    /// record placed by [`Grid::region_of`](crate::hyperspace::grid::Grid::region_of)).
+    #[test]
+    fn written_regions_are_where_the_grid_places_records() {
+        use crate::hyperspace::grid::{Coordinate, Dimension, Grid};
+        use crate::spread::fnv1a64;
+        let cities: [(Option<&str>, usize); 6] = [
+            (Some("dublin"), 40),
+            (Some("edinburgh"), 25),
+            (Some("boston"), 15),
+            (Some("hongkong"), 12),
+            (Some("antwerp"), 6),
+            (None, 2),
+        ];
+        let pools: [(&[u8], usize); 2] = [(&[0], 9), (&[1], 1)];
+        let records: usize = 100 * 10;
+        let grid = Grid {
+            dimensions: vec![
+                Dimension::Hashed { parts: 4 },
+                Dimension::Hashed { parts: 4 },
+            ],
+        };
+        let mut placed = [0usize; 16];
+        for (city, city_count) in cities {
+            for (pool, pool_count) in pools {
+                let coordinates = [
+                    city.map_or(Coordinate::Missing, |c| Coordinate::Bytes(c.as_bytes())),
+                    Coordinate::Bytes(pool),
+                ];
+                placed[grid.region_of(&coordinates) as usize] += city_count * pool_count;
+            }
+        }
+        let expected: Vec<f64> = placed
+            .iter()
+            .filter(|&&count| count > 0)
+            .map(|&count| count as f64 / records as f64)
+            .collect();
+        let spreads = BTreeMap::from([
+            (
+                0,
+                ValueSpread {
+                    hashed_shares: cities
+                        .iter()
+                        .map(|(city, count)| {
+                            (city.map(|c| fnv1a64(c.as_bytes())), *count as f64 / 100.0)
+                        })
+                        .collect(),
+                    other_values: 0,
+                },
+            ),
+            (
+                1,
+                ValueSpread {
+                    hashed_shares: pools
+                        .iter()
+                        .map(|(pool, count)| (Some(fnv1a64(pool)), *count as f64 / 10.0))
+                        .collect(),
+                    other_values: 0,
+                },
+            ),
+        ]);
+        let configuration = Configuration::new([Subspace::new([0, 1], 16).unwrap()], 4, 1).unwrap();
+        let tables = tables_written(&configuration, &spreads);
+        assert_eq!(tables.len(), 2);
+        assert_eq!(tables[0], evenly(4));
+        assert_eq!(tables[1].len(), expected.len());
+        for (share, expected) in tables[1].iter().zip(&expected) {
+            assert!(
+                (share - expected).abs() < 1e-12,
+                "{:?} {expected:?}",
+                tables[1]
+            );
+        }
+        // Every written region costs ρ at w½ = 0: the key's four and the grid's.
+        let upkeep = upkeep_share(&tables, 1_000.0, 1e-3, 0.0);
+        assert!((upkeep - 1e-3 * (4 + expected.len()) as f64).abs() < 1e-15);
+        // Values left unlisted spread evenly: one listed value at half the records,
+        // the rest over the four parts.
+        let half = ValueSpread {
+            hashed_shares: vec![(Some(fnv1a64(b"dublin")), 0.5)],
+            other_values: 100,
+        };
+        let mut parts = vec![0.125; 4];
+        parts[(fnv1a64(b"dublin") % 4) as usize] += 0.5;
+        assert_eq!(half.part_shares(4), parts);
+        // A spread listing more than its bound, or shares above 1, is refused.
+        let too_many = ValueSpread {
+            hashed_shares: vec![(None, 0.0); MAX_SPREAD_VALUES + 1],
+            other_values: 0,
+        };
+        let over = ValueSpread {
+            hashed_shares: vec![(Some(1), 0.7), (Some(2), 0.7)],
+            other_values: 0,
+        };
+        for spread in [too_many, over] {
+            let profile = WorkloadProfile {
+                value_spreads: BTreeMap::from([(0, spread)]),
+                ..WorkloadProfile::default()
+            };
+            let error = profile.check_entries().unwrap_err();
+            assert!(error.to_string().contains("value_spread"), "{error}");
+        }
+    }
+
     /// The written regions' upkeep leaves `c = 1 − ρ R` of every second to operations:
     /// without `λ` the throughput is `c` times as much; with it, the throughput solves
     /// `c / T = A + B · T`, `A` and `B` taken from the model without the upkeep.
@@ -2164,8 +2394,14 @@ mod tests {
             2,
         )
         .unwrap();
-        // Two copies of 4 + 16 + 16 regions.
-        assert_eq!(tables_written(&configuration), [4, 16, 16, 4, 16, 16]);
+        // Two copies of 4 + 16 + 16 regions, each written evenly without spreads.
+        let tables = tables_written(&configuration, &BTreeMap::new());
+        let regions: Vec<usize> = tables.iter().map(Vec::len).collect();
+        assert_eq!(regions, [4, 16, 16, 4, 16, 16]);
+        for table in &tables {
+            let even = 1.0 / table.len() as f64;
+            assert!(table.iter().all(|share| (share - even).abs() < 1e-15));
+        }
         let profile = |share: f64| WorkloadProfile {
             searches: vec![SearchFrequency {
                 shape: SearchShape::equalities([0]),
@@ -2176,6 +2412,7 @@ mod tests {
                 attributes: set(&[2]),
                 frequency: 1.0 - share,
             }],
+            value_spreads: Default::default(),
         };
         let upkeep = 5e-3;
         let capacity = 1.0 - upkeep * 72.0;
@@ -2287,6 +2524,7 @@ mod tests {
                 attributes: set(&[2]),
                 frequency: 1.0,
             }],
+            value_spreads: Default::default(),
         };
         let base = 0.75 * 0.1 + 0.25 * 0.012625;
         for (window_s, lambda) in [(50.0, 0.0), (50.0, 5e-4), (500.0, 0.0)] {
@@ -2465,6 +2703,7 @@ mod tests {
                 attributes: set(&[2]),
                 frequency: 1.0,
             }],
+            value_spreads: Default::default(),
         };
         let search_zero = 4.0 * 100.0 * 1e-3; // equation 2: 0.4 s
         let search_three = 16.0 * 100.0 * 1e-3; // 1.6 s
@@ -2565,13 +2804,14 @@ mod tests {
                     let chain = f64::from(replicas)
                         * (1.0 + f64::from(untouched) + 2.0 * 2.3 * f64::from(modified));
                     // 4 regions of the key subspace and 16 of each other, on every copy.
-                    let tables_written: Vec<u32> = (0..replicas)
+                    let tables_written: Vec<Vec<f64>> = (0..replicas)
                         .flat_map(|_| {
-                            std::iter::once(4).chain((0..untouched + modified).map(|_| 16))
+                            std::iter::once(evenly(4))
+                                .chain((0..untouched + modified).map(|_| evenly(16)))
                         })
                         .collect();
-                    let regions: u32 = tables_written.iter().sum();
-                    let capacity = 1.0 - upkeep * f64::from(regions);
+                    let regions: usize = tables_written.iter().map(Vec::len).sum();
+                    let capacity = 1.0 - upkeep * regions as f64;
                     UpdateRun {
                         replicas,
                         untouched_subspaces: untouched,
@@ -2610,7 +2850,7 @@ mod tests {
             untouched_subspaces: 1,
             modified_subspaces: 0,
             move_share: 1.0,
-            tables_written: vec![4, 16],
+            tables_written: vec![evenly(4), evenly(16)],
             measured_throughput_ops_per_s: 100.0,
         };
         for (region_s_per_s, half_rate_per_s, setting) in [
@@ -2743,6 +2983,7 @@ mod tests {
                         attributes: updated.clone(),
                         frequency: 1.0 - share,
                     }],
+                    value_spreads: Default::default(),
                 };
                 SearchRun {
                     search_share: share,
@@ -2761,7 +3002,7 @@ mod tests {
                     update_s_per_op: (1.0 - share)
                         * update_cost_s(&configuration, &updated, &calibration).unwrap(),
                     write_exposure: write_exposure(&configuration, &profile, objects).unwrap(),
-                    tables_written: tables_written(&configuration),
+                    tables_written: tables_written(&configuration, &profile.value_spreads),
                     measured_throughput_ops_per_s: predicted_throughput_ops_per_s(
                         &configuration,
                         &profile,
@@ -3188,6 +3429,7 @@ mod tests {
                 rows: None,
             }],
             updates: vec![],
+            value_spreads: Default::default(),
         };
         let bad = Calibration {
             beta_s_per_object: f64::NAN,
@@ -3270,6 +3512,7 @@ mod tests {
                 rows: None,
             }],
             updates: vec![],
+            value_spreads: Default::default(),
         };
         assert!(predicted_throughput_ops_per_s(&configuration, &negative, &calibration()).is_err());
     }
@@ -3286,6 +3529,7 @@ mod tests {
                 rows: None,
             }],
             updates: vec![],
+            value_spreads: Default::default(),
         };
         let ranked = rank_configurations(
             &[

@@ -171,6 +171,9 @@ impl Profiler {
                     frequency: share(count),
                 })
                 .collect(),
+            // The profiler sees operations, not records: the caller adds the spreads
+            // from a sample of them.
+            value_spreads: BTreeMap::new(),
         })
     }
 

@@ -401,7 +401,7 @@ fn fit(
         untouched_subspaces: 0,
         modified_subspaces: 0,
         move_share: 0.0,
-        tables_written: model::tables_written(&key_only_configuration),
+        tables_written: model::tables_written(&key_only_configuration, &bench.value_spreads),
         measured_throughput_ops_per_s: key_only,
     }];
     let mut runs_out = Vec::new();
@@ -435,7 +435,7 @@ fn fit(
             untouched_subspaces: *untouched,
             modified_subspaces: *modified,
             move_share,
-            tables_written: model::tables_written(&configuration),
+            tables_written: model::tables_written(&configuration, &bench.value_spreads),
             measured_throughput_ops_per_s: ops,
         });
     }
@@ -484,7 +484,7 @@ fn fit(
             // Set from the update costs below.
             update_s_per_op: 0.0,
             write_exposure: exposure,
-            tables_written: model::tables_written(&configuration),
+            tables_written: model::tables_written(&configuration, &bench.value_spreads),
             measured_throughput_ops_per_s: ops,
         });
         search_configurations.push(configuration);

@@ -110,7 +110,7 @@ fn model_kinds(
     let updates_per_s = update_share * predicted;
     let upkeep_s = if updates_per_s > 0.0 {
         model::upkeep_share(
-            &model::tables_written(configuration),
+            &model::tables_written(configuration, &profile.value_spreads),
             updates_per_s,
             calibration.region_upkeep_s_per_s,
             calibration.upkeep_half_rate_per_s,

@@ -244,6 +244,10 @@ struct Bench {
     /// The listings as loaded (what the table holds before any run; `--rows` counts on
     /// them).
     records: Arc<Vec<puffer_store::Record>>,
+    /// How the loaded listings' hashed attributes spread (the regions the calibration
+    /// runs' updates write).
+    value_spreads:
+        BTreeMap<puffer_adapt::hyperspace::AttributeId, puffer_adapt::hyperspace::ValueSpread>,
     /// The machine's speed, measured beside every run.
     speed: speed::SpeedProbe,
     _dir: tempfile::TempDir,
@@ -519,6 +523,13 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
         db,
         cluster,
         listings,
+        value_spreads: puffer_node::hyperspace::RowSample::new(
+            &records,
+            records.len() as u64,
+            &data::schema(),
+            &(0..data::ATTRIBUTES.len() as u16).collect(),
+        )
+        .value_spreads(),
         records,
         speed: speed::SpeedProbe::start()?,
         _dir: dir,

@@ -131,6 +131,8 @@ pub fn profile(workload: &Workload, mix: Mix) -> WorkloadProfile {
                 frequency: (1.0 - mix.search_share) / UPDATED.len() as f64,
             })
             .collect(),
+        // The rows' spreads come with the searches' rows (`Bench::with_rows`).
+        value_spreads: Default::default(),
     }
 }
 

@@ -607,7 +607,8 @@ fn searched_attributes(profile: &WorkloadProfile) -> AttributeSet {
 
 /// Gives every search of `profile` the rows it finds in `records` (a sample of a
 /// table of `table_records`, holding at least the attributes `searched`), asking for
-/// the page `page_rows` gives it.
+/// the page `page_rows` gives it, and the profile how the searched attributes' values
+/// spread (the regions updates write).
 fn fill_search_rows(
     records: &[Record],
     table_records: u64,
@@ -623,6 +624,7 @@ fn fill_search_rows(
     for search in &mut profile.searches {
         search.rows = Some(sample.search_rows(&search.shape, page_rows(&search.shape)));
     }
+    profile.value_spreads = sample.value_spreads();
 }
 
 fn sorted(names: &[String]) -> Vec<&str> {

@@ -235,6 +235,7 @@ fn the_configurator_builds_the_model_s_best_configuration_and_follows_a_shift() 
                 frequency: 30.0,
             },
         ],
+        value_spreads: Default::default(),
     };
     // The rows searches find, from the table as the test wrote it (400 records: the
     // configurator's sample is all of them, in key order).
@@ -385,6 +386,7 @@ fn search_rows_are_estimated_from_a_sample_spread_over_the_keys() {
             rows: None,
         }],
         updates: Vec::new(),
+        value_spreads: Default::default(),
     };
     db.estimate_search_rows("rooms", &mut profile, &|_| Some(10))
         .unwrap();
