@@ -78,7 +78,9 @@
 //!   costs `ρ · w / (w + w_½)` of every second ([`Calibration::region_upkeep_s_per_s`],
 //!   [`Calibration::upkeep_half_rate_per_s`]; [`upkeep_share`] over the tables an update
 //!   writes, [`tables_written`]), and the operations share the rest: `(1 − upkeep(T)) /
-//!   T = A(T) + B · T`, solved by bisection. Measured embedded (2026-12-06), a search of
+//!   T = A(T) + B · T`, solved by bisection. The regions written are those the grid puts
+//!   the records in ([`ValueSpread`]: five cities hashed into 16 parts fill five), each
+//!   at its share of the copies. Measured embedded (2026-12-06), a search of
 //!   a locality and a price amid updates ran 3.6 %, 8.4 % and 20 % slower at 90 %, 50 %
 //!   and 10 % searches with a second subspace of 16 regions it never asks; the model
 //!   without the term had it 5.6 to 7.5 % faster than measured.

@@ -367,9 +367,55 @@ pub(super) fn calibrate(
 const ALPHA_RUNS_UPDATE: &[&str] = &["price"];
 
 /// Rounds of fitting the update costs and the search costs in turn (see [`fit`]), and
-/// the relative change of `ρ` between two rounds at which it has settled.
+/// the relative difference of two `ρ` taken as the same.
 const MAX_FIT_ROUNDS: usize = 50;
 const UPKEEP_TOLERANCE: f64 = 1e-4;
+
+/// One round of fitting the update costs given an upkeep, then the search costs and the
+/// upkeep given those (see [`fit`]).
+struct FitRound {
+    /// The upkeep the update costs were fitted with.
+    upkeep_given: model::Upkeep,
+    update_costs: model::UpdateCosts,
+    update_note: Option<String>,
+    alpha: f64,
+    alpha_note: Option<String>,
+    /// Each search run's updates' seconds per operation with these update costs.
+    update_s_per_op: Vec<f64>,
+    costs: model::SearchCosts,
+    /// How far `costs` miss the search runs on average (`|model / measured − 1|`).
+    miss: f64,
+}
+
+/// Whether the turns of fitting (see [`fit`]) are over once the rounds given the
+/// upkeeps `given` (in order, missing the search runs by `misses`) gave `next` for the
+/// following round, and if so which round to take and why: once `next` is an upkeep a
+/// round was given (the same `w½`, `ρ` within [`UPKEEP_TOLERANCE`]), the rounds since
+/// repeat, and the one of them that misses least is taken (the last when it settled);
+/// after [`MAX_FIT_ROUNDS`], the one of all that misses least. `None`: fit again.
+fn round_to_take(
+    given: &[model::Upkeep],
+    misses: &[f64],
+    next: model::Upkeep,
+) -> Option<(usize, String)> {
+    let same = |upkeep: &model::Upkeep| {
+        (upkeep.region_s_per_s - next.region_s_per_s).abs()
+            <= UPKEEP_TOLERANCE * next.region_s_per_s
+            && upkeep.half_rate_per_s == next.half_rate_per_s
+    };
+    let repeated_from = given.iter().position(same);
+    if repeated_from.is_none() && given.len() < MAX_FIT_ROUNDS {
+        return None;
+    }
+    let from = repeated_from.unwrap_or(0);
+    let best = (from..misses.len()).min_by(|&a, &b| misses[a].total_cmp(&misses[b]))?;
+    let ending = match repeated_from {
+        Some(from) if from + 1 == given.len() => "the upkeep settled".to_string(),
+        Some(from) => format!("rounds {} to {} repeat", from + 1, given.len()),
+        None => "the upkeep did not settle".to_string(),
+    };
+    Some((best, ending))
+}
 
 /// Why a parameter was taken as the paper takes it rather than fitted (`None`: fitted).
 struct FitNotes {
@@ -493,11 +539,13 @@ fn fit(
     // at many update rates), but the update runs need it too: every second of theirs
     // is charged it before their copies. So the update costs are fitted given the
     // upkeep, the search costs and the upkeep given the update costs, in turn, from no
-    // upkeep until ρ settles.
+    // upkeep until ρ settles. The two fits answer to different runs, so the turns need
+    // not settle: `w½` comes from a grid and can flip between two of its steps. Once
+    // an upkeep comes round again, the rounds since repeat; of those (of all, after
+    // MAX_FIT_ROUNDS) the one whose costs miss the search runs least is taken.
     let mut upkeep = model::Upkeep::default();
-    let mut fit_rounds = 0;
-    let (update_costs, update_note, alpha, alpha_note, costs) = loop {
-        fit_rounds += 1;
+    let mut fitted: Vec<FitRound> = Vec::new();
+    let chosen = loop {
         // Runs whose throughput does not fall with more copies say nothing about a
         // copy's cost: then equation 4 as the paper calibrates it, said so in the file.
         let (update_costs, update_note) = match model::update_costs_from_runs(&update_runs, upkeep)
@@ -533,17 +581,47 @@ fn fit(
         }
         let costs = model::search_costs_from_runs(&search_runs, objects)
             .map_err(|e| anyhow::anyhow!("beta: {}: {}", e.setting, e.reason))?;
-        let settled = (costs.region_upkeep_s_per_s - upkeep.region_s_per_s).abs()
-            <= UPKEEP_TOLERANCE * costs.region_upkeep_s_per_s
-            && costs.upkeep_half_rate_per_s == upkeep.half_rate_per_s;
+        let miss = search_runs
+            .iter()
+            .map(|run| (model::search_run_time_ratio(run, &costs, objects) - 1.0).abs())
+            .sum::<f64>()
+            / search_runs.len().max(1) as f64;
+        fitted.push(FitRound {
+            upkeep_given: upkeep,
+            update_costs,
+            update_note,
+            alpha,
+            alpha_note,
+            update_s_per_op: search_runs.iter().map(|run| run.update_s_per_op).collect(),
+            costs,
+            miss,
+        });
         upkeep = model::Upkeep {
             region_s_per_s: costs.region_upkeep_s_per_s,
             half_rate_per_s: costs.upkeep_half_rate_per_s,
         };
-        if settled || fit_rounds == MAX_FIT_ROUNDS {
-            break (update_costs, update_note, alpha, alpha_note, costs);
+        let given: Vec<model::Upkeep> = fitted.iter().map(|round| round.upkeep_given).collect();
+        let misses: Vec<f64> = fitted.iter().map(|round| round.miss).collect();
+        if let Some((best, ending)) = round_to_take(&given, &misses, upkeep) {
+            eprintln!(
+                "calibration: {} rounds of fitting update and search costs in turn; {ending}, round {} taken (it misses the search runs least)",
+                fitted.len(),
+                best + 1,
+            );
+            break fitted.swap_remove(best);
         }
     };
+    for (run, update_s_per_op) in search_runs.iter_mut().zip(&chosen.update_s_per_op) {
+        run.update_s_per_op = *update_s_per_op;
+    }
+    let FitRound {
+        update_costs,
+        update_note,
+        alpha,
+        alpha_note,
+        costs,
+        ..
+    } = chosen;
     if let Some(note) = &update_note {
         eprintln!(
             "calibration: {note}; T_max taken as twice the key subspace's updates (equation 4)"
@@ -553,7 +631,7 @@ fn fit(
         eprintln!("calibration: {note}; alpha taken as 0");
     }
     eprintln!(
-        "calibration: region upkeep {:.3e} s/s, half at {} copies/s, after {fit_rounds} rounds of fitting update and search costs in turn",
+        "calibration: region upkeep {:.3e} s/s, half at {} copies/s",
         costs.region_upkeep_s_per_s, costs.upkeep_half_rate_per_s
     );
     let max_throughput = update_costs.max_throughput_ops_per_s;
@@ -817,6 +895,47 @@ mod tests {
         assert_eq!(
             measured.background_cpu_s_per_s.len(),
             measured.rounds_ops_per_s.len()
+        );
+    }
+
+    /// The turns of fitting stop where the upkeep settles (the last round taken), where
+    /// it comes round again (the round of the cycle that misses least) or after the
+    /// most rounds (the round of all that misses least), and go on otherwise.
+    #[test]
+    fn the_fit_stops_where_the_upkeep_settles_or_repeats() {
+        let upkeep = |region_s_per_s: f64, half_rate_per_s: f64| model::Upkeep {
+            region_s_per_s,
+            half_rate_per_s,
+        };
+        let none = model::Upkeep::default();
+        let (a, b) = (upkeep(5e-3, 100.0), upkeep(6e-3, 50.0));
+        // Still moving: fit again.
+        assert_eq!(round_to_take(&[none], &[0.1], a), None);
+        // Settled: round 2 was given `a` and gave it again (within the tolerance).
+        let again = upkeep(5e-3 * (1.0 + UPKEEP_TOLERANCE / 2.0), 100.0);
+        let (taken, ending) = round_to_take(&[none, a], &[0.1, 0.05], again).unwrap();
+        assert_eq!((taken, ending.as_str()), (1, "the upkeep settled"));
+        // The same ρ at another w½ is another upkeep.
+        assert_eq!(
+            round_to_take(&[none, a], &[0.1, 0.05], upkeep(5e-3, 50.0)),
+            None
+        );
+        // A cycle a → b → a: rounds 2 and 3 repeat; the one missing least is taken,
+        // not round 1 (given no upkeep), which misses less still but is not in it.
+        let (taken, ending) = round_to_take(&[none, a, b], &[0.01, 0.06, 0.04], a).unwrap();
+        assert_eq!((taken, ending.as_str()), (2, "rounds 2 to 3 repeat"));
+        // Never settling: after the most rounds, the best of all.
+        let given: Vec<model::Upkeep> = (0..MAX_FIT_ROUNDS)
+            .map(|i| upkeep(1e-3 * (i + 1) as f64, 25.0))
+            .collect();
+        let misses: Vec<f64> = (0..MAX_FIT_ROUNDS)
+            .map(|i| if i == 7 { 0.02 } else { 0.05 })
+            .collect();
+        let (taken, ending) = round_to_take(&given, &misses, upkeep(1.0, 25.0)).unwrap();
+        assert_eq!((taken, ending.as_str()), (7, "the upkeep did not settle"));
+        assert_eq!(
+            round_to_take(&given[..10], &misses[..10], upkeep(1.0, 25.0)),
+            None
         );
     }
 
