@@ -10,13 +10,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::time::Duration;
 
-use puffer_adapt::hyperspace::grid::Coordinate;
+use puffer_adapt::hyperspace::grid::bytes_hash;
 use puffer_adapt::hyperspace::{
     most_common_shares, AttributeId, AttributeSet, Calibration, Configuration, Constraint,
     Profiler, ProfilerConfig, RowProbe, SearchRows, SearchShape, Subspace, ValueSpread,
     MAX_IN_VALUES, MAX_ROW_PROBES, MAX_SPREAD_VALUES, RANGE_FRACTION_DENOMINATOR,
 };
-use puffer_adapt::spread::fnv1a64;
 use puffer_query::{QueryError, Result};
 use puffer_store::{AttrType, Predicate, Record, Schema, Value, WriteOp};
 use serde::Serialize;
@@ -336,7 +335,10 @@ impl RowSample {
                 }
                 let mut counts: HashMap<Option<u64>, usize> = HashMap::new();
                 for record in records {
-                    let hash = record.values.get(&attribute.name).and_then(value_hash);
+                    let hash = record
+                        .values
+                        .get(&attribute.name)
+                        .and_then(|value| bytes_hash(crate::subspace::coordinate(value)));
                     *counts.entry(hash).or_default() += 1;
                 }
                 Some((id, counts))
@@ -582,15 +584,6 @@ fn value_key(value: &Value) -> String {
     format!("{value:?}")
 }
 
-/// The hash the grid cuts a hashed value by (strings and booleans; `None` for numbers,
-/// which are cut by order).
-fn value_hash(value: &Value) -> Option<u64> {
-    match crate::subspace::coordinate(value) {
-        Coordinate::Bytes(bytes) => Some(fnv1a64(bytes)),
-        Coordinate::Number(_) | Coordinate::Missing => None,
-    }
-}
-
 /// The attributes (ids of `schema`) whose values `op` changes in a record that was
 /// `before`: all it sets for a new record, those that differ (or appear or vanish)
 /// for a replaced one, every one the record had for a delete. `None` for a schema
@@ -786,6 +779,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use puffer_adapt::hyperspace::MAX_FREE_VALUE_SHARES;
+    use puffer_adapt::spread::fnv1a64;
     use puffer_store::Attribute;
 
     fn schema() -> Schema {

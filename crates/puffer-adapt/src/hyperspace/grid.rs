@@ -50,6 +50,21 @@ pub enum Coordinate<'a> {
     Missing,
 }
 
+/// The part of a hashed dimension of `parts` parts that a value hashing to `hash`
+/// (FNV-1a of its bytes, [`bytes_hash`]) falls in.
+pub fn hashed_part(hash: u64, parts: u32) -> u32 {
+    (hash % u64::from(parts.max(1))) as u32
+}
+
+/// The hash a hashed dimension cuts `value` by: of its bytes (`None` for a number, which
+/// an ordered dimension cuts, and for a missing value, which lies in part 0).
+pub fn bytes_hash(value: Coordinate<'_>) -> Option<u64> {
+    match value {
+        Coordinate::Bytes(bytes) => Some(fnv1a64(bytes)),
+        Coordinate::Number(_) | Coordinate::Missing => None,
+    }
+}
+
 /// What a search asks of one dimension.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Condition<'a> {
@@ -75,7 +90,7 @@ impl Dimension {
         match (self, value) {
             (_, Coordinate::Missing) => 0,
             (Dimension::Hashed { parts }, Coordinate::Bytes(bytes)) => {
-                (fnv1a64(bytes) % u64::from((*parts).max(1))) as u32
+                hashed_part(fnv1a64(bytes), *parts)
             }
             // Numbers belong on ordered dimensions; hashed by their bits for totality
             // (so 0.0 and -0.0 differ: a caller hashing numbers must normalise them).

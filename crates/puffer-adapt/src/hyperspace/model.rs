@@ -421,8 +421,9 @@ impl ValueSpread {
         let parts = parts.max(1);
         let mut shares = vec![0.0; parts as usize];
         for &(hash, share) in &self.hashed_shares {
-            let part = hash.map_or(0, |hash| hash % u64::from(parts)) as usize;
-            shares[part] += share;
+            // As the grid places it ([`Dimension::part_of`](super::grid::Dimension)).
+            let part = hash.map_or(0, |hash| super::grid::hashed_part(hash, parts));
+            shares[part as usize] += share;
         }
         let listed: f64 = self.hashed_shares.iter().map(|(_, share)| share).sum();
         let rest = (1.0 - listed).max(0.0);
