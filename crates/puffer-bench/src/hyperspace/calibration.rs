@@ -383,7 +383,9 @@ struct FitRound {
     /// Each search run's updates' seconds per operation with these update costs.
     update_s_per_op: Vec<f64>,
     costs: model::SearchCosts,
-    /// How far `costs` miss the search runs on average (`|model / measured − 1|`).
+    /// Per search run, the model's time per operation with `costs` over the measured.
+    ratios: Vec<f64>,
+    /// How far `costs` miss the search runs on average (`|ratio − 1|`).
     miss: f64,
 }
 
@@ -581,11 +583,13 @@ fn fit(
         }
         let costs = model::search_costs_from_runs(&search_runs, objects)
             .map_err(|e| anyhow::anyhow!("beta: {}: {}", e.setting, e.reason))?;
-        let miss = search_runs
+        // How well the fitted costs reproduce each search run: the model's time per
+        // operation over the measured one (above 1: the model has it slower).
+        let ratios: Vec<f64> = search_runs
             .iter()
-            .map(|run| (model::search_run_time_ratio(run, &costs, objects) - 1.0).abs())
-            .sum::<f64>()
-            / search_runs.len().max(1) as f64;
+            .map(|run| model::search_run_time_ratio(run, &costs, objects))
+            .collect();
+        let miss = ratios.iter().map(|r| (r - 1.0).abs()).sum::<f64>() / ratios.len().max(1) as f64;
         fitted.push(FitRound {
             upkeep_given: upkeep,
             update_costs,
@@ -594,6 +598,7 @@ fn fit(
             alpha_note,
             update_s_per_op: search_runs.iter().map(|run| run.update_s_per_op).collect(),
             costs,
+            ratios,
             miss,
         });
         upkeep = model::Upkeep {
@@ -620,6 +625,8 @@ fn fit(
         alpha,
         alpha_note,
         costs,
+        ratios,
+        miss,
         ..
     } = chosen;
     if let Some(note) = &update_note {
@@ -636,22 +643,15 @@ fn fit(
     );
     let max_throughput = update_costs.max_throughput_ops_per_s;
     let update_fixed_cost_s = update_costs.fixed_cost_s;
-    // How well the fitted costs reproduce each search run: the model's time per
-    // operation over the measured one (above 1: the model has it slower). A miss the
-    // calibration's own runs do not show and a workload's mixes do is in how the
-    // classes combine, not in any one cost.
-    let ratios: Vec<f64> = search_runs
-        .iter()
-        .map(|run| model::search_run_time_ratio(run, &costs, objects))
-        .collect();
+    // A miss the calibration's own runs do not show and a workload's mixes do is in
+    // how the classes combine, not in any one cost.
     let first_search_out = runs_out.len() - search_runs.len();
     for (out, ratio) in runs_out[first_search_out..].iter_mut().zip(&ratios) {
         out["model_time_ratio"] = json!(round(*ratio, 4));
     }
-    let mean_abs = ratios.iter().map(|r| (r - 1.0).abs()).sum::<f64>() / ratios.len() as f64;
     eprintln!(
         "calibration: the fitted costs miss the search runs by {:.1} % on average (model's time / measured: {:.3?})",
-        100.0 * mean_abs,
+        100.0 * miss,
         ratios
     );
     let parameters = MeasuredCalibration {
