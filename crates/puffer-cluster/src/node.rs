@@ -102,6 +102,10 @@ pub struct ClusterConfig {
     /// ([`DEFAULT_ROUTING_POLL`] by default); sooner when a read meets a shard the
     /// table does not place.
     pub routing_poll: Duration,
+    /// How much of etcd's history the ingest leader keeps: it compacts the revisions
+    /// older than this ([`crate::etcd::history::DEFAULT_HISTORY_RETENTION`] by default;
+    /// zero: never, for an etcd compacted by its operator).
+    pub history_retention: Duration,
 }
 
 /// How the coordinator chooses each shard's replicas every popularity window.
@@ -194,6 +198,15 @@ impl ClusterConfig {
                 "the release grace is between 0 s and 3600 s".into(),
             ));
         }
+        let retention = self.history_retention;
+        if (!retention.is_zero() && retention < Duration::from_secs(1))
+            || retention > crate::etcd::history::MAX_HISTORY_RETENTION
+        {
+            return Err(ClusterError::Invalid(format!(
+                "the etcd history retention is between 1 s and {} s, or 0 for no compaction",
+                crate::etcd::history::MAX_HISTORY_RETENTION.as_secs()
+            )));
+        }
         if self.publish_interval < Duration::from_secs(1)
             || self.publish_interval > Duration::from_secs(3600)
         {
@@ -268,6 +281,7 @@ pub struct ClusterNode {
     seeded: Mutex<Option<SeedReport>>,
     publishing: Arc<Mutex<PublishStatus>>,
     log_gc: Arc<Mutex<LogGcStatus>>,
+    history: Arc<Mutex<HistoryStatus>>,
     placing: Arc<Mutex<Option<String>>>,
     holding: Arc<Mutex<HoldingStatus>>,
 }
@@ -281,6 +295,16 @@ struct LogGcStatus {
     groups: usize,
     objects_left: usize,
     first_kept: u64,
+    error: Option<String>,
+}
+
+/// What the ingest leader's compaction of etcd's history did, for status.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct HistoryStatus {
+    /// Compactions this node made.
+    compactions: u64,
+    /// The revision it compacted up to last.
+    compacted_to: i64,
     error: Option<String>,
 }
 
@@ -302,6 +326,7 @@ struct Running {
     watcher: Option<std::thread::JoinHandle<()>>,
     publisher: Option<std::thread::JoinHandle<()>>,
     collector: Option<std::thread::JoinHandle<()>>,
+    compactor: Option<std::thread::JoinHandle<()>>,
     placer: Option<std::thread::JoinHandle<()>>,
     holder: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -337,6 +362,7 @@ impl ClusterNode {
             seeded: Mutex::new(None),
             publishing: Arc::default(),
             log_gc: Arc::default(),
+            history: Arc::default(),
             placing: Arc::default(),
             holding: Arc::default(),
         })
@@ -543,6 +569,17 @@ impl ClusterNode {
         let collector = collector
             .transpose()
             .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
+        let retention = self.config.history_retention;
+        let compactor = (self.config.has(Role::Ingest) && !retention.is_zero()).then(|| {
+            let (etcd, shipper) = (self.etcd.clone(), self.shipper.clone());
+            let (stop, status) = (stop.clone(), self.history.clone());
+            std::thread::Builder::new()
+                .name("puffer-etcd-history".into())
+                .spawn(move || compact_history(&etcd, &shipper, retention, &stop, &status))
+        });
+        let compactor = compactor
+            .transpose()
+            .map_err(|e| ClusterError::Unavailable(format!("cannot start a thread: {e}")))?;
         let holder = self.config.has(Role::Data).then(|| {
             let parts = (self.etcd.clone(), self.deep.clone(), self.log.clone());
             let (database, stop, status) = (database.clone(), stop.clone(), self.holding.clone());
@@ -571,6 +608,7 @@ impl ClusterNode {
             watcher: Some(watcher),
             publisher,
             collector,
+            compactor,
             placer,
             holder,
             stop,
@@ -740,6 +778,15 @@ impl ClusterNode {
             "log_gc": self.config.has(Role::Ingest).then(|| {
                 json!(self.log_gc.lock().unwrap_or_else(PoisonError::into_inner).clone())
             }),
+            "etcd_history": self.config.has(Role::Ingest).then(|| {
+                let status = self.history.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                json!({
+                    "retention_s": self.config.history_retention.as_secs_f64(),
+                    "compactions": status.compactions,
+                    "compacted_to": status.compacted_to,
+                    "error": status.error,
+                })
+            }),
             "publishing": self.config.has(Role::Indexer).then(|| {
                 json!(self.publishing.lock().unwrap_or_else(PoisonError::into_inner).clone())
             }),
@@ -760,6 +807,7 @@ impl Drop for ClusterNode {
                 running.watcher.take(),
                 running.publisher.take(),
                 running.collector.take(),
+                running.compactor.take(),
                 running.placer.take(),
                 running.holder.take(),
             ]
@@ -974,6 +1022,51 @@ fn collect_log(
             }
         }
         status.horizon = horizon;
+    }
+}
+
+/// The ingest leader's compaction of etcd's history ([`crate::etcd::history`]): while
+/// it leads, it notes the revision every mark interval and compacts up to the newest
+/// mark at least `retention` old. A new leader starts its marks afresh, so it compacts
+/// only once it has led for the retention.
+fn compact_history(
+    etcd: &Etcd,
+    shipper: &IngestShipper,
+    retention: Duration,
+    stop: &AtomicBool,
+    status: &Mutex<HistoryStatus>,
+) {
+    use crate::etcd::history::{compact, current_revision, mark_interval, HistoryMarks};
+    let mut marks = HistoryMarks::new(retention);
+    let mut last: Option<Instant> = None;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.is_some_and(|at| at.elapsed() < mark_interval(retention)) {
+            continue;
+        }
+        last = Some(Instant::now());
+        if shipper.leadership().is_none() {
+            marks = HistoryMarks::new(retention);
+            continue;
+        }
+        let round = current_revision(etcd).and_then(|revision| {
+            match marks.note(Instant::now(), revision) {
+                Some(target) => compact(etcd, target).map(|made| Some((target, made))),
+                None => Ok(None),
+            }
+        });
+        let mut status = status.lock().unwrap_or_else(PoisonError::into_inner);
+        match round {
+            Ok(Some((target, made))) => {
+                marks.compacted(target);
+                status.compactions += u64::from(made);
+                status.compacted_to = target;
+                status.error = None;
+            }
+            Ok(None) => status.error = None,
+            // etcd away: the marks stay, and the next round compacts.
+            Err(e) => status.error = Some(e.to_string()),
+        }
     }
 }
 

@@ -87,6 +87,11 @@ pub struct ServeArgs {
     /// to 3600); sooner when a read meets a shard the table does not place yet.
     #[arg(long, default_value_t = puffer_cluster::node::DEFAULT_ROUTING_POLL.as_secs_f64(), requires = "etcd")]
     routing_poll_s: f64,
+    /// How much of etcd's history the ingest leader keeps, in seconds (1 to 604800): it
+    /// compacts older revisions, or etcd grows until its quota stops every write. 0:
+    /// never (for an etcd its operator compacts, say with --auto-compaction-retention).
+    #[arg(long, default_value_t = puffer_cluster::etcd::history::DEFAULT_HISTORY_RETENTION.as_secs(), requires = "etcd")]
+    etcd_history_s: u64,
 }
 
 /// Runs the server until Ctrl-C.
@@ -217,6 +222,7 @@ fn join_cluster(
         placement_policy: PlacementPolicy::parse(&args.placement_policy)?,
         routing_poll: std::time::Duration::try_from_secs_f64(args.routing_poll_s)
             .map_err(|e| anyhow::anyhow!("--routing-poll-s {}: {e}", args.routing_poll_s))?,
+        history_retention: std::time::Duration::from_secs(args.etcd_history_s),
     };
     ClusterNode::connect(cluster).map_err(|e| anyhow::anyhow!("joining the cluster: {e}"))
 }

@@ -854,7 +854,14 @@ fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
     .unwrap();
     // Small log tables, so that a few hundred records make segments to publish.
     let env = [("PUFFER_LOG_TABLE_MAX_RECORDS", "16")];
-    let fast = ["--publish-interval-s", "1", "--log-gc-interval-s", "1"];
+    let fast = [
+        "--publish-interval-s",
+        "1",
+        "--log-gc-interval-s",
+        "1",
+        "--etcd-history-s",
+        "1",
+    ];
     let roles = "coordinator,ingest,indexer,data";
     let a = start_node_with(dir.path(), &etcd_server, "a", roles, &fast, &env);
     wait_for(Duration::from_secs(15), || leads_ingest(&a)).expect("a leads ingest");
@@ -989,6 +996,26 @@ fn a_fresh_node_loads_published_segments_and_follows_the_rest() {
         .expect("both hold the new writes");
         agrees(&node.base, &model);
     }
+    // All along, the leader compacted etcd's history to a second: the first revisions
+    // are gone, and everything above read the current ones as the model says.
+    let (compacted_to, _) = wait_for(Duration::from_secs(10), || {
+        let status = get(&format!("{}/v1/admin/cluster", a.base)).ok()?;
+        let history = &status["etcd_history"];
+        (history["compactions"].as_u64()? > 0).then(|| history["compacted_to"].as_i64())?
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "etcd's history was never compacted; a says {:?}",
+            get(&format!("{}/v1/admin/cluster", a.base))
+        )
+    });
+    assert!(compacted_to > 1, "compacted to {compacted_to}");
+    let old = etcd.call(move |mut client| async move {
+        let options = etcd_client::GetOptions::new().with_revision(compacted_to - 1);
+        client.get("/puffer", Some(options.with_prefix())).await
+    });
+    let error = old.expect_err("a revision below the compaction is still readable");
+    assert!(error.to_string().contains("compacted"), "{error}");
 }
 
 /// Getafix in the cluster: reads through a broker that go to one shard only make the

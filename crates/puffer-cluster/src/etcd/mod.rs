@@ -8,6 +8,7 @@
 
 pub mod catalog;
 pub mod election;
+pub mod history;
 pub mod keys;
 pub mod local;
 pub mod membership;
