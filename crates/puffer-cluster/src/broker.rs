@@ -10,7 +10,7 @@
 //! segments on fewer nodes (Getafix) narrows the candidates per shard later.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,41 @@ pub struct Broker {
     /// uid, shard): reads go there while no live holder is placed (at most
     /// [`MAX_LOADED`] remembered).
     loaded: Mutex<HashMap<(u64, u32), String>>,
+    /// Fan-outs of reads, and those that waited for their snapshot.
+    waits: SnapshotWaitCounters,
+}
+
+/// Counts of a broker's fan-outs and of their waits for a snapshot the data nodes did
+/// not hold yet (a read after a write through the same node, say).
+#[derive(Debug, Default)]
+struct SnapshotWaitCounters {
+    fan_outs: AtomicU64,
+    waited: AtomicU64,
+    waited_us: AtomicU64,
+}
+
+/// A broker's fan-outs so far and their waits for a snapshot
+/// ([`Broker::snapshot_waits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct SnapshotWaits {
+    /// Reads fanned out to data nodes (one read tried again on other nodes, or after
+    /// a shard was taken on, is fanned out again).
+    pub fan_outs: u64,
+    /// Those that waited until the nodes held the snapshot asked for.
+    pub waited: u64,
+    /// Seconds they waited, all together.
+    pub waited_s: f64,
+}
+
+impl SnapshotWaits {
+    /// What happened between `earlier` and these counts.
+    pub fn since(&self, earlier: &SnapshotWaits) -> SnapshotWaits {
+        SnapshotWaits {
+            fan_outs: self.fan_outs.saturating_sub(earlier.fan_outs),
+            waited: self.waited.saturating_sub(earlier.waited),
+            waited_s: (self.waited_s - earlier.waited_s).max(0.0),
+        }
+    }
 }
 
 /// Most shards a broker remembers having had taken on.
@@ -169,6 +204,26 @@ impl Broker {
             placement: RwLock::new(None),
             loaded: Mutex::new(HashMap::new()),
             placement_wanted: AtomicBool::new(false),
+            waits: SnapshotWaitCounters::default(),
+        }
+    }
+
+    /// Fan-outs of reads so far, and how many waited for their snapshot and how long.
+    pub fn snapshot_waits(&self) -> SnapshotWaits {
+        SnapshotWaits {
+            fan_outs: self.waits.fan_outs.load(Ordering::Relaxed),
+            waited: self.waits.waited.load(Ordering::Relaxed),
+            waited_s: self.waits.waited_us.load(Ordering::Relaxed) as f64 / 1e6,
+        }
+    }
+
+    /// Counts a fan-out that waited since `waited` for its snapshot (`None`: it did not
+    /// wait).
+    fn count_wait(&self, waited: Option<Instant>) {
+        if let Some(since) = waited {
+            self.waits.waited.fetch_add(1, Ordering::Relaxed);
+            let us = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.waits.waited_us.fetch_add(us, Ordering::Relaxed);
         }
     }
 
@@ -605,6 +660,7 @@ impl Broker {
         shards: &[u32],
         chosen: &[std::sync::Arc<DataNode>],
     ) -> std::result::Result<ReadAnswer, (std::sync::Arc<DataNode>, QueryError)> {
+        self.waits.fan_outs.fetch_add(1, Ordering::Relaxed);
         let read = request.read_options();
         // A read of several shards takes one snapshot every chosen node holds, at least
         // the one asked for; a read at a given snapshot (a time-partitioned table's
@@ -620,16 +676,26 @@ impl Broker {
                 }
             }
             let give_up = Instant::now() + self.deadline;
+            let mut waiting_since = None;
             loop {
-                let at = self.common_published(&distinct)?;
+                let at = match self.common_published(&distinct) {
+                    Ok(at) => at,
+                    Err(failed) => {
+                        self.count_wait(waiting_since);
+                        return Err(failed);
+                    }
+                };
                 if at >= needed {
+                    self.count_wait(waiting_since);
                     break if choose {
                         request.at(at)
                     } else {
                         request.clone()
                     };
                 }
+                waiting_since.get_or_insert_with(Instant::now);
                 if Instant::now() >= give_up {
+                    self.count_wait(waiting_since);
                     return Err((
                         chosen[0].clone(),
                         StoreError::Unavailable(format!(

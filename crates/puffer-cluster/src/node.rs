@@ -761,8 +761,13 @@ impl ClusterNode {
                     "from": "the shards placed here from this node's own copy, the others \
                              through this node's broker",
                     "data_nodes": broker.routing(),
+                    "snapshot_waits": broker.snapshot_waits(),
                 }),
-                Some(broker) => json!({"from": "data nodes, through this broker", "data_nodes": broker.routing()}),
+                Some(broker) => json!({
+                    "from": "data nodes, through this broker",
+                    "data_nodes": broker.routing(),
+                    "snapshot_waits": broker.snapshot_waits(),
+                }),
                 None => json!({"from": "this node's own copy"}),
             },
             "holding": holds_only_placed(&self.config.roles).then(|| {

@@ -201,3 +201,114 @@ fn fanned_out_reads_agree_with_a_model_and_survive_a_lost_node() {
     );
     assert!(error.to_string().contains("no data node"), "{error}");
 }
+
+/// A read asking for a snapshot the data nodes do not hold yet (as a read after a
+/// write through the same node does) waits until they hold it, or gives up at the
+/// deadline; the broker counts every fan-out and, of them, those that waited and how
+/// long, as the reads made here say.
+#[test]
+fn reads_ahead_of_the_data_nodes_wait_and_are_counted() {
+    let Some((server, dir)) =
+        common::etcd_or_skip("reads_ahead_of_the_data_nodes_wait_and_are_counted")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("waits").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep);
+    let (leader, _member, _leadership) = common::ingest_leader(
+        &etcd,
+        &log,
+        "ingest",
+        Duration::from_secs(5),
+        &dir.path().join("leader"),
+    );
+    let schema = Schema::new(
+        "id",
+        vec![Attribute {
+            name: "city".into(),
+            attr_type: AttrType::String,
+        }],
+    )
+    .unwrap();
+    let layout = TableLayout {
+        shards: 3,
+        replicas: 1,
+    };
+    leader.create_table_with("rooms", schema, layout).unwrap();
+    let write = |from: usize| {
+        let ops = (from..from + 10)
+            .map(|i| {
+                let mut record = Record::new(format!("k{i}").into_bytes());
+                record
+                    .values
+                    .insert("city".into(), Value::String(b"Porto".to_vec()));
+                WriteOp::Put(record)
+            })
+            .collect();
+        leader.write_batch(vec![("rooms".into(), ops)]).unwrap();
+    };
+    write(0);
+    let node = Arc::new(
+        Database::open_with(
+            dir.path().join("data"),
+            DatabaseOptions {
+                following: true,
+                ..common::node_options(&etcd)
+            },
+        )
+        .unwrap(),
+    );
+    log.catch_up(&node).unwrap();
+    let rpc = RpcServer::start(node.clone(), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let deadline = Duration::from_secs(1);
+    let broker = Broker::new(Box::new(EtcdCatalog::new(etcd.clone())), deadline);
+    broker
+        .set_data_nodes(&[("data".into(), rpc.address().to_string())])
+        .unwrap();
+    let count_at_least = |snapshot: u64| {
+        let read = ReadOptions {
+            min_snapshot: snapshot,
+            ..ReadOptions::default()
+        };
+        broker
+            .read(
+                "rooms",
+                &ReadRequest::Count {
+                    predicate: Predicate::All,
+                    read,
+                },
+            )
+            .map(|answer| match answer {
+                ReadAnswer::Count { count, .. } => count,
+                other => panic!("{other:?}"),
+            })
+    };
+    // Held already: no wait.
+    assert_eq!(count_at_least(leader.published()).unwrap(), 10);
+    let first = broker.snapshot_waits();
+    assert_eq!((first.fan_outs, first.waited), (1, 0), "{first:?}");
+    // Written since: the read waits until the node has caught up, 300 ms on.
+    write(10);
+    let catching_up = {
+        let (log, node) = (log.clone(), node.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            log.catch_up(&node).unwrap();
+        })
+    };
+    assert_eq!(count_at_least(leader.published()).unwrap(), 20);
+    catching_up.join().unwrap();
+    let second = broker.snapshot_waits().since(&first);
+    assert_eq!((second.fan_outs, second.waited), (1, 1), "{second:?}");
+    assert!(
+        (0.25..deadline.as_secs_f64()).contains(&second.waited_s),
+        "{second:?}"
+    );
+    // Never written: it waits the whole deadline and fails, saying why.
+    let error = count_at_least(leader.published() + 100).unwrap_err();
+    assert!(error.to_string().contains("was asked for"), "{error}");
+    let third = broker.snapshot_waits().since(&first);
+    assert_eq!((third.fan_outs, third.waited), (2, 2), "{third:?}");
+    assert!(third.waited_s >= second.waited_s + 0.95, "{third:?}");
+}

@@ -34,6 +34,8 @@ pub struct Loopback {
     pub leader: Arc<Database>,
     /// The data nodes.
     pub data: Vec<Arc<Database>>,
+    /// The front node's way to the others (its broker counts reads' waits).
+    front_remote: Arc<ClusterRemote>,
     // Dropped in this order: the followers and services before the etcd they use.
     _followers: Vec<Follower>,
     _services: Vec<RpcServer>,
@@ -110,6 +112,7 @@ impl Loopback {
             data.push(database);
         }
         let remote = Arc::new(ClusterRemote::new(etcd.clone(), true, false, CALL_DEADLINE));
+        let broker_remote = remote.clone();
         remote
             .broker()
             .context("a node reading elsewhere has a broker")?
@@ -126,12 +129,22 @@ impl Loopback {
             front,
             leader,
             data,
+            front_remote: broker_remote,
             _followers: followers,
             _services: services,
             _member: member,
             _candidate: candidate,
             _etcd: etcd_server,
         })
+    }
+
+    /// The front node's fan-outs so far, and their waits for a snapshot holding its own
+    /// writes.
+    pub fn snapshot_waits(&self) -> puffer_cluster::broker::SnapshotWaits {
+        self.front_remote
+            .broker()
+            .map(|broker| broker.snapshot_waits())
+            .unwrap_or_default()
     }
 
     /// Waits until every data node has applied what the leader published and holds

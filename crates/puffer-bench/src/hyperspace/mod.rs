@@ -345,6 +345,7 @@ impl Bench {
     ) -> anyhow::Result<(f64, Option<cpu::CpuRates>)> {
         let before = cpu::ThreadCpu::sample();
         let refused_before = workload::REFUSED_WRITES.load(Ordering::Relaxed);
+        let waits_before = self.cluster.as_ref().map(cluster::Loopback::snapshot_waits);
         let started = Instant::now();
         let mut run = self.measure_kinds(operations, seed)?;
         let seconds = started.elapsed().as_secs_f64();
@@ -378,6 +379,18 @@ impl Bench {
             raw_ops_per_s,
             slowdown,
         };
+        if let (Some(cluster), Some(before)) = (&self.cluster, waits_before) {
+            let waits = cluster.snapshot_waits().since(&before);
+            // Where a run is slow for no CPU it spent: reads waiting on replication.
+            eprintln!(
+                "  fan-outs waiting for the front's own writes: {} of {} ({:.1} %), {:.2} ms each, {:.3} s/s",
+                waits.waited,
+                waits.fan_outs,
+                100.0 * waits.waited as f64 / waits.fan_outs.max(1) as f64,
+                1e3 * waits.waited_s / waits.waited.max(1) as f64,
+                waits.waited_s / seconds.max(f64::MIN_POSITIVE),
+            );
+        }
         self.log_run(what, seed, &measured, rates.as_ref(), stages)?;
         Ok((run.ops_per_s, rates))
     }
