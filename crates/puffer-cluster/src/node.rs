@@ -1002,7 +1002,7 @@ fn collect_log(
             continue;
         };
         let collected = if horizon > 0 {
-            log.collect(&leadership, horizon).map(Some)
+            log.collect_all(&leadership, horizon, stop).map(Some)
         } else {
             Ok(None)
         };

@@ -89,22 +89,31 @@ fn check_read(broker: &Broker, model: &BTreeMap<Vec<u8>, Record>, rng: &mut impl
     }
 }
 
-#[test]
-fn fanned_out_reads_agree_with_a_model_and_survive_a_lost_node() {
-    let Some((server, dir)) =
-        common::etcd_or_skip("fanned_out_reads_agree_with_a_model_and_survive_a_lost_node")
-    else {
-        return;
-    };
-    let etcd = Etcd::connect(&server.config("broker").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+/// A connection to `server` as cluster `cluster`, its log in `dir`, and an elected
+/// ingest leader (its membership and leadership held by the caller) holding table
+/// `rooms`: a city for every key, 3 shards.
+fn rooms_on_a_leader(
+    server: &puffer_cluster::etcd::LocalEtcd,
+    dir: &std::path::Path,
+    cluster: &str,
+) -> (
+    Etcd,
+    ClusterLog,
+    Database,
+    (
+        puffer_cluster::etcd::Membership,
+        puffer_cluster::etcd::Leadership,
+    ),
+) {
+    let etcd = Etcd::connect(&server.config(cluster).unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.join("deep").to_str().unwrap()).unwrap();
     let log = ClusterLog::new(etcd.clone(), deep);
-    let (leader, _member, _leadership) = common::ingest_leader(
+    let (leader, member, leadership) = common::ingest_leader(
         &etcd,
         &log,
         "ingest",
         Duration::from_secs(5),
-        &dir.path().join("leader"),
+        &dir.join("leader"),
     );
     let schema = Schema::new(
         "id",
@@ -119,6 +128,17 @@ fn fanned_out_reads_agree_with_a_model_and_survive_a_lost_node() {
         replicas: 1,
     };
     leader.create_table_with("rooms", schema, layout).unwrap();
+    (etcd, log, leader, (member, leadership))
+}
+
+#[test]
+fn fanned_out_reads_agree_with_a_model_and_survive_a_lost_node() {
+    let Some((server, dir)) =
+        common::etcd_or_skip("fanned_out_reads_agree_with_a_model_and_survive_a_lost_node")
+    else {
+        return;
+    };
+    let (etcd, log, leader, _leadership) = rooms_on_a_leader(&server, dir.path(), "broker");
     let mut model = BTreeMap::new();
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     for _ in 0..20 {
@@ -213,29 +233,7 @@ fn reads_ahead_of_the_data_nodes_wait_and_are_counted() {
     else {
         return;
     };
-    let etcd = Etcd::connect(&server.config("waits").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep);
-    let (leader, _member, _leadership) = common::ingest_leader(
-        &etcd,
-        &log,
-        "ingest",
-        Duration::from_secs(5),
-        &dir.path().join("leader"),
-    );
-    let schema = Schema::new(
-        "id",
-        vec![Attribute {
-            name: "city".into(),
-            attr_type: AttrType::String,
-        }],
-    )
-    .unwrap();
-    let layout = TableLayout {
-        shards: 3,
-        replicas: 1,
-    };
-    leader.create_table_with("rooms", schema, layout).unwrap();
+    let (etcd, log, leader, _leadership) = rooms_on_a_leader(&server, dir.path(), "waits");
     let write = |from: usize| {
         let ops = (from..from + 10)
             .map(|i| {

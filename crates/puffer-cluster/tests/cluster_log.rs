@@ -161,3 +161,76 @@ fn followers_agree_with_the_leader_and_a_model() {
     assert_eq!(log.tail().unwrap(), tail);
     drop(server);
 }
+
+/// The leader's log collection removes every group up to the horizon in one round,
+/// however many (more than one call's [`MAX_COLLECTED_GROUPS`]), and keeps every group
+/// past it, as a read of the whole index before says; deep storage keeps the objects
+/// of the groups left and no others.
+#[test]
+fn a_collection_round_removes_every_group_up_to_the_horizon() {
+    use puffer_cluster::scu_log::MAX_COLLECTED_GROUPS;
+    let Some((server, dir)) =
+        common::etcd_or_skip("a_collection_round_removes_every_group_up_to_the_horizon")
+    else {
+        return;
+    };
+    let etcd = Etcd::connect(&server.config("collect").unwrap()).unwrap();
+    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
+    let log = ClusterLog::new(etcd.clone(), deep.clone());
+    let (leader, _member, leadership) = common::ingest_leader(
+        &etcd,
+        &log,
+        "ingest",
+        Duration::from_secs(5),
+        &dir.path().join("leader"),
+    );
+    let schema = puffer_store::Schema::new("id", Vec::new()).unwrap();
+    let layout = TableLayout {
+        shards: 1,
+        replicas: 1,
+    };
+    leader.create_table_with("t", schema, layout).unwrap();
+    // One write at a time: a group each.
+    for i in 0..MAX_COLLECTED_GROUPS + 150 {
+        let record = Record::new(format!("k{i}").into_bytes());
+        leader
+            .write_batch(vec![("t".into(), vec![WriteOp::Put(record)])])
+            .unwrap();
+    }
+    let mut before = Vec::new();
+    loop {
+        let after = before
+            .last()
+            .map_or(0, |e: &puffer_cluster::scu_log::LogEntry| e.last);
+        let page = log.entries_after(after).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        before.extend(page);
+    }
+    assert!(
+        before.len() > MAX_COLLECTED_GROUPS,
+        "{} groups",
+        before.len()
+    );
+    let horizon = before[before.len() - 100].last;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let collection = log.collect_all(&leadership, horizon, &stop).unwrap();
+    let doomed = before.iter().filter(|e| e.last <= horizon).count();
+    assert_eq!(collection.groups, doomed);
+    assert_eq!(collection.objects_left, 0);
+    let left: Vec<_> = before
+        .iter()
+        .filter(|e| e.last > horizon)
+        .cloned()
+        .collect();
+    assert_eq!(
+        log.entries_after(0).unwrap(),
+        left[..left.len().min(64)].to_vec()
+    );
+    assert_eq!(log.first().unwrap(), horizon + 1);
+    let stored: std::collections::BTreeSet<String> =
+        deep.list("log").unwrap().into_iter().collect();
+    let named: std::collections::BTreeSet<String> = left.into_iter().map(|e| e.object).collect();
+    assert_eq!(stored, named);
+}
