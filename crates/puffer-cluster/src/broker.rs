@@ -677,26 +677,15 @@ impl Broker {
             }
             let give_up = Instant::now() + self.deadline;
             let mut waiting_since = None;
-            loop {
+            // Every way out of the wait passes the one count below it.
+            let held = loop {
                 let at = match self.common_published(&distinct) {
-                    Ok(at) => at,
-                    Err(failed) => {
-                        self.count_wait(waiting_since);
-                        return Err(failed);
-                    }
+                    Ok(at) if at < needed => at,
+                    held => break held,
                 };
-                if at >= needed {
-                    self.count_wait(waiting_since);
-                    break if choose {
-                        request.at(at)
-                    } else {
-                        request.clone()
-                    };
-                }
                 waiting_since.get_or_insert_with(Instant::now);
                 if Instant::now() >= give_up {
-                    self.count_wait(waiting_since);
-                    return Err((
+                    break Err((
                         chosen[0].clone(),
                         StoreError::Unavailable(format!(
                             "the data nodes hold snapshot {at}; snapshot {needed} was asked for"
@@ -705,6 +694,13 @@ impl Broker {
                     ));
                 }
                 std::thread::sleep(SNAPSHOT_POLL);
+            };
+            self.count_wait(waiting_since);
+            let at = held?;
+            if choose {
+                request.at(at)
+            } else {
+                request.clone()
             }
         } else {
             request.clone()

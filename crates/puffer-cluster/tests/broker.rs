@@ -12,7 +12,6 @@ use puffer_cluster::broker::Broker;
 use puffer_cluster::etcd::{Etcd, EtcdCatalog};
 use puffer_cluster::rpc::server::RpcServer;
 use puffer_cluster::scu_log::ClusterLog;
-use puffer_cluster::DeepStorage;
 use puffer_node::{Database, DatabaseOptions, ReadAnswer, ReadRequest, TableLayout};
 use puffer_query::QueryError;
 use puffer_store::{
@@ -105,16 +104,7 @@ fn rooms_on_a_leader(
         puffer_cluster::etcd::Leadership,
     ),
 ) {
-    let etcd = Etcd::connect(&server.config(cluster).unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep);
-    let (leader, member, leadership) = common::ingest_leader(
-        &etcd,
-        &log,
-        "ingest",
-        Duration::from_secs(5),
-        &dir.join("leader"),
-    );
+    let (etcd, _, log, leader, held) = common::leader_on_a_log(server, dir, cluster);
     let schema = Schema::new(
         "id",
         vec![Attribute {
@@ -128,7 +118,7 @@ fn rooms_on_a_leader(
         replicas: 1,
     };
     leader.create_table_with("rooms", schema, layout).unwrap();
-    (etcd, log, leader, (member, leadership))
+    (etcd, log, leader, held)
 }
 
 #[test]

@@ -174,16 +174,8 @@ fn a_collection_round_removes_every_group_up_to_the_horizon() {
     else {
         return;
     };
-    let etcd = Etcd::connect(&server.config("collect").unwrap()).unwrap();
-    let deep = DeepStorage::open(dir.path().join("deep").to_str().unwrap()).unwrap();
-    let log = ClusterLog::new(etcd.clone(), deep.clone());
-    let (leader, _member, leadership) = common::ingest_leader(
-        &etcd,
-        &log,
-        "ingest",
-        Duration::from_secs(5),
-        &dir.path().join("leader"),
-    );
+    let (_etcd, deep, log, leader, (_member, leadership)) =
+        common::leader_on_a_log(&server, dir.path(), "collect");
     let schema = puffer_store::Schema::new("id", Vec::new()).unwrap();
     let layout = TableLayout {
         shards: 1,

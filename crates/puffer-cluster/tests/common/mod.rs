@@ -115,3 +115,33 @@ pub fn city_schema() -> puffer_store::Schema {
     )
     .unwrap()
 }
+
+/// A connection to `server` as cluster `cluster`, deep storage and the log in `dir`,
+/// and an elected ingest leader `ingest` with its database in `dir/leader`; its
+/// membership and leadership (drop them to depose it).
+pub fn leader_on_a_log(
+    server: &LocalEtcd,
+    dir: &std::path::Path,
+    cluster: &str,
+) -> (
+    puffer_cluster::etcd::Etcd,
+    puffer_cluster::DeepStorage,
+    puffer_cluster::scu_log::ClusterLog,
+    puffer_node::Database,
+    (
+        puffer_cluster::etcd::Membership,
+        puffer_cluster::etcd::Leadership,
+    ),
+) {
+    let etcd = puffer_cluster::etcd::Etcd::connect(&server.config(cluster).unwrap()).unwrap();
+    let deep = puffer_cluster::DeepStorage::open(dir.join("deep").to_str().unwrap()).unwrap();
+    let log = puffer_cluster::scu_log::ClusterLog::new(etcd.clone(), deep.clone());
+    let (leader, member, leadership) = ingest_leader(
+        &etcd,
+        &log,
+        "ingest",
+        std::time::Duration::from_secs(5),
+        &dir.join("leader"),
+    );
+    (etcd, deep, log, leader, (member, leadership))
+}
