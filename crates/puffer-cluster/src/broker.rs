@@ -31,7 +31,9 @@ pub const SUSPECT_FOR: Duration = Duration::from_secs(2);
 pub const ENTRY_TTL: Duration = Duration::from_secs(1);
 /// Most tries of one read (each on nodes not yet failed in it).
 pub const MAX_TRIES: usize = 4;
-/// How often a read that needs a newer snapshot than the data nodes hold asks again.
+/// How soon a read that needs a newer snapshot than the data nodes hold asks again
+/// when a node answered before holding it (the nodes wait on their side, so this is
+/// for a node that does not).
 const SNAPSHOT_POLL: Duration = Duration::from_millis(2);
 /// Most data nodes a broker routes to.
 pub const MAX_DATA_NODES: usize = 1024;
@@ -608,7 +610,7 @@ impl Broker {
                 .into());
             }
             let asked: Vec<&Arc<DataNode>> = nodes.iter().collect();
-            match self.common_published(&asked) {
+            match self.common_published_at_least(&asked, floor, give_up) {
                 Ok(at) if at >= floor => return Ok(at),
                 Ok(at) if now >= give_up => {
                     return Err(StoreError::Unavailable(format!(
@@ -616,6 +618,7 @@ impl Broker {
                     ))
                     .into())
                 }
+                // A node without the wait (or one that answered early): ask again.
                 Ok(_) => std::thread::sleep(SNAPSHOT_POLL),
                 Err((node, error)) => {
                     failures += 1;
@@ -634,7 +637,23 @@ impl Broker {
         &self,
         nodes: &[&std::sync::Arc<DataNode>],
     ) -> std::result::Result<u64, (std::sync::Arc<DataNode>, QueryError)> {
-        let asked: Vec<_> = nodes.iter().map(|n| (n, n.client.published())).collect();
+        self.common_published_at_least(nodes, 0, Instant::now())
+    }
+
+    /// [`Broker::common_published`] once every node holds `at_least`, or `give_up`
+    /// has come (or half the deadline, the most one call waits): each node waits on its
+    /// side (one call each, all at once) and answers as soon as it holds the snapshot.
+    fn common_published_at_least(
+        &self,
+        nodes: &[&std::sync::Arc<DataNode>],
+        at_least: u64,
+        give_up: Instant,
+    ) -> std::result::Result<u64, (std::sync::Arc<DataNode>, QueryError)> {
+        let wait = give_up.saturating_duration_since(Instant::now());
+        let asked: Vec<_> = nodes
+            .iter()
+            .map(|n| (n, n.client.published_at_least(at_least, wait)))
+            .collect();
         let mut at = u64::MAX;
         for (node, answer) in asked {
             let published = answer
@@ -679,11 +698,19 @@ impl Broker {
             let mut waiting_since = None;
             // Every way out of the wait passes the one count below it.
             let held = loop {
-                let at = match self.common_published(&distinct) {
+                // Asked without a wait first, so that only reads that do wait count.
+                let asked = match waiting_since {
+                    None => self.common_published(&distinct),
+                    Some(_) => self.common_published_at_least(&distinct, needed, give_up),
+                };
+                let at = match asked {
                     Ok(at) if at < needed => at,
                     held => break held,
                 };
-                waiting_since.get_or_insert_with(Instant::now);
+                if waiting_since.is_none() {
+                    waiting_since = Some(Instant::now());
+                    continue;
+                }
                 if Instant::now() >= give_up {
                     break Err((
                         chosen[0].clone(),

@@ -300,3 +300,91 @@ fn reads_ahead_of_the_data_nodes_wait_and_are_counted() {
     assert_eq!((third.fan_outs, third.waited), (2, 2), "{third:?}");
     assert!(third.waited_s >= second.waited_s + 0.95, "{third:?}");
 }
+
+/// A node answers a `Published` call that waits for a snapshot on the node's side: at
+/// once when it holds it, as soon as it has caught up when it does not yet (not at
+/// the wait's end), at the wait's end with what it holds when it never does; a wait
+/// past the server's bound is refused saying so.
+#[test]
+fn nodes_wait_for_a_snapshot_on_their_side() {
+    use puffer_cluster::rpc::client::NodeClient;
+    use puffer_cluster::rpc::server::MAX_PUBLISHED_WAIT;
+    use std::time::Instant;
+    let Some((server, dir)) = common::etcd_or_skip("nodes_wait_for_a_snapshot_on_their_side")
+    else {
+        return;
+    };
+    let (etcd, log, leader, _leadership) = rooms_on_a_leader(&server, dir.path(), "wake");
+    let write = |i: usize| {
+        let mut record = Record::new(format!("k{i}").into_bytes());
+        record
+            .values
+            .insert("city".into(), Value::String(b"Faro".to_vec()));
+        leader
+            .write_batch(vec![("rooms".into(), vec![WriteOp::Put(record)])])
+            .unwrap()
+    };
+    let node = Arc::new(common::follower(&etcd, &dir.path().join("data")));
+    let first = write(0);
+    assert_eq!(log.catch_up(&node).unwrap(), first);
+    let rpc = RpcServer::start(node.clone(), "127.0.0.1:0".parse().unwrap()).unwrap();
+    // Waits are cut to half its 10 s deadline: 5 s.
+    let client = NodeClient::new(&rpc.address().to_string(), Duration::from_secs(10)).unwrap();
+    let held = node.published();
+    let answer = |at_least: u64, wait: Duration| {
+        client
+            .published_at_least(at_least, wait)
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap()
+    };
+    // Held: the answer at once, whatever the wait.
+    assert_eq!(answer(held, Duration::from_secs(5)).unwrap(), held);
+    // Not held yet: the node answers once it has caught up (after 300 ms), not at the
+    // end of the 5 s wait.
+    let ahead = write(100);
+    let catching_up = {
+        let (log, node) = (log.clone(), node.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            log.catch_up(&node).unwrap();
+        })
+    };
+    let asked = Instant::now();
+    assert!(answer(ahead, Duration::from_secs(5)).unwrap() >= ahead);
+    let took = asked.elapsed();
+    catching_up.join().unwrap();
+    assert!(
+        (Duration::from_millis(250)..Duration::from_secs(3)).contains(&took),
+        "{took:?}"
+    );
+    // Never held: what the node holds, at the wait's end.
+    let asked = Instant::now();
+    assert_eq!(
+        answer(ahead + 100, Duration::from_millis(300)).unwrap(),
+        node.published()
+    );
+    assert!(
+        asked.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        asked.elapsed()
+    );
+    // A wait past the bound is refused by the server (the client clamps its own).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let refused = runtime.block_on(async {
+        use puffer_cluster::rpc::proto::{replica_client::ReplicaClient, PublishedRequest};
+        let mut raw = ReplicaClient::connect(format!("http://{}", rpc.address()))
+            .await
+            .unwrap();
+        raw.published(PublishedRequest {
+            at_least: ahead + 100,
+            wait_ms: MAX_PUBLISHED_WAIT.as_millis() as u32 + 1,
+        })
+        .await
+        .unwrap_err()
+    });
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("at most"), "{refused:?}");
+}

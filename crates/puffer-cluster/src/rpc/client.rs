@@ -208,20 +208,36 @@ impl NodeClient {
     /// The newest snapshot the node has published, asked in the background: the
     /// receiver gets it (or the error) within the deadline.
     pub fn published(&self) -> mpsc::Receiver<Result<u64>> {
+        self.published_at_least(0, Duration::ZERO)
+    }
+
+    /// The newest snapshot the node has published once it is at least `at_least`, or
+    /// after `wait`, whichever is first; asked in the background, the receiver gets it
+    /// (or the error) within the deadline. The wait is cut to half the deadline (and
+    /// to [`MAX_PUBLISHED_WAIT`](super::server::MAX_PUBLISHED_WAIT)): the connection's
+    /// deadline bounds every call, a waiting one too, and the node must have time left
+    /// to answer after its wait (a caller waiting longer asks again).
+    pub fn published_at_least(&self, at_least: u64, wait: Duration) -> mpsc::Receiver<Result<u64>> {
         let mut client = self.client.clone();
         let who = format!("node {}", self.address);
+        let wait = wait
+            .min(self.deadline / 2)
+            .min(super::server::MAX_PUBLISHED_WAIT);
         let deadline = self.deadline;
+        let request = PublishedRequest {
+            at_least,
+            wait_ms: wait.as_millis() as u32,
+        };
         let (sender, receiver) = mpsc::sync_channel(1);
         self.bridge.spawn(async move {
-            let answer =
-                match tokio::time::timeout(deadline, client.published(PublishedRequest {})).await {
-                    Ok(Ok(answer)) => Ok(answer.into_inner().published),
-                    Ok(Err(status)) => Err(error_of(&status, &who)),
-                    Err(_) => Err(StoreError::Unavailable(format!(
-                        "{who} did not answer within {} ms",
-                        deadline.as_millis()
-                    ))),
-                };
+            let answer = match tokio::time::timeout(deadline, client.published(request)).await {
+                Ok(Ok(answer)) => Ok(answer.into_inner().published),
+                Ok(Err(status)) => Err(error_of(&status, &who)),
+                Err(_) => Err(StoreError::Unavailable(format!(
+                    "{who} did not answer within {} ms",
+                    deadline.as_millis()
+                ))),
+            };
             let _ = sender.send(answer);
         });
         receiver

@@ -32,6 +32,11 @@ use crate::runtime::Bridge;
 const SMALL_CALL_BYTES: usize = 4096;
 /// Longest a call may run on the server, whatever deadline its caller set.
 pub const MAX_CALL_TIME: Duration = Duration::from_secs(60);
+/// Longest a `Published` call waits for a snapshot it was asked to hold.
+pub const MAX_PUBLISHED_WAIT: Duration = Duration::from_secs(10);
+/// How often a waiting `Published` call looks at what the node has published (a
+/// follower publishes each group it applies; this is the most it adds to a wait).
+const PUBLISHED_POLL: Duration = Duration::from_millis(1);
 
 /// Takes shard `shard` of table `table` (uid `uid`) on here, now (see
 /// [`crate::holding::take_on`]); `Ok` once it is held.
@@ -173,11 +178,37 @@ impl Service {
 impl Replica for Service {
     async fn published(
         &self,
-        _request: Request<PublishedRequest>,
+        request: Request<PublishedRequest>,
     ) -> std::result::Result<Response<PublishedAnswer>, Status> {
-        Ok(Response::new(PublishedAnswer {
-            published: self.database.published(),
-        }))
+        let PublishedRequest { at_least, wait_ms } = request.into_inner();
+        let wait = Duration::from_millis(wait_ms.into());
+        if wait > MAX_PUBLISHED_WAIT {
+            return Err(Status::invalid_argument(format!(
+                "a wait of {wait_ms} ms for snapshot {at_least} was asked; at most {} ms",
+                MAX_PUBLISHED_WAIT.as_millis()
+            )));
+        }
+        let published = self.database.published();
+        if published >= at_least || wait.is_zero() {
+            return Ok(Response::new(PublishedAnswer { published }));
+        }
+        // A waiting call counts among the calls in flight: waits are bounded too.
+        let Ok(_permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            return Err(status_of(
+                &StoreError::Overloaded(format!(
+                    "this node runs {MAX_CALLS_IN_FLIGHT} replica calls already"
+                ))
+                .into(),
+            ));
+        };
+        let give_up = tokio::time::Instant::now() + wait;
+        loop {
+            let published = self.database.published();
+            if published >= at_least || tokio::time::Instant::now() >= give_up {
+                return Ok(Response::new(PublishedAnswer { published }));
+            }
+            tokio::time::sleep(PUBLISHED_POLL).await;
+        }
     }
 
     async fn call(
