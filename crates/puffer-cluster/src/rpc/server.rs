@@ -188,24 +188,27 @@ impl Replica for Service {
                 MAX_PUBLISHED_WAIT.as_millis()
             )));
         }
-        let published = self.database.published();
-        if published >= at_least || wait.is_zero() {
-            return Ok(Response::new(PublishedAnswer { published }));
-        }
-        // A waiting call counts among the calls in flight: waits are bounded too.
-        let Ok(_permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
-            return Err(status_of(
-                &StoreError::Overloaded(format!(
-                    "this node runs {MAX_CALLS_IN_FLIGHT} replica calls already"
-                ))
-                .into(),
-            ));
-        };
         let give_up = tokio::time::Instant::now() + wait;
+        // Taken once the call must wait: a waiting call counts among the calls in
+        // flight, so waits are bounded too.
+        let mut permit = None;
         loop {
             let published = self.database.published();
             if published >= at_least || tokio::time::Instant::now() >= give_up {
                 return Ok(Response::new(PublishedAnswer { published }));
+            }
+            if permit.is_none() {
+                let taken = Arc::clone(&self.in_flight)
+                    .try_acquire_owned()
+                    .map_err(|_| {
+                        status_of(
+                            &StoreError::Overloaded(format!(
+                                "this node runs {MAX_CALLS_IN_FLIGHT} replica calls already"
+                            ))
+                            .into(),
+                        )
+                    })?;
+                permit = Some(taken);
             }
             tokio::time::sleep(PUBLISHED_POLL).await;
         }
