@@ -135,6 +135,19 @@ pub(super) fn repredict(
             let mean_signed = signed.iter().sum::<f64>() / signed.len() as f64;
             let (p, m): (Vec<f64>, Vec<f64>) = pairs.iter().map(|&(p, m, _)| (p, m)).unzip();
             let known = &measured[&name];
+            // The oracles' configurations the sample did not hold: predicted, not scored
+            // (the configurator's choice among them is what the verdicts turn on).
+            for (configuration, measured_ops_per_s) in known {
+                if rows.iter().any(|r| &r.configuration == configuration) {
+                    continue;
+                }
+                if let Some((new, _)) = predicted.get(configuration) {
+                    eprintln!(
+                        "{name}: {configuration} (oracle): predicted {new:.0} now, \
+                         measured {measured_ops_per_s:.0} ops/s"
+                    );
+                }
+            }
             let best_measured = known.values().copied().fold(0.0, f64::max);
             let top = label(&subspaces_of(&ranked[0].configuration));
             let top_measured = known.get(&top).copied();
