@@ -8,12 +8,23 @@
 //! That transaction is the commit point: an SCU is acknowledged only after it, and
 //! its number can never be given twice. Data nodes follow: read the tail, fetch the
 //! groups past what they hold, apply them in order.
+//!
+//! A follower makes the catalog's tables before it applies SCUs past what it holds (an
+//! SCU may touch a table made since). It reads the catalog's tables only when they
+//! changed: with the tail, in the same etcd transaction, it reads how many tables the
+//! catalog lists and the newest revision that wrote one ([`TablesMark`]), and compares
+//! them with what it read at its last sync. Reading and decoding every table entry and
+//! taking the database's table lock every round (200 rounds a second at a 5 ms interval)
+//! cost a data node CPU beside the searches it serves, and the wait of a read for its
+//! own writes is the followers' round behind those searches (docs/cluster.md, Reads).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, TxnOp};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
 use puffer_node::commit::{LogShipper, ShipFailure};
 use puffer_node::Database;
 use serde::{Deserialize, Serialize};
@@ -53,6 +64,25 @@ pub struct LogEntry {
     pub object: String,
 }
 
+/// The catalog's tables as one etcd revision saw them: how many, and the newest
+/// revision that wrote one. Any change to the tables between two marks changes it: a
+/// table entry written in between has a newer revision than every entry before, and
+/// with none written, the change can only be entries removed, fewer of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TablesMark {
+    /// Table entries listed.
+    pub count: i64,
+    /// The newest revision that wrote one of them (0 with none).
+    pub newest_revision: i64,
+}
+
+/// What a follower keeps between its rounds ([`ClusterLog::follow_round`]): the
+/// catalog's tables as of its last sync.
+#[derive(Clone, Debug, Default)]
+pub struct FollowState {
+    tables_made: Option<TablesMark>,
+}
+
 /// The log of one cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterLog {
@@ -69,6 +99,56 @@ impl ClusterLog {
     /// The last SCU committed to the log (0 if none).
     pub fn tail(&self) -> Result<u64> {
         self.read_number(self.etcd.keys().log_tail(), 0)
+    }
+
+    /// What a follower holding SCU `held` reads first in a round, in one transaction
+    /// (at one revision): the log's tail, the catalog's [`TablesMark`], and the index
+    /// entries of the groups from SCU `held + 1` on (at most [`MAX_ENTRIES_PER_READ`]).
+    /// A follower applies whole groups, so the next group usually starts right there;
+    /// where it does not (a node that loaded segments stops mid-group), the entries
+    /// start later and [`ClusterLog::entries_after`] looks further back.
+    pub fn round_start(&self, held: u64) -> Result<(u64, TablesMark, Vec<LogEntry>)> {
+        let keys = self.etcd.keys();
+        let (tail_key, tables_prefix) = (keys.log_tail(), keys.tables());
+        let (from, end) = (
+            keys.log_entry(held.saturating_add(1)),
+            format!("{}\u{7f}", keys.log_index()),
+        );
+        let newest_table = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_sort(SortTarget::Mod, SortOrder::Descend)
+            .with_limit(1);
+        let next_entries = GetOptions::new()
+            .with_range(end)
+            .with_limit(MAX_ENTRIES_PER_READ as i64);
+        let answer = self.etcd.call(move |mut client| async move {
+            client
+                .txn(Txn::new().and_then(vec![
+                    TxnOp::get(tail_key, None),
+                    TxnOp::get(tables_prefix, Some(newest_table)),
+                    TxnOp::get(from, Some(next_entries)),
+                ]))
+                .await
+        })?;
+        match answer.op_responses().as_slice() {
+            [TxnOpResponse::Get(tail), TxnOpResponse::Get(tables), TxnOpResponse::Get(entries)] => {
+                let tail = match tail.kvs().first() {
+                    None => 0,
+                    Some(kv) => parse_number(kv.key(), kv.value())?,
+                };
+                let mark = TablesMark {
+                    count: tables.count(),
+                    newest_revision: tables.kvs().first().map_or(0, |kv| kv.mod_revision()),
+                };
+                Ok((tail, mark, decode_entries(entries.kvs())?))
+            }
+            other => Err(ClusterError::Unavailable(format!(
+                "etcd answered a follower's three reads (the log's tail, the catalog's \
+                 tables, the index) with {} answers of other kinds",
+                other.len()
+            ))),
+        }
     }
 
     /// The decimal number at `key`, `absent` if there is none.
@@ -105,16 +185,7 @@ impl ClusterLog {
                 )
                 .await
         })?;
-        answer
-            .kvs()
-            .iter()
-            .map(|kv| {
-                serde_json::from_slice(kv.value()).map_err(|e| ClusterError::Corrupt {
-                    key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    detail: e.to_string(),
-                })
-            })
-            .collect()
+        decode_entries(answer.kvs())
     }
 
     /// The records (back to back, in the log's framing) of the groups holding the SCUs
@@ -209,15 +280,38 @@ impl ClusterLog {
     /// catalog, which lists every table before any SCU touches it), then the groups
     /// past what it holds. Returns the SCU it holds after.
     pub fn catch_up(&self, database: &Database) -> puffer_query::Result<u64> {
-        let tail = self.tail()?;
+        self.follow_round(database, &mut FollowState::default())
+    }
+
+    /// One round of a follower that keeps `state` between rounds: as
+    /// [`ClusterLog::catch_up`], making the catalog's tables only when they changed
+    /// since its last sync. `database`'s catalog must be the one in this log's etcd
+    /// (as every node's is), whose tables the mark reads.
+    pub fn follow_round(
+        &self,
+        database: &Database,
+        state: &mut FollowState,
+    ) -> puffer_query::Result<u64> {
         let mut held = database.published();
+        let (tail, tables, next) = self.round_start(held)?;
         if tail <= held {
             return Ok(held);
         }
-        // After reading the tail: every table its SCUs touch is in the catalog now.
-        database.sync_tables()?;
+        // Read with the tail: every table its SCUs touch is in the catalog as of this
+        // mark. Unchanged since the last sync, the tables made then are those (an entry
+        // with the same revision was there, unchanged, all along).
+        if state.tables_made != Some(tables) {
+            state.tables_made = None;
+            database.sync_tables()?;
+            state.tables_made = Some(tables);
+        }
+        let mut entries = next;
+        // Another caller may have applied some meanwhile (`follow` skips what is held).
+        held = database.published();
         while held < tail {
-            let entries = self.entries_after(held)?;
+            if entries.first().is_none_or(|e| e.first > held + 1) {
+                entries = self.entries_after(held)?;
+            }
             if entries.first().is_none_or(|e| e.first > held + 1) {
                 let first = self.first()?;
                 if held + 1 < first {
@@ -240,11 +334,26 @@ impl ClusterLog {
                 .into());
             }
             for entry in entries.iter().filter(|e| e.first <= tail) {
-                held = database.follow(self.records(entry)?)?;
+                if entry.last > held {
+                    held = database.follow(self.records(entry)?)?;
+                }
             }
+            entries = Vec::new();
         }
         Ok(held)
     }
+}
+
+/// Index entries as etcd holds them.
+fn decode_entries(kvs: &[etcd_client::KeyValue]) -> Result<Vec<LogEntry>> {
+    kvs.iter()
+        .map(|kv| {
+            serde_json::from_slice(kv.value()).map_err(|e| ClusterError::Corrupt {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                detail: e.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// A decimal number stored at `key` (the log's tail and first SCU, a node's progress).
@@ -341,7 +450,8 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Starts following.
+    /// Starts following. `database`'s catalog must be the one in `log`'s etcd (see
+    /// [`ClusterLog::follow_round`]).
     pub fn start(log: ClusterLog, database: Arc<Database>, interval: Duration) -> Follower {
         let stop = Arc::new(AtomicBool::new(false));
         let last_error = Arc::new(std::sync::Mutex::new(None));
@@ -350,6 +460,7 @@ impl Follower {
             std::thread::Builder::new()
                 .name("puffer-follow".into())
                 .spawn(move || {
+                    let mut state = FollowState::default();
                     let mut tables_synced = std::time::Instant::now();
                     while !stop.load(Ordering::Acquire) {
                         // Tables made without SCUs yet show up here too, within a second.
@@ -357,7 +468,7 @@ impl Follower {
                             let _ = database.sync_tables();
                             tables_synced = std::time::Instant::now();
                         }
-                        let round = log.catch_up(&database);
+                        let round = log.follow_round(&database, &mut state);
                         *last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                             round.err().map(|e| e.to_string());
                         std::thread::sleep(interval);

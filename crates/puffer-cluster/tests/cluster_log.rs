@@ -1,7 +1,9 @@
 //! The cluster's SCU log against a model: an ingest leader ships every group to deep
 //! storage and commits it in etcd; followers (data nodes) catch up and answer as the
-//! model does, across new tables, schema changes, deletes and a follower's restart. A
-//! deposed leader's group is refused and changes nothing.
+//! model does, across new tables, schema changes, deletes, a table dropped and made
+//! again under its name, and a follower's restart. One follower keeps its round's state
+//! (it makes the catalog's tables only when they changed), the other starts afresh every
+//! round. A deposed leader's group is refused and changes nothing.
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use puffer_cluster::etcd::Etcd;
-use puffer_cluster::scu_log::{ClusterLog, LeaderShipper};
+use puffer_cluster::scu_log::{ClusterLog, FollowState, LeaderShipper};
 use puffer_cluster::DeepStorage;
 use puffer_node::commit::{LogShipper, ShipFailure};
 use puffer_node::{Database, TableLayout};
@@ -63,6 +65,15 @@ fn followers_agree_with_the_leader_and_a_model() {
         common::follower(&etcd, &dir.path().join("f1")),
         common::follower(&etcd, &dir.path().join("f2")),
     ];
+    // Follower 0 keeps its state across rounds; follower 1 catches up afresh.
+    let mut kept = FollowState::default();
+    let mut round = |i: usize, f: &Database| {
+        if i == 0 {
+            log.follow_round(f, &mut kept)
+        } else {
+            log.catch_up(f)
+        }
+    };
 
     let mut model: Model = BTreeMap::new();
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
@@ -77,6 +88,21 @@ fn followers_agree_with_the_leader_and_a_model() {
                 .create_table_with(&name, common::city_schema(), layout)
                 .unwrap();
             model.insert(name, BTreeMap::new());
+        }
+        if step == 90 {
+            // Dropped and made again: the same name and count, another uid.
+            leader.drop_table("t60").unwrap();
+            leader
+                .create_table_with(
+                    "t60",
+                    common::city_schema(),
+                    TableLayout {
+                        shards: 2,
+                        replicas: 2,
+                    },
+                )
+                .unwrap();
+            model.insert("t60".into(), BTreeMap::new());
         }
         if step == 30 {
             // A schema change travels in the log like any SCU.
@@ -121,7 +147,7 @@ fn followers_agree_with_the_leader_and_a_model() {
         );
         if step % 25 == 24 {
             for (i, f) in followers.iter().enumerate() {
-                assert_eq!(log.catch_up(f).unwrap(), seq, "follower {i}");
+                assert_eq!(round(i, f).unwrap(), seq, "follower {i}");
                 agrees(f, &model, &format!("follower {i} at step {step}"));
             }
         }
@@ -133,7 +159,7 @@ fn followers_agree_with_the_leader_and_a_model() {
     }
     agrees(&leader, &model, "leader");
     for (i, f) in followers.iter().enumerate() {
-        log.catch_up(f).unwrap();
+        round(i, f).unwrap();
         assert_eq!(f.published(), leader.published());
         agrees(f, &model, &format!("follower {i}"));
         // Followers take no writes and no table changes of their own.
