@@ -12,11 +12,11 @@
 //! A follower makes the catalog's tables before it applies SCUs past what it holds (an
 //! SCU may touch a table made since). It reads the catalog's tables only when they
 //! changed: with the tail, in the same etcd transaction, it reads how many tables the
-//! catalog lists and the newest revision that wrote one ([`TablesMark`]), and compares
-//! them with what it read at its last sync. Reading and decoding every table entry and
-//! taking the database's table lock every round (200 rounds a second at a 5 ms interval)
-//! cost a data node CPU beside the searches it serves, and the wait of a read for its
-//! own writes is the followers' round behind those searches (docs/cluster.md, Reads).
+//! catalog lists and the newest revision that wrote one (`TablesMark`), and compares
+//! them with what it read at its last sync. Why: a round used to read and decode every
+//! table entry and take the database's table lock, at every follow interval (5 ms in
+//! the benchmark), beside the searches the node serves, and a read's wait for its own
+//! writes is the followers' round (docs/cluster.md, Reads; the gain not yet measured).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -69,11 +69,11 @@ pub struct LogEntry {
 /// table entry written in between has a newer revision than every entry before, and
 /// with none written, the change can only be entries removed, fewer of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TablesMark {
+struct TablesMark {
     /// Table entries listed.
-    pub count: i64,
+    count: i64,
     /// The newest revision that wrote one of them (0 with none).
-    pub newest_revision: i64,
+    newest_revision: i64,
 }
 
 /// What a follower keeps between its rounds ([`ClusterLog::follow_round`]): the
@@ -102,12 +102,12 @@ impl ClusterLog {
     }
 
     /// What a follower holding SCU `held` reads first in a round, in one transaction
-    /// (at one revision): the log's tail, the catalog's [`TablesMark`], and the index
+    /// (at one revision): the log's tail, the catalog's `TablesMark`, and the index
     /// entries of the groups from SCU `held + 1` on (at most [`MAX_ENTRIES_PER_READ`]).
     /// A follower applies whole groups, so the next group usually starts right there;
     /// where it does not (a node that loaded segments stops mid-group), the entries
     /// start later and [`ClusterLog::entries_after`] looks further back.
-    pub fn round_start(&self, held: u64) -> Result<(u64, TablesMark, Vec<LogEntry>)> {
+    fn round_start(&self, held: u64) -> Result<(u64, TablesMark, Vec<LogEntry>)> {
         let keys = self.etcd.keys();
         let (tail_key, tables_prefix) = (keys.log_tail(), keys.tables());
         let (from, end) = (
