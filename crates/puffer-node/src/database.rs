@@ -977,6 +977,18 @@ impl Database {
         self.committer.published()
     }
 
+    /// Tells this node's follower that a reader waits for snapshot `seq` (see
+    /// [`Committer::want_published`](crate::commit::Committer::want_published)).
+    pub fn want_published(&self, seq: u64) {
+        self.committer.want_published(seq);
+    }
+
+    /// A follower's wait between rounds (see
+    /// [`Committer::await_wanted`](crate::commit::Committer::await_wanted)).
+    pub fn await_wanted(&self, seen: u64, timeout: std::time::Duration) -> u64 {
+        self.committer.await_wanted(seen, timeout)
+    }
+
     /// Writes one SCU over several tables: every table's operations, all applied or
     /// none, on every shard and replica, visible to reads at one snapshot. A table
     /// named twice has its operations joined in the order given. On a cluster node

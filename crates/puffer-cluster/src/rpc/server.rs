@@ -198,6 +198,8 @@ impl Replica for Service {
                 return Ok(Response::new(PublishedAnswer { published }));
             }
             if permit.is_none() {
+                // The follower looks at the log now, not at the end of its interval.
+                self.database.want_published(at_least);
                 let taken = Arc::clone(&self.in_flight)
                     .try_acquire_owned()
                     .map_err(|_| {
