@@ -468,7 +468,7 @@ impl Follower {
                 .spawn(move || {
                     let mut state = FollowState::default();
                     let mut tables_synced = std::time::Instant::now();
-                    let mut wanted_seen = 0;
+                    let mut wants_seen = 0;
                     while !stop.load(Ordering::Acquire) {
                         // Tables made without SCUs yet show up here too, within a second.
                         if tables_synced.elapsed() >= TABLE_SYNC_INTERVAL {
@@ -479,7 +479,7 @@ impl Follower {
                         *last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                             round.err().map(|e| e.to_string());
                         // Woken early by a reader waiting for a snapshot not yet held.
-                        wanted_seen = database.await_wanted(wanted_seen, interval);
+                        wants_seen = database.await_wanted(wants_seen, interval);
                     }
                 })
                 .expect("a thread starts")

@@ -131,10 +131,21 @@ struct Inner {
     /// Whether the committer stopped because a group's shipping had an unknown
     /// outcome (the one stop it can come back from: see [`Committer::resume`]).
     ship_stopped: std::sync::atomic::AtomicBool,
-    /// The newest SCU a reader here waits for (0: none), and the follower's wake-up
-    /// when it rises ([`Committer::want_published`]).
-    wanted: Mutex<u64>,
-    wanted_rose: std::sync::Condvar,
+    /// What readers here wait for ([`Committer::want_published`]), and the
+    /// follower's wake-up when a reader asks.
+    wants: Mutex<Wants>,
+    wanted: std::sync::Condvar,
+}
+
+/// Readers' waits for snapshots not yet published.
+#[derive(Default)]
+struct Wants {
+    /// Wants so far: a follower runs a round for each new one (it passes the count it
+    /// saw), so a want above anything the log holds (a bad `at_least`) costs one round
+    /// and does not hold the wake-up off for the wants after it.
+    count: u64,
+    /// The highest SCU wanted: once it is published, every want is met.
+    highest: u64,
 }
 
 /// The database's committer: numbers, logs, applies and publishes SCUs.
@@ -172,8 +183,8 @@ impl Committer {
                 shipper: OnceLock::new(),
                 following: std::sync::atomic::AtomicBool::new(false),
                 ship_stopped: std::sync::atomic::AtomicBool::new(false),
-                wanted: Mutex::new(0),
-                wanted_rose: std::sync::Condvar::new(),
+                wants: Mutex::new(Wants::default()),
+                wanted: std::sync::Condvar::new(),
             }),
             thread: Mutex::new(None),
         }
@@ -212,32 +223,32 @@ impl Committer {
         if seq <= self.published() {
             return;
         }
-        let mut wanted = self.inner.wanted.lock().unwrap_or_else(|e| e.into_inner());
-        if seq > *wanted {
-            *wanted = seq;
-            self.inner.wanted_rose.notify_all();
-        }
+        let mut wants = self.inner.wants.lock().unwrap_or_else(|e| e.into_inner());
+        wants.count += 1;
+        wants.highest = wants.highest.max(seq);
+        self.inner.wanted.notify_all();
     }
 
-    /// A follower's wait between rounds: returns when a reader wants an SCU above both
-    /// `seen` and the published one ([`Committer::want_published`]), or after
-    /// `timeout`; gives the SCU wanted then, to pass as `seen` next time (so that a
-    /// want the last round could not meet does not start rounds back to back).
+    /// A follower's wait between rounds: returns when a reader has wanted an SCU not
+    /// yet published since the follower saw `seen` wants
+    /// ([`Committer::want_published`]), or after `timeout`; gives the wants counted
+    /// then, to pass as `seen` next time (so that a want the last round could not meet
+    /// does not start rounds back to back).
     pub fn await_wanted(&self, seen: u64, timeout: std::time::Duration) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
-        let mut wanted = self.inner.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wants = self.inner.wants.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if *wanted > seen && *wanted > self.published() {
-                return *wanted;
+            if wants.count != seen && wants.highest > self.published() {
+                return wants.count;
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                return *wanted;
+                return wants.count;
             }
-            wanted = self
+            wants = self
                 .inner
-                .wanted_rose
-                .wait_timeout(wanted, deadline - now)
+                .wanted
+                .wait_timeout(wants, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
@@ -1172,7 +1183,7 @@ mod tests {
         };
         let committer = Arc::new(Committer::new(dir.path(), options));
         committer.inner.published.store(5, Ordering::SeqCst);
-        // Nothing wanted, or only what is published: the wait runs out and says so.
+        // Nothing wanted, or only what is published: the wait runs out, no want counted.
         assert_eq!(committer.await_wanted(0, Duration::from_millis(20)), 0);
         committer.want_published(4);
         committer.want_published(5);
@@ -1190,17 +1201,24 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(10));
         committer.want_published(9);
-        let (wanted, waited) = waiting.join().unwrap();
-        assert_eq!(wanted, 9);
+        let (seen, waited) = waiting.join().unwrap();
+        assert_eq!(seen, 1);
         assert!(waited < Duration::from_secs(30), "woken after {waited:?}");
-        // Seen already and not yet met: the next wait is a whole one, not a spin; a
-        // lower want changes nothing.
-        committer.want_published(7);
-        assert_eq!(committer.await_wanted(9, Duration::from_millis(20)), 9);
+        // Seen already and not yet met: the next wait is a whole one, not a spin.
+        let started = std::time::Instant::now();
+        assert_eq!(committer.await_wanted(seen, Duration::from_millis(50)), 1);
+        assert!(started.elapsed() >= Duration::from_millis(50));
         // Met by the follower's round: nothing is waited for any more.
         committer.inner.published.store(9, Ordering::SeqCst);
-        assert_eq!(committer.await_wanted(0, Duration::from_millis(20)), 9);
+        assert_eq!(committer.await_wanted(0, Duration::from_millis(20)), 1);
+        // A want the log cannot meet (far past its tail) costs one round and does not
+        // stop a later, lower want from waking the follower.
+        committer.want_published(1_000_000);
+        assert_eq!(committer.await_wanted(1, Duration::from_millis(20)), 2);
+        assert_eq!(committer.await_wanted(2, Duration::from_millis(20)), 2);
         committer.want_published(12);
-        assert_eq!(committer.await_wanted(9, Duration::from_millis(20)), 12);
+        let started = std::time::Instant::now();
+        assert_eq!(committer.await_wanted(2, Duration::from_secs(60)), 3);
+        assert!(started.elapsed() < Duration::from_secs(30), "a whole wait");
     }
 }
