@@ -109,7 +109,8 @@ pub struct SnapshotWaits {
     pub fan_outs: u64,
     /// Those that waited until the nodes held the snapshot asked for.
     pub waited: u64,
-    /// Seconds they waited, all together.
+    /// Seconds they waited, all together: from asking the nodes to their answers
+    /// (the round trip of the call included).
     pub waited_s: f64,
 }
 
@@ -611,8 +612,8 @@ impl Broker {
             }
             let asked: Vec<&Arc<DataNode>> = nodes.iter().collect();
             match self.common_published_at_least(&asked, floor, give_up) {
-                Ok(at) if at >= floor => return Ok(at),
-                Ok(at) if now >= give_up => {
+                Ok((at, _)) if at >= floor => return Ok(at),
+                Ok((at, _)) if now >= give_up => {
                     return Err(StoreError::Unavailable(format!(
                         "the data nodes hold snapshot {at}; snapshot {floor} was asked for"
                     ))
@@ -631,32 +632,26 @@ impl Broker {
         }
     }
 
-    /// The newest snapshot every node of `nodes` has published; a failure names the
-    /// node.
-    fn common_published(
-        &self,
-        nodes: &[&std::sync::Arc<DataNode>],
-    ) -> std::result::Result<u64, (std::sync::Arc<DataNode>, QueryError)> {
-        self.common_published_at_least(nodes, 0, Instant::now())
-    }
-
-    /// [`Broker::common_published`] once every node holds `at_least`, or `give_up`
-    /// has come (or half the deadline, the most one call waits): each node waits on its
-    /// side (one call each, all at once) and answers as soon as it holds the snapshot.
+    /// The newest snapshot every node of `nodes` has published once every one holds
+    /// `at_least`, or `give_up` has come (or half the deadline, the most one call
+    /// waits): each node waits on its side (one call each, all at once) and answers as
+    /// soon as it holds the snapshot; and whether any of them waited. A failure names
+    /// the node.
     fn common_published_at_least(
         &self,
         nodes: &[&std::sync::Arc<DataNode>],
         at_least: u64,
         give_up: Instant,
-    ) -> std::result::Result<u64, (std::sync::Arc<DataNode>, QueryError)> {
+    ) -> std::result::Result<(u64, bool), (std::sync::Arc<DataNode>, QueryError)> {
         let wait = give_up.saturating_duration_since(Instant::now());
         let asked: Vec<_> = nodes
             .iter()
             .map(|n| (n, n.client.published_at_least(at_least, wait)))
             .collect();
         let mut at = u64::MAX;
+        let mut waited = false;
         for (node, answer) in asked {
-            let published = answer
+            let held = answer
                 .recv_timeout(self.deadline + Duration::from_secs(1))
                 .unwrap_or_else(|_| {
                     Err(StoreError::Unavailable(format!(
@@ -665,9 +660,10 @@ impl Broker {
                     )))
                 })
                 .map_err(|e| ((**node).clone(), QueryError::from(e)))?;
-            at = at.min(published);
+            at = at.min(held.published);
+            waited |= held.waited;
         }
-        Ok(at)
+        Ok((at, waited))
     }
 
     /// One try: the snapshot, then every shard on its node, merged. A failure names the
@@ -694,23 +690,27 @@ impl Broker {
                     distinct.push(node);
                 }
             }
-            let give_up = Instant::now() + self.deadline;
+            let asked_at = Instant::now();
+            let give_up = asked_at + self.deadline;
+            // Asked with the wait at once (a node holding the snapshot answers without
+            // one): asking first without it, to count only the reads that wait, cost a
+            // second round trip to every read that did. The node says whether it waited.
             let mut waiting_since = None;
             // Every way out of the wait passes the one count below it.
             let held = loop {
-                // Asked without a wait first, so that only reads that do wait count.
-                let asked = match waiting_since {
-                    None => self.common_published(&distinct),
-                    Some(_) => self.common_published_at_least(&distinct, needed, give_up),
+                let at = match self.common_published_at_least(&distinct, needed, give_up) {
+                    Ok((at, waited)) => {
+                        if waited {
+                            waiting_since.get_or_insert(asked_at);
+                        }
+                        if at >= needed {
+                            break Ok(at);
+                        }
+                        at
+                    }
+                    Err(failed) => break Err(failed),
                 };
-                let at = match asked {
-                    Ok(at) if at < needed => at,
-                    held => break held,
-                };
-                if waiting_since.is_none() {
-                    waiting_since = Some(Instant::now());
-                    continue;
-                }
+                waiting_since.get_or_insert(asked_at);
                 if Instant::now() >= give_up {
                     break Err((
                         chosen[0].clone(),
@@ -720,6 +720,8 @@ impl Broker {
                         .into(),
                     ));
                 }
+                // A node that answered before it held the snapshot (its wait is cut to
+                // half the deadline): ask again.
                 std::thread::sleep(SNAPSHOT_POLL);
             };
             self.count_wait(waiting_since);

@@ -307,7 +307,7 @@ fn reads_ahead_of_the_data_nodes_wait_and_are_counted() {
 /// past the server's bound is refused saying so.
 #[test]
 fn nodes_wait_for_a_snapshot_on_their_side() {
-    use puffer_cluster::rpc::client::NodeClient;
+    use puffer_cluster::rpc::client::{Held, NodeClient};
     use puffer_cluster::rpc::server::MAX_PUBLISHED_WAIT;
     use std::time::Instant;
     let Some((server, dir)) = common::etcd_or_skip("nodes_wait_for_a_snapshot_on_their_side")
@@ -337,8 +337,14 @@ fn nodes_wait_for_a_snapshot_on_their_side() {
             .recv_timeout(Duration::from_secs(30))
             .unwrap()
     };
-    // Held: the answer at once, whatever the wait.
-    assert_eq!(answer(held, Duration::from_secs(5)).unwrap(), held);
+    // Held: the answer at once, whatever the wait, and it says it did not wait.
+    assert_eq!(
+        answer(held, Duration::from_secs(5)).unwrap(),
+        Held {
+            published: held,
+            waited: false
+        }
+    );
     // Not held yet: the node answers once it has caught up (after 300 ms), not at the
     // end of the 5 s wait.
     let ahead = write(100);
@@ -350,8 +356,12 @@ fn nodes_wait_for_a_snapshot_on_their_side() {
         })
     };
     let asked = Instant::now();
-    assert!(answer(ahead, Duration::from_secs(5)).unwrap() >= ahead);
+    let caught_up = answer(ahead, Duration::from_secs(5)).unwrap();
     let took = asked.elapsed();
+    assert!(
+        caught_up.published >= ahead && caught_up.waited,
+        "{caught_up:?}"
+    );
     catching_up.join().unwrap();
     assert!(
         (Duration::from_millis(250)..Duration::from_secs(3)).contains(&took),
@@ -361,7 +371,10 @@ fn nodes_wait_for_a_snapshot_on_their_side() {
     let asked = Instant::now();
     assert_eq!(
         answer(ahead + 100, Duration::from_millis(300)).unwrap(),
-        node.published()
+        Held {
+            published: node.published(),
+            waited: true
+        }
     );
     assert!(
         asked.elapsed() >= Duration::from_millis(250),

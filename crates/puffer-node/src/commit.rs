@@ -135,6 +135,14 @@ struct Inner {
     /// follower's wake-up when a reader asks.
     wants: Mutex<Wants>,
     wanted: std::sync::Condvar,
+    /// Readers blocked in [`Committer::wait_published`]: a publication wakes them
+    /// only when there are some, so the committer's path costs one atomic load
+    /// otherwise.
+    published_waiters: std::sync::atomic::AtomicUsize,
+    /// Held to wake [`Committer::wait_published`]'s readers (it guards nothing: the
+    /// published SCU is the atomic, checked under it).
+    publication: Mutex<()>,
+    published_changed: std::sync::Condvar,
 }
 
 /// Readers' waits for snapshots not yet published.
@@ -185,6 +193,9 @@ impl Committer {
                 ship_stopped: std::sync::atomic::AtomicBool::new(false),
                 wants: Mutex::new(Wants::default()),
                 wanted: std::sync::Condvar::new(),
+                published_waiters: std::sync::atomic::AtomicUsize::new(0),
+                publication: Mutex::new(()),
+                published_changed: std::sync::Condvar::new(),
             }),
             thread: Mutex::new(None),
         }
@@ -200,19 +211,37 @@ impl Committer {
         self.inner.published.load(Ordering::SeqCst)
     }
 
-    /// Waits until SCU `seq` is published here, at most `bound`; whether it is.
+    /// Waits until SCU `seq` is published here, at most `bound`; whether it is. Woken
+    /// by the publication itself (not polled: a poll every millisecond added half a
+    /// millisecond to every read of a node's own write on a cluster).
     pub fn wait_published(&self, seq: u64, bound: std::time::Duration) -> bool {
+        if self.published() >= seq {
+            return true;
+        }
         let deadline = std::time::Instant::now() + bound;
         self.want_published(seq);
-        // Polled: a follower publishes within its follow interval, and this wait is
-        // only for writes handed on to the leader.
-        while self.published() < seq {
-            if std::time::Instant::now() >= deadline {
-                return false;
+        let inner = &self.inner;
+        // Counted before the check under the lock: a publication either comes before
+        // the check (seen there) or sees the count and wakes the wait.
+        inner.published_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut guard = inner.publication.lock().unwrap_or_else(|e| e.into_inner());
+        let reached = loop {
+            if self.published() >= seq {
+                break true;
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        true
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break false;
+            }
+            guard = inner
+                .published_changed
+                .wait_timeout(guard, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(guard);
+        inner.published_waiters.fetch_sub(1, Ordering::SeqCst);
+        reached
     }
 
     /// Tells a follower that a reader here waits for SCU `seq`: a follower waiting
@@ -715,6 +744,16 @@ fn freeze_full(touched: &[Arc<dyn ShardReplicas>]) {
 }
 
 impl Inner {
+    /// Publishes SCU `seq` (every SCU up to it applied everywhere it goes) and wakes
+    /// the readers waiting for it ([`Committer::wait_published`]).
+    fn publish(&self, seq: u64) {
+        self.published.store(seq, Ordering::SeqCst);
+        if self.published_waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self.publication.lock().unwrap_or_else(|e| e.into_inner());
+            self.published_changed.notify_all();
+        }
+    }
+
     fn check_running(&self) -> Result<()> {
         match &*self.stopped.lock().expect("stopped lock") {
             Some(reason) => Err(StoreError::Stopped(reason.clone()).into()),
@@ -920,7 +959,7 @@ impl Inner {
             match self.apply(seq, commit_micros, prepared, true) {
                 Ok(touched) => {
                     self.record_ack(seq, commit_micros);
-                    self.published.store(seq, Ordering::SeqCst);
+                    self.publish(seq);
                     freeze_full(&touched);
                 }
                 Err(e) => {
@@ -1063,7 +1102,7 @@ impl Inner {
             match self.apply(seq, now, parts, false) {
                 Ok(touched) => {
                     self.record_ack(seq, now);
-                    self.published.store(seq, Ordering::SeqCst);
+                    self.publish(seq);
                     freeze_full(&touched);
                     let _ = reply.send(Ok(seq));
                 }
@@ -1172,6 +1211,45 @@ mod tests {
             }
         }
         assert_eq!(deletes, 50);
+    }
+
+    #[test]
+    fn a_publication_wakes_the_readers_waiting_for_it_and_no_earlier_one_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = CommitOptions {
+            queue_len: 4,
+            max_ops_per_scu: 4,
+        };
+        let committer = Arc::new(Committer::new(dir.path(), options));
+        committer.inner.publish(5);
+        // Published already: no wait at all; not published: the bound runs out.
+        assert!(committer.wait_published(5, Duration::ZERO));
+        assert!(!committer.wait_published(7, Duration::from_millis(20)));
+        assert_eq!(committer.inner.published_waiters.load(Ordering::SeqCst), 0);
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let committer = committer.clone();
+                std::thread::spawn(move || {
+                    let started = std::time::Instant::now();
+                    let reached = committer.wait_published(8, Duration::from_secs(60));
+                    (reached, committer.published(), started.elapsed())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        // SCU 7 is not what they wait for: they go on waiting.
+        committer.inner.publish(7);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(readers.iter().all(|reader| !reader.is_finished()));
+        committer.inner.publish(8);
+        for reader in readers {
+            let (reached, published, waited) = reader.join().unwrap();
+            assert!(reached);
+            assert_eq!(published, 8);
+            assert!(waited < Duration::from_secs(30), "woken after {waited:?}");
+        }
+        // Nobody waits any more: a publication wakes no one.
+        assert_eq!(committer.inner.published_waiters.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -983,6 +983,13 @@ impl Database {
         self.committer.want_published(seq);
     }
 
+    /// Waits until snapshot `seq` is published here, at most `bound`, woken by the
+    /// publication; whether it is (see
+    /// [`Committer::wait_published`](crate::commit::Committer::wait_published)).
+    pub fn wait_published(&self, seq: u64, bound: std::time::Duration) -> bool {
+        self.committer.wait_published(seq, bound)
+    }
+
     /// A follower's wait between rounds (see
     /// [`Committer::await_wanted`](crate::commit::Committer::await_wanted)).
     pub fn await_wanted(&self, seen: u64, timeout: std::time::Duration) -> u64 {

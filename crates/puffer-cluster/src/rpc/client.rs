@@ -24,6 +24,16 @@ pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(10);
 /// Deadline of a call asking a node to take a shard on (a download and a catch-up).
 pub const TAKE_ON_DEADLINE: Duration = Duration::from_secs(60);
 
+/// A node's answer to a `Published` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// The newest snapshot the node had published when it answered.
+    pub published: u64,
+    /// Whether it held less than the snapshot asked for when the call came, and
+    /// waited.
+    pub waited: bool,
+}
+
 /// A connection to one node's replica service; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct NodeClient {
@@ -207,17 +217,22 @@ impl NodeClient {
 
     /// The newest snapshot the node has published, asked in the background: the
     /// receiver gets it (or the error) within the deadline.
-    pub fn published(&self) -> mpsc::Receiver<Result<u64>> {
+    pub fn published(&self) -> mpsc::Receiver<Result<Held>> {
         self.published_at_least(0, Duration::ZERO)
     }
 
     /// The newest snapshot the node has published once it is at least `at_least`, or
-    /// after `wait`, whichever is first; asked in the background, the receiver gets it
-    /// (or the error) within the deadline. The wait is cut to half the deadline (and
-    /// to [`MAX_PUBLISHED_WAIT`](super::server::MAX_PUBLISHED_WAIT)): the connection's
+    /// after `wait`, whichever is first, and whether the node waited; asked in the
+    /// background, the receiver gets it (or the error) within the deadline. The wait is
+    /// cut to half the deadline (and to
+    /// [`MAX_PUBLISHED_WAIT`](super::server::MAX_PUBLISHED_WAIT)): the connection's
     /// deadline bounds every call, a waiting one too, and the node must have time left
     /// to answer after its wait (a caller waiting longer asks again).
-    pub fn published_at_least(&self, at_least: u64, wait: Duration) -> mpsc::Receiver<Result<u64>> {
+    pub fn published_at_least(
+        &self,
+        at_least: u64,
+        wait: Duration,
+    ) -> mpsc::Receiver<Result<Held>> {
         let mut client = self.client.clone();
         let who = format!("node {}", self.address);
         let wait = wait
@@ -231,7 +246,13 @@ impl NodeClient {
         let (sender, receiver) = mpsc::sync_channel(1);
         self.bridge.spawn(async move {
             let answer = match tokio::time::timeout(deadline, client.published(request)).await {
-                Ok(Ok(answer)) => Ok(answer.into_inner().published),
+                Ok(Ok(answer)) => {
+                    let answer = answer.into_inner();
+                    Ok(Held {
+                        published: answer.published,
+                        waited: answer.waited,
+                    })
+                }
                 Ok(Err(status)) => Err(error_of(&status, &who)),
                 Err(_) => Err(StoreError::Unavailable(format!(
                     "{who} did not answer within {} ms",
