@@ -1213,14 +1213,20 @@ mod tests {
         assert_eq!(deletes, 50);
     }
 
-    #[test]
-    fn a_publication_wakes_the_readers_waiting_for_it_and_no_earlier_one_does() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A committer with a short queue and small SCUs, not started (its waits and
+    /// wants are tested without a log thread).
+    fn small_committer(dir: &Path) -> Arc<Committer> {
         let options = CommitOptions {
             queue_len: 4,
             max_ops_per_scu: 4,
         };
-        let committer = Arc::new(Committer::new(dir.path(), options));
+        Arc::new(Committer::new(dir, options))
+    }
+
+    #[test]
+    fn a_publication_wakes_the_readers_waiting_for_it_and_no_earlier_one_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let committer = small_committer(dir.path());
         committer.inner.publish(5);
         // Published already: no wait at all; not published: the bound runs out.
         assert!(committer.wait_published(5, Duration::ZERO));
@@ -1255,11 +1261,7 @@ mod tests {
     #[test]
     fn a_want_above_the_published_snapshot_wakes_the_follower_and_no_other_does() {
         let dir = tempfile::tempdir().unwrap();
-        let options = CommitOptions {
-            queue_len: 4,
-            max_ops_per_scu: 4,
-        };
-        let committer = Arc::new(Committer::new(dir.path(), options));
+        let committer = small_committer(dir.path());
         committer.inner.published.store(5, Ordering::SeqCst);
         // Nothing wanted, or only what is published: the wait runs out, no want counted.
         assert_eq!(committer.await_wanted(0, Duration::from_millis(20)), 0);
