@@ -24,6 +24,7 @@ use puffer_cluster::rpc::server::RpcServer;
 use puffer_cluster::scu_log::{ClusterLog, Follower, LeaderShipper};
 use puffer_cluster::segments::{seed_data_dir, Publisher};
 use puffer_cluster::DeepStorage;
+use puffer_node::remote::{LeaderRequest, LeaderResponse};
 use puffer_node::serving::NodeConfig;
 use puffer_node::{Database, DatabaseOptions, ReadRequest, ReplicaRequest, TableLayout, Wait};
 use puffer_query::import::{self, KeySource};
@@ -105,7 +106,7 @@ fn leader(
     deep: DeepStorage,
     dir: &Path,
     ttl: Duration,
-) -> anyhow::Result<(Database, ClusterLog, Membership, Candidate, Etcd)> {
+) -> anyhow::Result<(Arc<Database>, ClusterLog, Membership, Candidate, Etcd)> {
     let etcd = Etcd::connect(&etcd_server.config(cluster)?)?;
     let log = ClusterLog::new(etcd.clone(), deep);
     let card = MemberCard {
@@ -125,13 +126,13 @@ fn leader(
     let leadership = candidate
         .wait_elected(Duration::from_secs(10))
         .context("the ingest leader was not elected")?;
-    let db = Database::open_with(
+    let db = Arc::new(Database::open_with(
         dir,
         DatabaseOptions {
             shipper: Some(Arc::new(LeaderShipper::new(log.clone(), leadership))),
             ..options(Some(Arc::new(EtcdCatalog::new(etcd.clone()))))
         },
-    )?;
+    )?);
     Ok((db, log, member, candidate, etcd))
 }
 
@@ -402,13 +403,20 @@ fn run_dataset(
     }
     // What any remote read pays at least, measured in alternation: a TCP ping-pong
     // between two threads (the machine's floor: a thread woken on each side), one
-    // gRPC round trip asking a node's published snapshot (no shard work), and a get
-    // sent straight to the node holding its shard (gRPC and the get, no broker).
+    // gRPC round trip asking a node's published snapshot (no shard work), a get
+    // sent straight to the node holding its shard (gRPC and the get, no broker), and
+    // the ingest leader's answer to which snapshot a read with a freshness bound must
+    // see (what such a read through a node without data adds to it).
     let client = NodeClient::new(&addresses[0].1, Duration::from_secs(5))?;
+    let leader_rpc = RpcServer::start(ingest_db.clone(), "127.0.0.1:0".parse()?)?;
+    let leader_client = NodeClient::new(&leader_rpc.address().to_string(), Duration::from_secs(5))?;
+    let floor_request = LeaderRequest::FreshnessFloor {
+        bound: Duration::from_secs(1),
+    };
     let uid = ingest_db.table(table)?.entry().uid;
     let shards = LAYOUT.shards;
     let mut tcp = TcpPingPong::start()?;
-    let mut floors: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut floors: [Vec<Duration>; 4] = Default::default();
     // Both ends of a round trip run in this process, so its CPU time over the calls
     // is what one call costs the machine, client and server together.
     let mut round_trip_cpu = Duration::ZERO;
@@ -437,8 +445,17 @@ fn run_dataset(
             client.call(table, uid, shard, None, &request)?;
             floors[2].push(started.elapsed());
         }
+        for _ in 0..args.reads / 4 {
+            let started = Instant::now();
+            match leader_client.lead(&floor_request)? {
+                LeaderResponse::FreshnessFloor { .. } => {}
+                other => bail!("the leader answered a freshness floor with {other:?}"),
+            }
+            floors[3].push(started.elapsed());
+        }
     }
-    let [mut tcp_round_trips, mut round_trips, mut direct_gets] = floors;
+    drop(leader_rpc);
+    let [mut tcp_round_trips, mut round_trips, mut direct_gets, mut freshness_floors] = floors;
     let names = ["get", "eq_search", "contains_search"];
     let mut reads = serde_json::Map::new();
     for (kind, [embedded_samples, broker_samples]) in latencies.iter_mut().enumerate() {
@@ -515,6 +532,7 @@ fn run_dataset(
             1,
         ),
         "direct_get": summary(&mut direct_gets),
+        "freshness_floor_from_the_leader": summary(&mut freshness_floors),
         "data_node_killed": {
             "reads_after": args.reads,
             "failed_reads": failed,
@@ -716,12 +734,13 @@ fn print_table(results: &[Json], failover: &Json) {
         println!(
             "  floors: TCP ping-pong between two threads p50 {} us; one gRPC round trip \
              (published snapshot, no shard work) p50 {} us, p99 {} us, {} us of CPU a call; \
-             a get sent straight to its node p50 {} us",
+             a get sent straight to its node p50 {} us; the leader's freshness floor p50 {} us",
             r["tcp_round_trip"]["p50_us"],
             r["grpc_round_trip"]["p50_us"],
             r["grpc_round_trip"]["p99_us"],
             r["grpc_round_trip_cpu_us_per_call"],
-            r["direct_get"]["p50_us"]
+            r["direct_get"]["p50_us"],
+            r["freshness_floor_from_the_leader"]["p50_us"]
         );
         let killed = &r["data_node_killed"];
         println!(

@@ -4,7 +4,9 @@
 //!
 //! A node reads its own writes: after a write handed on through this node, its reads
 //! through the broker are at that SCU's snapshot or a newer one (the broker waits, up
-//! to its deadline, for data nodes that are behind).
+//! to its deadline, for data nodes that are behind). A read with a freshness bound
+//! (`FRESHNESS`) is instead at least at the snapshot the ingest leader names as holding
+//! every write it acknowledged longer than the bound ago.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -104,14 +106,24 @@ impl ClusterRemote {
         self.broker.as_ref().is_some_and(Broker::wants_placement)
     }
 
-    /// `request`, at least at the newest SCU written through here when it asks for
-    /// the newest data (a node reads its own writes).
-    fn own_writes(&self, request: &ReadRequest) -> ReadRequest {
-        let written = self.written.load(Ordering::Acquire);
-        match request.read_options().freshness {
-            None if written > 0 => request.at_least(written),
-            _ => request.clone(),
+    /// `request` at least at the snapshot it must see: the newest SCU written through
+    /// here when it asks for the newest data (a node reads its own writes), the ingest
+    /// leader's [`ClusterRemote::freshness_floor`] when it has a freshness bound. A
+    /// read at a chosen snapshot had its floor applied in the choice.
+    fn floored(&self, request: &ReadRequest) -> Result<ReadRequest> {
+        let read = request.read_options();
+        if read.at.is_some() {
+            return Ok(request.clone());
         }
+        let floor = match read.freshness {
+            None => self.written.load(Ordering::Acquire),
+            Some(bound) => self.freshness_floor(bound)?,
+        };
+        Ok(if floor > read.min_snapshot {
+            request.at_least(floor)
+        } else {
+            request.clone()
+        })
     }
 
     /// A client of the ingest leader (looked up in etcd when not known or old).
@@ -148,6 +160,20 @@ impl ClusterRemote {
             Some((leader.node_id, client.clone(), Instant::now()));
         Ok(client)
     }
+
+    /// What a read with freshness bound `bound` must see at least: the ingest leader
+    /// acknowledged every write, so it alone knows which were acknowledged longer than
+    /// `bound` ago (one round trip to it; a node's own writes do not tell, as other
+    /// nodes write too).
+    fn freshness_floor(&self, bound: Duration) -> Result<u64> {
+        match self.lead(LeaderRequest::FreshnessFloor { bound })? {
+            LeaderResponse::FreshnessFloor { seq } => Ok(seq),
+            other => Err(StoreError::Unavailable(format!(
+                "the ingest leader answered a freshness floor with {other:?}"
+            ))
+            .into()),
+        }
+    }
 }
 
 impl Remote for ClusterRemote {
@@ -161,16 +187,16 @@ impl Remote for ClusterRemote {
                 "this node holds every shard and reads its own data; it has no broker".into(),
             ))
         })?;
-        broker.read(table, &self.own_writes(request))
+        broker.read(table, &self.floored(request)?)
     }
 
     fn choose_snapshot(&self, read: ReadOptions) -> Option<Result<u64>> {
         let broker = self.broker.as_ref()?;
-        let written = match read.freshness {
-            None => self.written.load(Ordering::Acquire),
-            Some(_) => 0,
+        let floor = match read.freshness {
+            None => Ok(self.written.load(Ordering::Acquire)),
+            Some(bound) => self.freshness_floor(bound),
         };
-        Some(broker.common_snapshot(read.min_snapshot.max(written)))
+        Some(floor.and_then(|floor| broker.common_snapshot(read.min_snapshot.max(floor))))
     }
 
     fn read_regions(
@@ -184,7 +210,7 @@ impl Remote for ClusterRemote {
                 "this node holds every shard and reads its own data; it has no broker".into(),
             ))
         })?;
-        broker.read_regions(subspace, &self.own_writes(request), regions)
+        broker.read_regions(subspace, &self.floored(request)?, regions)
     }
 
     fn lead(&self, request: LeaderRequest) -> Result<LeaderResponse> {

@@ -4,7 +4,8 @@
 //! without data (fanned out by its broker to the regions only) and on a data node equal
 //! a naive scan of a `BTreeMap` of the acknowledged records; a search fixing the
 //! subspace's attributes reads only its matching regions; and the drop goes back to the
-//! table.
+//! table. The same cluster shows reads with a freshness bound through the node without
+//! data seeing what the leader acknowledged before the bound.
 
 mod common;
 
@@ -570,4 +571,85 @@ fn the_leaders_configurator_hears_the_searches_other_nodes_served() {
         cluster.leader.lead(many),
         Err(QueryError::Limit(_))
     ));
+}
+
+/// A read with a freshness bound through the node without data sees every write the
+/// ingest leader acknowledged longer than the bound ago, even one written elsewhere
+/// (not through this node, so its own writes do not tell) that the data nodes have
+/// not applied yet: it waits for them. A bound longer than the write's age does not
+/// make it wait. Both for a one-table read and for the snapshot a read of several
+/// tables chooses.
+#[test]
+fn bounded_reads_through_a_front_see_what_the_leader_acknowledged_before_the_bound() {
+    let test = "bounded_reads_through_a_front_see_what_the_leader_acknowledged_before_the_bound";
+    let Some(cluster) = Cluster::start(test, HyperspaceOptions::default()) else {
+        return;
+    };
+    let sintra = Predicate::Eq("city".into(), Value::str("Sintra"));
+    let count_within = |bound: Duration| {
+        let request = ReadRequest::Count {
+            predicate: sintra.clone(),
+            read: ReadOptions {
+                freshness: Some(bound),
+                ..ReadOptions::default()
+            },
+        };
+        match cluster
+            .front
+            .read("rooms", &request, Wait::Allowed)
+            .unwrap()
+        {
+            Some(ReadAnswer::Count { count, .. }) => count,
+            other => panic!("a count answered {other:?}"),
+        }
+    };
+    let write_sintra = |from: u32| {
+        let ops = (from..from + 10)
+            .map(|i| {
+                let mut record = Record::new(format!("sintra{i:03}"));
+                record.values.insert("city".into(), Value::str("Sintra"));
+                WriteOp::Put(record)
+            })
+            .collect();
+        cluster
+            .leader
+            .write_batch(vec![("rooms".into(), ops)])
+            .unwrap()
+    };
+    let catch_up_later = || {
+        std::thread::sleep(Duration::from_millis(300));
+        cluster.catch_up();
+    };
+    let hour = Duration::from_secs(3600);
+    let first = write_sintra(0);
+    std::thread::sleep(Duration::from_millis(300));
+    // Nothing was written an hour ago: the data nodes' snapshot will do.
+    assert_eq!(count_within(hour), 0);
+    // Acknowledged 300 ms ago, a bound of 100 ms: the read waits for the data nodes.
+    std::thread::scope(|scope| {
+        scope.spawn(catch_up_later);
+        assert_eq!(count_within(Duration::from_millis(100)), 10);
+    });
+    let second = write_sintra(10);
+    assert!(second > first);
+    std::thread::sleep(Duration::from_millis(300));
+    let chosen = |bound: Duration| {
+        cluster
+            .front
+            .choose_snapshot(ReadOptions {
+                freshness: Some(bound),
+                ..ReadOptions::default()
+            })
+            .unwrap()
+    };
+    assert_eq!(chosen(hour), first);
+    std::thread::scope(|scope| {
+        scope.spawn(catch_up_later);
+        assert!(chosen(Duration::from_millis(100)) >= second);
+    });
+    assert_eq!(count_within(Duration::ZERO), 20);
+    // Only the leader knows when writes were acknowledged; a follower says so.
+    let asked = LeaderRequest::FreshnessFloor { bound: hour };
+    let error = cluster.data[0].database.lead(asked).unwrap_err();
+    assert!(error.to_string().contains("ingest leader"), "{error}");
 }

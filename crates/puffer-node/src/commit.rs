@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::catalog::Catalog;
 use crate::message::{ReplicaRequest, ShardReplicas};
@@ -214,7 +215,7 @@ impl Committer {
     /// Waits until SCU `seq` is published here, at most `bound`; whether it is. Woken
     /// by the publication itself (not polled: a poll every millisecond added half a
     /// millisecond to every read of a node's own write on a cluster).
-    pub fn wait_published(&self, seq: u64, bound: std::time::Duration) -> bool {
+    pub fn wait_published(&self, seq: u64, bound: Duration) -> bool {
         if self.published() >= seq {
             return true;
         }
@@ -263,7 +264,7 @@ impl Committer {
     /// ([`Committer::want_published`]), or after `timeout`; gives the wants counted
     /// then, to pass as `seen` next time (so that a want the last round could not meet
     /// does not start rounds back to back).
-    pub fn await_wanted(&self, seen: u64, timeout: std::time::Duration) -> u64 {
+    pub fn await_wanted(&self, seen: u64, timeout: Duration) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
         let mut wants = self.inner.wants.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -558,13 +559,22 @@ impl Committer {
             Some(bound) if !bound.is_zero() => bound,
             _ => return Ok(published),
         };
-        let now = self.inner.clock.now_micros();
-        let cutoff = now.saturating_sub(bound.as_micros().min(u128::from(u64::MAX)) as u64);
-        let acked_before_cutoff = self.inner.acked_by(cutoff, published);
-        Ok(acked_before_cutoff
+        Ok(self
+            .freshness_floor(bound)
             .max(max_sealed()?)
             .max(read.min_snapshot)
             .min(published))
+    }
+
+    /// The oldest published snapshot that holds every SCU acknowledged here longer
+    /// than `bound` ago: what a read with that freshness bound must see at least. On
+    /// a cluster the ingest leader answers it for every node (it acknowledged the
+    /// writes; a follower's clock saw them only as it applied them).
+    pub fn freshness_floor(&self, bound: Duration) -> u64 {
+        let published = self.published();
+        let now = self.inner.clock.now_micros();
+        let cutoff = now.saturating_sub(bound.as_micros().min(u128::from(u64::MAX)) as u64);
+        self.inner.acked_by(cutoff, published)
     }
 
     /// Why the committer stopped, if it did.

@@ -882,6 +882,12 @@ impl Database {
                 self.take_served_searches(&table, uid, &searches)?;
                 Ok(LeaderResponse::Done)
             }
+            LeaderRequest::FreshnessFloor { bound } => {
+                self.check_not_following("tell which SCUs were acknowledged when")?;
+                Ok(LeaderResponse::FreshnessFloor {
+                    seq: self.committer.freshness_floor(bound),
+                })
+            }
         }
     }
 

@@ -78,6 +78,13 @@ pub enum LeaderRequest {
         /// Each shape with its count, at most [`MAX_SENT_SHAPES`].
         searches: Vec<ServedSearches>,
     },
+    /// The oldest snapshot that holds every SCU the leader acknowledged longer than
+    /// `bound` ago ([`crate::commit::Committer::freshness_floor`]): what a read with
+    /// that freshness bound must see, wherever it reads.
+    FreshnessFloor {
+        /// The read's freshness bound.
+        bound: std::time::Duration,
+    },
 }
 
 /// Most search shapes one [`LeaderRequest::Searches`] carries (as many as the profiler
@@ -117,6 +124,11 @@ pub enum LeaderResponse {
     SubspaceAdded {
         /// Its name.
         name: String,
+    },
+    /// A read with the freshness bound asked reads this snapshot or a newer one.
+    FreshnessFloor {
+        /// The snapshot.
+        seq: u64,
     },
 }
 

@@ -80,9 +80,13 @@ impl Plan {
         // α: updates of price with subspaces it moves (M) or leaves (N). Up to three
         // subspaces left in place and up to two moved: the chains the configurator can
         // choose (at most three subspaces).
+        // (postcode) beside (locality): the same chain, a copy left in place, but
+        // written all over its grid where a locality's copies fall in a few regions,
+        // so the two tell the regions' upkeep (ρ a region written) from a copy's cost.
         let update_cases: Vec<UpdateCase> = vec![
             (vec![sub(&["price"])], 0, 1),
             (vec![sub(&["locality"])], 1, 0),
+            (vec![sub(&["postcode"])], 1, 0),
             (vec![sub(&["locality"]), sub(&["region"])], 2, 0),
             (
                 vec![sub(&["locality"]), sub(&["region"]), sub(&["postcode"])],
