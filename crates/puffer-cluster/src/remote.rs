@@ -6,7 +6,8 @@
 //! through the broker are at that SCU's snapshot or a newer one (the broker waits, up
 //! to its deadline, for data nodes that are behind). A read with a freshness bound
 //! (`FRESHNESS`) is instead at least at the snapshot the ingest leader names as holding
-//! every write it acknowledged longer than the bound ago.
+//! every write it acknowledged longer than the bound ago (without a leader: the log's
+//! committed tail).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -20,6 +21,7 @@ use puffer_store::{ReadOptions, StoreError};
 use crate::broker::Broker;
 use crate::etcd::{leader_of, members, Etcd, EtcdCatalog, Role};
 use crate::rpc::client::NodeClient;
+use crate::scu_log::committed_tail;
 
 /// How long the ingest leader's address is used before it is looked up again.
 pub const LEADER_TTL: Duration = Duration::from_secs(5);
@@ -164,14 +166,24 @@ impl ClusterRemote {
     /// What a read with freshness bound `bound` must see at least: the ingest leader
     /// acknowledged every write, so it alone knows which were acknowledged longer than
     /// `bound` ago (one round trip to it; a node's own writes do not tell, as other
-    /// nodes write too).
+    /// nodes write too). Without a leader to answer (gone, not elected yet, busy), the
+    /// log's committed tail in etcd: every acknowledged SCU is at or below it, so the
+    /// read is fresher than asked and may wait for lagging data nodes, but a lost
+    /// leader costs it no answer.
     fn freshness_floor(&self, bound: Duration) -> Result<u64> {
-        match self.lead(LeaderRequest::FreshnessFloor { bound })? {
-            LeaderResponse::FreshnessFloor { seq } => Ok(seq),
-            other => Err(StoreError::Unavailable(format!(
+        match self.lead(LeaderRequest::FreshnessFloor { bound }) {
+            Ok(LeaderResponse::FreshnessFloor { seq }) => Ok(seq),
+            Ok(other) => Err(StoreError::Unavailable(format!(
                 "the ingest leader answered a freshness floor with {other:?}"
             ))
             .into()),
+            Err(error) if error.retryable() => committed_tail(&self.etcd).map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "no freshness floor: the ingest leader did not answer ({error}) and                      the log's tail cannot be read ({e})"
+                ))
+                .into()
+            }),
+            Err(error) => Err(error),
         }
     }
 }

@@ -104,7 +104,7 @@ impl ClusterLog {
 
     /// The last SCU committed to the log (0 if none).
     pub fn tail(&self) -> Result<u64> {
-        self.read_number(self.etcd.keys().log_tail(), 0)
+        committed_tail(&self.etcd)
     }
 
     /// What a follower holding SCU `held` reads first in a round, in one transaction
@@ -157,17 +157,6 @@ impl ClusterLog {
         }
     }
 
-    /// The decimal number at `key`, `absent` if there is none.
-    fn read_number(&self, key: String, absent: u64) -> Result<u64> {
-        let answer = self
-            .etcd
-            .call(move |mut client| async move { client.get(key, None).await })?;
-        match answer.kvs().first() {
-            None => Ok(absent),
-            Some(kv) => parse_number(kv.key(), kv.value()),
-        }
-    }
-
     /// The index entries of the groups holding SCUs after `after`, up to `tail`, in
     /// order (at most [`MAX_ENTRIES_PER_READ`]).
     pub fn entries_after(&self, after: u64) -> Result<Vec<LogEntry>> {
@@ -216,7 +205,7 @@ impl ClusterLog {
 
     /// The first SCU the log still holds (1 until groups are collected).
     pub fn first(&self) -> Result<u64> {
-        self.read_number(self.etcd.keys().log_first(), 1)
+        read_number(&self.etcd, self.etcd.keys().log_first(), 1)
     }
 
     /// Removes every group wholly at or below SCU `horizon`, [`ClusterLog::collect`]
@@ -360,6 +349,22 @@ fn decode_entries(kvs: &[etcd_client::KeyValue]) -> Result<Vec<LogEntry>> {
             })
         })
         .collect()
+}
+
+/// The last SCU committed to `etcd`'s cluster log (0 if none): an ingest leader
+/// acknowledges an SCU only once it is there, so every acknowledged SCU is at or below
+/// it (what a node without the leader still knows, from etcd alone).
+pub fn committed_tail(etcd: &Etcd) -> Result<u64> {
+    read_number(etcd, etcd.keys().log_tail(), 0)
+}
+
+/// The number stored at `key` ([`parse_number`]), `absent` when there is none.
+fn read_number(etcd: &Etcd, key: String, absent: u64) -> Result<u64> {
+    let answer = etcd.call(move |mut client| async move { client.get(key, None).await })?;
+    match answer.kvs().first() {
+        None => Ok(absent),
+        Some(kv) => parse_number(kv.key(), kv.value()),
+    }
 }
 
 /// A decimal number stored at `key` (the log's tail and first SCU, a node's progress).
