@@ -179,7 +179,8 @@ impl ClusterRemote {
             .into()),
             Err(error) if error.retryable() => committed_tail(&self.etcd).map_err(|e| {
                 StoreError::Unavailable(format!(
-                    "no freshness floor: the ingest leader did not answer ({error}) and                      the log's tail cannot be read ({e})"
+                    "no freshness floor: the ingest leader did not answer ({error}) and \
+                     the log's tail cannot be read ({e})"
                 ))
                 .into()
             }),
