@@ -574,6 +574,18 @@ fn the_leaders_configurator_hears_the_searches_other_nodes_served() {
     ));
 }
 
+/// Ten new records keyed `sintra{from}` on, in a city no random record has (a count of
+/// it tells which of these batches a read saw).
+fn sintra_batch(from: u32) -> Vec<WriteOp> {
+    (from..from + 10)
+        .map(|i| {
+            let mut record = Record::new(format!("sintra{i:03}"));
+            record.values.insert("city".into(), Value::str("Sintra"));
+            WriteOp::Put(record)
+        })
+        .collect()
+}
+
 /// A read with a freshness bound through the node without data sees every write the
 /// ingest leader acknowledged longer than the bound ago, even one written elsewhere
 /// (not through this node, so its own writes do not tell) that the data nodes have
@@ -605,16 +617,9 @@ fn bounded_reads_through_a_front_see_what_the_leader_acknowledged_before_the_bou
         }
     };
     let write_sintra = |from: u32| {
-        let ops = (from..from + 10)
-            .map(|i| {
-                let mut record = Record::new(format!("sintra{i:03}"));
-                record.values.insert("city".into(), Value::str("Sintra"));
-                WriteOp::Put(record)
-            })
-            .collect();
         cluster
             .leader
-            .write_batch(vec![("rooms".into(), ops)])
+            .write_batch(vec![("rooms".into(), sintra_batch(from))])
             .unwrap()
     };
     let catch_up_later = || {
@@ -665,16 +670,9 @@ fn bounded_reads_without_a_leader_read_at_least_the_committed_tail() {
     let Some(mut cluster) = Cluster::start(test, HyperspaceOptions::default()) else {
         return;
     };
-    let ops = (0..10)
-        .map(|i| {
-            let mut record = Record::new(format!("sintra{i:03}"));
-            record.values.insert("city".into(), Value::str("Sintra"));
-            WriteOp::Put(record)
-        })
-        .collect();
     let written = cluster
         .leader
-        .write_batch(vec![("rooms".into(), ops)])
+        .write_batch(vec![("rooms".into(), sintra_batch(0))])
         .unwrap();
     drop(cluster.leader_rpc.take());
     let cluster = &cluster;
