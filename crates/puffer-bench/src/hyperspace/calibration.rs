@@ -197,30 +197,6 @@ impl Plan {
             ),
             (vec!["region", "price"], two(), 0.1),
         ]);
-        // Searches asking two regions, and four of a subspace's grid: every run above
-        // asks one region or four (all but one of the fours the key subspace's), and
-        // with two counts of regions the fit could hardly tell a region's cost from a
-        // region's beyond the first. `c75` charged four regions 39 µs where the same
-        // runs refitted charge 101 µs, and ranked C-BAL's `(locality,ratings)` (four
-        // regions of its grid for most of C's searches) first, where C's own fit had
-        // it fifth and it measured lowest of the five (`n77`, 2026-12-07).
-        search_cases.extend([
-            (
-                vec!["locality", "price"],
-                vec![sub(&["locality", "price", "ratings"])],
-                0.9,
-            ),
-            (
-                vec!["locality", "ratings"],
-                vec![sub(&["locality", "price", "ratings"])],
-                0.5,
-            ),
-            (
-                vec!["locality", "price"],
-                vec![sub(&["locality", "ratings"])],
-                0.5,
-            ),
-        ]);
         for (attributes, subspaces, share) in &search_cases {
             runs.push(CalibrationRun {
                 subspaces: subspaces.clone(),
