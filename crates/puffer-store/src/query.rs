@@ -9,7 +9,7 @@ use std::ops::Bound;
 use crate::attr_layer::AttributeDemand;
 use crate::codec;
 use crate::error::{Result, StoreError};
-use crate::memtable::MemInner;
+use crate::memtable::{MemInner, MemTable};
 use crate::schema::{AttrType, Schema, StoredRecord, Value};
 use crate::stage::TextStage;
 
@@ -958,31 +958,46 @@ fn mem_candidates(table: &MemInner, compiled: &Compiled) -> Option<Vec<u64>> {
 /// looked for as 101, and is kept.
 const KEEP_MAX_ROWS: usize = 100 + 1;
 
-/// Positions (in `table.records`) of the records of a log table written at or before
-/// `snapshot`, live at it, and matching; at most `limit`, ascending.
+/// Candidates a search checks in a log table under one hold of its lock. The committer
+/// appends to the active table while searches read it, and every write of the node
+/// waits for that append: a search holding the lock through a whole table of a second's
+/// writes (thousands of records at a write-heavy mix) stalled every write behind it.
+/// A table only grows, so positions found under one hold stay valid under the next.
+const MEM_SCAN_CHUNK_RECORDS: usize = 256;
+
+/// Visits the records of log table `table` written at or before `snapshot`, live at
+/// it, and matching: at most `limit`, ascending. Returns how many were visited. The table's lock is held for [`MEM_SCAN_CHUNK_RECORDS`]
+/// candidates at a time (`visit` runs under it).
 pub fn search_mem(
-    table: &MemInner,
-    deletions: &crate::stage::Deletions,
+    table: &MemTable,
     compiled: &Compiled,
     snapshot: u64,
     limit: usize,
-) -> Vec<usize> {
-    let mut out = Vec::new();
-    let candidates = mem_candidates(table, compiled)
-        .unwrap_or_else(|| (0..table.records.len() as u64).collect());
-    for record in candidates {
-        if out.len() >= limit {
-            break;
-        }
-        let i = record as usize;
-        if table.seqs[i] <= snapshot
-            && deletions.live_at(record, snapshot)
-            && compiled.matches(&table.records[i])
-        {
-            out.push(i);
+    mut visit: impl FnMut(&StoredRecord),
+) -> usize {
+    let candidates = {
+        let inner = table.read();
+        mem_candidates(&inner, compiled)
+            .unwrap_or_else(|| (0..inner.records.len() as u64).collect())
+    };
+    let mut visited = 0;
+    for chunk in candidates.chunks(MEM_SCAN_CHUNK_RECORDS) {
+        let inner = table.read();
+        for &record in chunk {
+            if visited >= limit {
+                return visited;
+            }
+            let i = record as usize;
+            if inner.seqs[i] <= snapshot
+                && table.deletions.live_at(record, snapshot)
+                && compiled.matches(&inner.records[i])
+            {
+                visit(&inner.records[i]);
+                visited += 1;
+            }
         }
     }
-    out
+    visited
 }
 
 #[cfg(test)]

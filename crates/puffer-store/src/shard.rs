@@ -867,10 +867,10 @@ impl Shard {
         let mut found: Vec<Record> = Vec::new();
         if info.read_log {
             for table in set.log_tables() {
-                let inner = table.read();
                 let left = wanted - found.len();
-                let matching = search_mem(&inner, &table.deletions, &compiled, info.snapshot, left);
-                found.extend(matching.into_iter().map(|i| name(&inner.records[i])));
+                search_mem(table, &compiled, info.snapshot, left, |record| {
+                    found.push(name(record))
+                });
             }
         }
         for stage in set.text_stages() {
@@ -967,24 +967,14 @@ impl Shard {
         let mut rows = 0usize;
         if info.read_log {
             for table in set.log_tables() {
-                let inner = table.read();
-                let matching = search_mem(
-                    &inner,
-                    &table.deletions,
-                    compiled,
-                    info.snapshot,
-                    wanted - rows,
-                );
-                for i in matching {
-                    let record = &inner.records[i];
+                rows += search_mem(table, compiled, info.snapshot, wanted - rows, |record| {
                     for (column, of) in columns.iter_mut().zip(&of) {
                         match of {
                             ColumnOf::Key => column.push_string(&record.key),
                             ColumnOf::Attribute(id) => column.push(record.get(*id)),
                         }
                     }
-                    rows += 1;
-                }
+                });
             }
         }
         let read = StageRead {
@@ -1073,15 +1063,7 @@ impl Shard {
         let mut total = 0;
         if info.read_log {
             for table in set.log_tables() {
-                let inner = table.read();
-                let matching = search_mem(
-                    &inner,
-                    &table.deletions,
-                    &compiled,
-                    info.snapshot,
-                    usize::MAX,
-                );
-                total += matching.len() as u64;
+                total += search_mem(table, &compiled, info.snapshot, usize::MAX, |_| {}) as u64;
             }
         }
         for stage in set.text_stages() {
