@@ -28,8 +28,8 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
+use puffer_adapt::hyperspace::dimension_parts;
 use puffer_adapt::hyperspace::grid::{quantile_cuts, Condition, Coordinate, Dimension, Grid};
-use puffer_adapt::hyperspace::parts_per_dimension;
 use puffer_query::{QueryError, Result};
 use puffer_store::schema::StoredRecord;
 use puffer_store::{AttrType, Predicate, Record, Schema, Value, WriteOp};
@@ -157,7 +157,7 @@ pub fn plan_grid<'a>(
     sample: impl IntoIterator<Item = &'a Record>,
 ) -> Result<Grid> {
     let types = check_subspace(schema, attributes, regions)?;
-    let parts = parts_per_dimension(regions, attributes.len());
+    let parts = parts_in_listed_order(schema, attributes, regions);
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); attributes.len()];
     for record in sample {
         for (i, name) in attributes.iter().enumerate() {
@@ -169,7 +169,8 @@ pub fn plan_grid<'a>(
     let dimensions = types
         .iter()
         .zip(samples.iter_mut())
-        .map(|(attr_type, sample)| match attr_type {
+        .zip(parts)
+        .map(|((attr_type, sample), parts)| match attr_type {
             AttrType::String | AttrType::Bool => Dimension::Hashed { parts },
             // No value to take cuts from (an empty table): hashed, so that equalities
             // still prune; a subspace added again once there is data cuts by order.
@@ -182,6 +183,26 @@ pub fn plan_grid<'a>(
         })
         .collect();
     Ok(Grid { dimensions })
+}
+
+/// Parts of each of `attributes`' dimensions, in their listed order: the model's
+/// [`dimension_parts`], which go by increasing attribute id (the schema's order), so that
+/// the grid is the one the model predicts for whatever order the subspace was named in.
+fn parts_in_listed_order(schema: &Schema, attributes: &[String], regions: u32) -> Vec<u32> {
+    let ids: Vec<u16> = attributes
+        .iter()
+        .map(|name| schema.id_of(name).unwrap_or(u16::MAX))
+        .collect();
+    let mut by_id: Vec<usize> = (0..attributes.len()).collect();
+    by_id.sort_by_key(|&listed| ids[listed]);
+    let mut parts = vec![1; attributes.len()];
+    for (listed, part) in by_id
+        .into_iter()
+        .zip(dimension_parts(regions, attributes.len()))
+    {
+        parts[listed] = part;
+    }
+    parts
 }
 
 /// A value as a grid coordinate: strings by their bytes, booleans as one byte, numbers

@@ -21,8 +21,8 @@
 //!    bounds keep the enumeration small, not the configurations the model may rank, and a
 //!    heuristic the model itself prices above everything enumerated must not be missed
 //!    for being wide (on the loopback cluster at half updates, the model priced one
-//!    subspace of six attributes, a single region at 16, above every enumerated
-//!    configuration, and it measured fastest). Room for them is kept within
+//!    subspace of six attributes above every enumerated configuration, and it measured
+//!    fastest; its grid was then a single region at 16). Room for them is kept within
 //!    `max_candidates` before `L` is chosen, even where one of them is enumerated too.
 
 use super::{

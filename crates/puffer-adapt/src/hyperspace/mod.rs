@@ -67,7 +67,8 @@ pub use model::{
 };
 pub use profiler::{Profiler, ProfilerConfig};
 pub use regions::{
-    parts_per_dimension, regions_contacted, route_search, subspace_grid_regions, SearchRoute,
+    dimension_parts, parts_per_dimension, regions_contacted, route_search, subspace_grid_regions,
+    SearchRoute,
 };
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -237,7 +238,7 @@ fn check_regions(setting: &'static str, regions: u32) -> Result<(), ConfigError>
 
 /// A subspace: a non-empty set of secondary attributes, each one a dimension, and the
 /// number of regions `R` the subspace is cut into (about `R^(1/d)` parts per dimension,
-/// see [`parts_per_dimension`]).
+/// see [`dimension_parts`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Subspace {
     attributes: Vec<AttributeId>,
@@ -285,6 +286,20 @@ impl Subspace {
     /// The number of regions `R` asked for.
     pub fn regions(&self) -> u32 {
         self.regions
+    }
+
+    /// Each dimension's attribute and the parts it is cut into
+    /// ([`dimension_parts`](regions::dimension_parts)), in increasing id order.
+    pub fn dimensions(&self) -> impl Iterator<Item = (AttributeId, u32)> + '_ {
+        let parts = regions::dimension_parts(self.regions, self.attributes.len());
+        self.attributes.iter().copied().zip(parts)
+    }
+
+    /// Parts dimension `attribute` is cut into (`None`: not a dimension of the subspace).
+    pub fn parts_of(&self, attribute: AttributeId) -> Option<u32> {
+        self.dimensions()
+            .find(|&(dimension, _)| dimension == attribute)
+            .map(|(_, parts)| parts)
     }
 
     /// Whether the subspace has `attribute` as a dimension.

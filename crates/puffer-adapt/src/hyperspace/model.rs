@@ -853,23 +853,27 @@ fn paged_share(
     let Some(subspace) = routed_subspace(configuration, route) else {
         return (page * asked / matched).min(1.0);
     };
-    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
     // The regions asked along the search's own dimensions: the matches' shares there
     // are even; along each free dimension, its parts' shares.
-    let free: Vec<Vec<f64>> = subspace
-        .attributes()
+    let free_dimensions: Vec<(AttributeId, u32)> = subspace
+        .dimensions()
+        .filter(|(dimension, _)| !shape.attributes.contains_key(dimension))
+        .collect();
+    let free: Vec<Vec<f64>> = free_dimensions
         .iter()
-        .filter(|dimension| !shape.attributes.contains_key(dimension))
-        .map(|dimension| {
+        .map(|(dimension, parts)| {
             part_shares(
                 probe.free_value_shares.get(dimension).map(Vec::as_slice),
                 probe.free_values.get(dimension).copied(),
-                parts,
+                *parts,
             )
         })
         .collect();
     // A free dimension is asked in every one of its parts.
-    let free_regions = f64::from(parts).powi(free.len() as i32);
+    let free_regions: f64 = free_dimensions
+        .iter()
+        .map(|&(_, parts)| f64::from(parts))
+        .product();
     let own_regions = (asked / free_regions).max(1.0);
     // Every region's share, one dimension at a time (at most the grid's regions).
     let mut shares = vec![1.0 / own_regions];
@@ -933,8 +937,7 @@ fn rows_in_regions_of(
     let Some(subspace) = routed_subspace(configuration, route) else {
         return 1.0;
     };
-    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
-    let lain_in = |constraint: AttributeId, dimension: AttributeId| -> u32 {
+    let lain_in = |constraint: AttributeId, dimension: AttributeId, parts: u32| -> u32 {
         probe
             .candidate_free_values
             .get(&constraint)
@@ -942,13 +945,12 @@ fn rows_in_regions_of(
             .map_or(parts, |&values| values.min(parts))
     };
     subspace
-        .attributes()
-        .iter()
-        .filter(|dimension| !shape.attributes.contains_key(dimension))
-        .map(|&dimension| {
+        .dimensions()
+        .filter(|(dimension, _)| !shape.attributes.contains_key(dimension))
+        .map(|(dimension, parts)| {
             let (k, own) = (
-                lain_in(most_confined, dimension),
-                lain_in(attribute, dimension),
+                lain_in(most_confined, dimension, parts),
+                lain_in(attribute, dimension, parts),
             );
             if own <= k {
                 1.0
@@ -1009,16 +1011,18 @@ fn held_share(
     let Some(subspace) = routed_subspace(configuration, route) else {
         return even;
     };
-    let parts = f64::from(super::parts_per_dimension(
-        subspace.regions(),
-        subspace.attributes().len(),
-    ));
     subspace
-        .attributes()
-        .iter()
-        .filter(|attribute| shape.attributes.get(attribute) == Some(&Constraint::Equality))
-        .filter_map(|attribute| probe.attribute_shares.get(attribute))
-        .fold(even, |held, &share| held * (parts * share + 1.0 - share))
+        .dimensions()
+        .filter(|(attribute, _)| shape.attributes.get(attribute) == Some(&Constraint::Equality))
+        .filter_map(|(attribute, parts)| {
+            probe
+                .attribute_shares
+                .get(&attribute)
+                .map(|&share| (f64::from(parts), share))
+        })
+        .fold(even, |held, (parts, share)| {
+            held * (parts * share + 1.0 - share)
+        })
         .min(1.0)
 }
 
@@ -1032,7 +1036,7 @@ fn own_part_share(
     attribute: AttributeId,
     share: f64,
 ) -> f64 {
-    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
+    let parts = subspace.parts_of(attribute).unwrap_or(1);
     let parts_f = f64::from(parts);
     match shape.attributes.get(&attribute).copied() {
         Some(Constraint::Equality) => share + (1.0 - share) / parts_f,
@@ -1070,13 +1074,11 @@ fn holding_regions(
     let Some(subspace) = routed_subspace(configuration, route) else {
         return asked;
     };
-    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
     subspace
-        .attributes()
-        .iter()
-        .filter(|attribute| !shape.attributes.contains_key(attribute))
-        .filter_map(|attribute| free_values.get(attribute))
-        .fold(asked, |regions, &values| {
+        .dimensions()
+        .filter(|(attribute, _)| !shape.attributes.contains_key(attribute))
+        .filter_map(|(attribute, parts)| free_values.get(&attribute).map(|&v| (v, parts)))
+        .fold(asked, |regions, (values, parts)| {
             regions * f64::from(values.min(parts)) / f64::from(parts)
         })
         .max(1.0)
@@ -1105,29 +1107,28 @@ pub fn update_chain_length(
 
 /// The chance that an update changing `attributes` moves an object to another region of
 /// `subspace`: `1 − Π 1/p` over the changed attributes the subspace has, each dimension
-/// cut into `p` parts ([`parts_per_dimension`](super::regions::parts_per_dimension)),
-/// the new value taken to fall in any part alike (quantile cuts and hashes spread
-/// values evenly); 0 when the subspace has none of them.
+/// cut into its `p` parts ([`dimension_parts`](super::regions::dimension_parts)), the
+/// new value taken to fall in any part alike (quantile cuts and hashes spread values
+/// evenly); 0 when the subspace has none of them.
 ///
 /// Why not 1 whenever the subspace has a changed attribute, as the paper charges: the
 /// store moves a copy only when its region changes, and overwrites it in place
 /// otherwise. The paper's grids are fine (a hash per attribute), so a change nearly
-/// always moves; here a subspace of six attributes in 16 regions is one region (every
-/// dimension uncut), where no update moves anything, and the model charged it `2α`
-/// copies an update for a copy written in place: on the cluster, hyperspace measured 5
-/// to 8 % above the choice at B-WH in four runs while the model ranked it out of its
-/// five best.
+/// always moves; here a wide subspace's dimensions have one part or two, so a change
+/// stays in its region half the time or always. (Before wide grids were cut unevenly,
+/// six attributes in 16 regions made one region, where no update moves anything, and
+/// the model charged it `2α` copies an update for a copy written in place: on the
+/// cluster, hyperspace measured 5 to 8 % above the choice at B-WH in four runs while
+/// the model ranked it out of its five best.)
 pub fn move_probability(subspace: &Subspace, attributes: &AttributeSet) -> f64 {
-    let changed = subspace
-        .attributes()
-        .iter()
-        .filter(|attribute| attributes.contains(attribute))
-        .count();
-    if changed == 0 {
-        return 0.0;
-    }
-    let parts = super::parts_per_dimension(subspace.regions(), subspace.attributes().len());
-    1.0 - f64::from(parts).powi(-(changed as i32))
+    // The chance that every changed attribute's new value stays in its old part (1
+    // when the update changes none of the subspace's attributes).
+    let stays: f64 = subspace
+        .dimensions()
+        .filter(|(attribute, _)| attributes.contains(attribute))
+        .map(|(_, parts)| 1.0 / f64::from(parts))
+        .product();
+    1.0 - stays
 }
 
 /// Seconds one update changing `attributes` costs in `configuration`: the inverse of
@@ -1243,11 +1244,9 @@ pub fn tables_written(
 /// The share of the records in each region of `subspace`'s grid that holds any
 /// (`parts^dimensions` regions, the parts of each dimension as `spreads` fill them).
 fn region_shares(subspace: &Subspace, spreads: &BTreeMap<AttributeId, ValueSpread>) -> Vec<f64> {
-    let attributes = subspace.attributes();
-    let parts = super::parts_per_dimension(subspace.regions(), attributes.len());
-    attributes
-        .iter()
-        .map(|attribute| match spreads.get(attribute) {
+    subspace
+        .dimensions()
+        .map(|(attribute, parts)| match spreads.get(&attribute) {
             Some(spread) => spread.part_shares(parts),
             None => vec![1.0 / f64::from(parts); parts as usize],
         })
@@ -2142,36 +2141,39 @@ mod tests {
         );
     }
 
-    /// The oracle: the store's own grid (ordered dimensions cut at the quantiles of
-    /// `2p` evenly spread values), every old and new value of the changed attributes
-    /// enumerated, the share of pairs whose region differs. It equals
+    /// The oracle: the store's own grid (each ordered dimension cut at the quantiles of
+    /// `2p` evenly spread values, `p` its parts), every old and new value of the changed
+    /// attributes enumerated, the share of pairs whose region differs. It equals
     /// `move_probability` exactly for every subspace size, region count and set of
-    /// changed attributes tried.
+    /// changed attributes tried, evenly cut grids and uneven ones (16 over 3 and 5).
     #[test]
     fn move_probability_is_the_grids_share_of_region_changes() {
         use crate::hyperspace::grid::{quantile_cuts, Coordinate, Dimension, Grid};
-        for regions in [1, 4, 16] {
-            for dimensions in 1..=3u16 {
+        for regions in [1, 4, 12, 16] {
+            for dimensions in 1..=5u16 {
                 let attributes: Vec<AttributeId> = (0..dimensions).collect();
                 let subspace = Subspace::new(attributes.clone(), regions).unwrap();
-                let parts = crate::hyperspace::parts_per_dimension(regions, attributes.len());
+                let parts = crate::hyperspace::dimension_parts(regions, attributes.len());
                 // Two values a part: each part holds as many, as a quantile cut makes.
-                let values = 2 * parts;
-                let mut sample: Vec<f64> = (0..values).map(f64::from).collect();
+                let values: Vec<u32> = parts.iter().map(|p| 2 * p).collect();
                 let grid = Grid {
-                    dimensions: vec![
-                        Dimension::Ordered {
-                            cuts: quantile_cuts(&mut sample, parts),
-                        };
-                        attributes.len()
-                    ],
+                    dimensions: parts
+                        .iter()
+                        .zip(&values)
+                        .map(|(&parts, &values)| {
+                            let mut sample: Vec<f64> = (0..values).map(f64::from).collect();
+                            Dimension::Ordered {
+                                cuts: quantile_cuts(&mut sample, parts),
+                            }
+                        })
+                        .collect(),
                 };
                 // Every nonempty set of changed attributes, plus one the subspace lacks.
                 for mask in 1..(1u32 << dimensions) {
                     let changed: Vec<usize> = (0..usize::from(dimensions))
                         .filter(|d| mask & (1 << d) != 0)
                         .collect();
-                    let pairs = values.pow(2 * changed.len() as u32);
+                    let pairs: u32 = changed.iter().map(|&d| values[d] * values[d]).product();
                     let mut moved = 0u32;
                     for pair in 0..pairs {
                         // Unchanged dimensions hold value 0; changed dimension i takes
@@ -2180,10 +2182,10 @@ mod tests {
                         let mut new = old.clone();
                         let mut digits = pair;
                         for &d in &changed {
-                            old[d] = f64::from(digits % values);
-                            digits /= values;
-                            new[d] = f64::from(digits % values);
-                            digits /= values;
+                            old[d] = f64::from(digits % values[d]);
+                            digits /= values[d];
+                            new[d] = f64::from(digits % values[d]);
+                            digits /= values[d];
                         }
                         let region = |values: &[f64]| {
                             let coordinates: Vec<Coordinate<'_>> =

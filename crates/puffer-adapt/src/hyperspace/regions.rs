@@ -2,12 +2,16 @@
 //! from equalities to `IN` lists and ranges), and which subspace the search goes to.
 //!
 //! A subspace of `d` dimensions asked for `R` regions cuts each dimension into
-//! `p = floor(R^(1/d))` parts (at least 1), so its grid has `p^d <= R` regions: never more
-//! than configured, and exactly `R` when `R` is a `d`-th power, as in the paper. Per
-//! dimension a search asks every part if it leaves the attribute unconstrained, one part
-//! for an equality, `min(n, p)` for `IN` of `n` values and `ceil(fraction * p)` for a range
+//! `p = floor(R^(1/d))` parts (at least 1), and its first dimensions (by attribute id)
+//! into `p + 1` as far as the grid stays within `R` ([`dimension_parts`]): never more
+//! regions than configured, exactly `R` when `R` is a `d`-th power, as in the paper, and
+//! never one region for a wide subspace (16 regions over six dimensions are
+//! `2 × 2 × 2 × 2 × 1 × 1`, not six dimensions of one part). Per dimension of `p` parts a
+//! search asks every part if it leaves the attribute unconstrained, one part for an
+//! equality, `min(n, p)` for `IN` of `n` values and `ceil(fraction * p)` for a range
 //! starting at a part boundary; the regions asked are the product. With equalities only
-//! that is the paper's `(R^(1/|S|))^|E|`, `E` the subspace's unconstrained attributes.
+//! and equal parts that is the paper's `(R^(1/|S|))^|E|`, `E` the subspace's
+//! unconstrained attributes.
 //!
 //! The paper sends a search to the subspace with the fewest regions, which is also the
 //! one that scans the fewest objects when every subspace has the same grid. When grids
@@ -38,6 +42,28 @@ pub fn parts_per_dimension(regions: u32, dimensions: usize) -> u32 {
     parts
 }
 
+/// Parts of each of `dimensions` dimensions (in the subspace's order: increasing
+/// attribute id) for a grid of at most `regions` regions: [`parts_per_dimension`] each,
+/// then `p + 1` for as many leading dimensions as keep the grid within `regions`. The
+/// parts differ by at most one, and no grid of such parts within `regions` has more
+/// regions: 16 regions over 3 dimensions are `3 × 2 × 2` (12), over 6 dimensions
+/// `2 × 2 × 2 × 2 × 1 × 1` (16, where equal parts would leave one region).
+pub fn dimension_parts(regions: u32, dimensions: usize) -> Vec<u32> {
+    let parts = parts_per_dimension(regions, dimensions);
+    let mut all = vec![parts; dimensions];
+    let mut size = grid_size(parts, dimensions);
+    for dimension in &mut all {
+        // `size` holds a factor `parts` for every dimension not yet raised.
+        let raised = size / u64::from(parts) * u64::from(parts + 1);
+        if raised > u64::from(regions) {
+            break;
+        }
+        *dimension = parts + 1;
+        size = raised;
+    }
+    all
+}
+
 /// `parts^dimensions`, saturating (only ever compared with a `u32`).
 fn grid_size(parts: u32, dimensions: usize) -> u64 {
     let mut size: u64 = 1;
@@ -47,13 +73,13 @@ fn grid_size(parts: u32, dimensions: usize) -> u64 {
     size
 }
 
-/// Regions in the grid of `subspace`: `parts_per_dimension^d`, at most its `R`.
+/// Regions in the grid of `subspace`: the product of its [`dimension_parts`], at most
+/// its `R`.
 pub fn subspace_grid_regions(subspace: &Subspace) -> u64 {
-    let dimensions = subspace.attributes().len();
-    grid_size(
-        parts_per_dimension(subspace.regions(), dimensions),
-        dimensions,
-    )
+    subspace
+        .dimensions()
+        .map(|(_, parts)| u64::from(parts))
+        .product()
 }
 
 /// Parts of a dimension cut into `parts` that a constraint (or none) asks.
@@ -80,11 +106,9 @@ pub fn regions_contacted(subspace: &Subspace, shape: &SearchShape) -> Result<u64
 }
 
 fn regions_contacted_unchecked(subspace: &Subspace, shape: &SearchShape) -> u64 {
-    let parts = parts_per_dimension(subspace.regions(), subspace.attributes().len());
     subspace
-        .attributes()
-        .iter()
-        .map(|attribute| parts_asked(shape.attributes.get(attribute).copied(), parts))
+        .dimensions()
+        .map(|(attribute, parts)| parts_asked(shape.attributes.get(&attribute).copied(), parts))
         .product()
 }
 
@@ -175,23 +199,18 @@ mod tests {
     /// and counts those the shape can hit in all dimensions.
     fn brute_force_regions(subspace: &Subspace, shape: &SearchShape) -> u64 {
         let dimensions = subspace.attributes().len();
-        let mut parts = 1u32;
-        while (0..dimensions).try_fold(1u64, |size, _| Some(size * u64::from(parts + 1)))
-            <= Some(u64::from(subspace.regions()))
-        {
-            parts += 1;
-        }
+        let parts = brute_force_parts(subspace.regions(), dimensions);
         let mut coordinates = vec![0u32; dimensions];
         let mut hit = 0;
         loop {
-            let all_hit =
-                subspace
-                    .attributes()
-                    .iter()
-                    .zip(&coordinates)
-                    .all(|(attribute, &part)| {
-                        part_is_hit(shape.attributes.get(attribute).copied(), parts, part)
-                    });
+            let all_hit = subspace
+                .attributes()
+                .iter()
+                .zip(&coordinates)
+                .zip(&parts)
+                .all(|((attribute, &part), &parts)| {
+                    part_is_hit(shape.attributes.get(attribute).copied(), parts, part)
+                });
             hit += u64::from(all_hit);
             let mut dimension = 0;
             loop {
@@ -199,13 +218,37 @@ mod tests {
                     return hit;
                 }
                 coordinates[dimension] += 1;
-                if coordinates[dimension] < parts {
+                if coordinates[dimension] < parts[dimension] {
                     break;
                 }
                 coordinates[dimension] = 0;
                 dimension += 1;
             }
         }
+    }
+
+    /// Every way of cutting `dimensions` dimensions into parts that differ by at most
+    /// one, the larger ones first, tried in turn: the one with the most regions within
+    /// `regions` (the fewest larger parts among equals).
+    fn brute_force_parts(regions: u32, dimensions: usize) -> Vec<u32> {
+        let mut best = vec![1u32; dimensions];
+        let mut best_size = 1u64;
+        for parts in 1..=regions {
+            for raised in 0..=dimensions {
+                let cut: Vec<u32> = (0..dimensions)
+                    .map(|d| if d < raised { parts + 1 } else { parts })
+                    .collect();
+                let size = cut
+                    .iter()
+                    .try_fold(1u64, |size, &p| size.checked_mul(u64::from(p)));
+                if let Some(size) = size.filter(|&size| size <= u64::from(regions)) {
+                    if size > best_size {
+                        (best, best_size) = (cut, size);
+                    }
+                }
+            }
+        }
+        best
     }
 
     fn constraint_strategy() -> impl Strategy<Value = Option<Constraint>> {
@@ -256,6 +299,32 @@ mod tests {
                 let parts = parts_per_dimension(regions, dimensions);
                 assert!(grid_size(parts, dimensions) <= u64::from(regions));
                 assert!(grid_size(parts + 1, dimensions) > u64::from(regions));
+            }
+        }
+    }
+
+    /// Against every cut into parts differing by at most one, tried in turn.
+    #[test]
+    fn dimension_parts_are_the_largest_grid_of_near_equal_parts() {
+        assert_eq!(dimension_parts(16, 2), [4, 4]);
+        assert_eq!(dimension_parts(16, 3), [3, 2, 2]);
+        assert_eq!(dimension_parts(16, 6), [2, 2, 2, 2, 1, 1]);
+        assert_eq!(dimension_parts(1, 4), [1, 1, 1, 1]);
+        assert_eq!(dimension_parts(64, 3), [4, 4, 4]);
+        for regions in 1..=300u32 {
+            for dimensions in 1..=6usize {
+                let parts = dimension_parts(regions, dimensions);
+                assert_eq!(
+                    parts,
+                    brute_force_parts(regions, dimensions),
+                    "{regions} regions over {dimensions} dimensions"
+                );
+                let size: u64 = parts.iter().map(|&p| u64::from(p)).product();
+                assert!(size <= u64::from(regions));
+                let subspace =
+                    Subspace::new((0..dimensions as AttributeId).collect::<Vec<_>>(), regions)
+                        .unwrap();
+                assert_eq!(subspace_grid_regions(&subspace), size);
             }
         }
     }

@@ -1144,7 +1144,7 @@ fn model_configuration(subspaces: &Subspaces, shards: u32) -> anyhow::Result<Con
 
 /// The configuration the database built (`built`) as the candidate of `candidates` it
 /// is: the database cuts a subspace into fewer regions than asked where its grid has
-/// fewer (six attributes at 16 regions make one region, one part a dimension) and counts
+/// fewer (three attributes at 16 regions make 12, `3 × 2 × 2`) and counts
 /// the subspace asked for as there, so the model's candidate and the choice are one
 /// configuration, measured and predicted once. `built` itself when no candidate has the
 /// same attributes, each subspace at the regions built or more.
@@ -1886,11 +1886,11 @@ mod tests {
         };
         let configuration =
             |subspaces: Vec<model::Subspace>| Configuration::new(subspaces, 4, 1).unwrap();
-        let wide = configuration(vec![subspace(&[1, 2, 3, 4, 5, 6], 16)]);
+        let wide = configuration(vec![subspace(&[1, 2, 3], 16)]);
         let pair = configuration(vec![subspace(&[1], 16), subspace(&[2, 3], 16)]);
         let candidates = vec![pair.clone(), wide.clone()];
-        // Six dimensions at 16 regions: one part each, one region built.
-        let built_wide = configuration(vec![subspace(&[1, 2, 3, 4, 5, 6], 1)]);
+        // Three dimensions at 16 regions: 3 × 2 × 2, 12 regions built.
+        let built_wide = configuration(vec![subspace(&[1, 2, 3], 12)]);
         assert_eq!(as_candidate(built_wide, &candidates), wide);
         assert_eq!(
             as_candidate(
@@ -1906,7 +1906,7 @@ mod tests {
         assert_eq!(as_candidate(other.clone(), &candidates), other);
         let more = configuration(vec![subspace(&[1], 32), subspace(&[2, 3], 16)]);
         assert_eq!(as_candidate(more.clone(), &candidates), more);
-        let keyed = Configuration::new(vec![subspace(&[1, 2, 3, 4, 5, 6], 1)], 8, 1).unwrap();
+        let keyed = Configuration::new(vec![subspace(&[1, 2, 3], 12)], 8, 1).unwrap();
         assert_eq!(as_candidate(keyed.clone(), &candidates), keyed);
     }
 
