@@ -243,6 +243,10 @@ fn check_regions(setting: &'static str, regions: u32) -> Result<(), ConfigError>
 pub struct Subspace {
     attributes: Vec<AttributeId>,
     regions: u32,
+    /// Each attribute's parts, fixed by the two fields above: computed once here, as
+    /// the model asks for them in its innermost loops (every search class of every
+    /// candidate).
+    parts: Vec<u32>,
 }
 
 impl Subspace {
@@ -272,9 +276,11 @@ impl Subspace {
             ));
         }
         check_regions("subspace_regions", regions)?;
+        let parts = regions::dimension_parts(regions, sorted.len());
         Ok(Subspace {
             attributes: sorted,
             regions,
+            parts,
         })
     }
 
@@ -291,15 +297,18 @@ impl Subspace {
     /// Each dimension's attribute and the parts it is cut into
     /// ([`dimension_parts`](regions::dimension_parts)), in increasing id order.
     pub fn dimensions(&self) -> impl Iterator<Item = (AttributeId, u32)> + '_ {
-        let parts = regions::dimension_parts(self.regions, self.attributes.len());
-        self.attributes.iter().copied().zip(parts)
+        self.attributes
+            .iter()
+            .copied()
+            .zip(self.parts.iter().copied())
     }
 
     /// Parts dimension `attribute` is cut into (`None`: not a dimension of the subspace).
     pub fn parts_of(&self, attribute: AttributeId) -> Option<u32> {
-        self.dimensions()
-            .find(|&(dimension, _)| dimension == attribute)
-            .map(|(_, parts)| parts)
+        self.attributes
+            .binary_search(&attribute)
+            .ok()
+            .map(|index| self.parts[index])
     }
 
     /// Whether the subspace has `attribute` as a dimension.
