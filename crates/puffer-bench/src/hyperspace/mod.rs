@@ -38,6 +38,7 @@ mod cpu;
 pub mod data;
 mod decompose;
 mod listings;
+mod noise;
 mod repredict;
 mod rows;
 mod speed;
@@ -161,6 +162,12 @@ pub struct HyperspaceArgs {
     /// (`<out>/calibration-blend.json`) to predict every class and blend.
     #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "decompose", "interleave", "calibrate", "calibrate_only", "rows"])]
     diagnose_blend: bool,
+    /// Only measure one configuration ((locality) (region)) under B-BAL again and again:
+    /// built once with the same operations, with new operations, built again before
+    /// each run, and searches alone (`<out>/noise.csv`): which of these the spread
+    /// between runs of one configuration comes from.
+    #[arg(long, conflicts_with_all = ["refit", "diagnose", "diagnose_mix", "decompose", "interleave", "calibrate", "calibrate_only", "rows", "diagnose_blend"])]
+    diagnose_noise: bool,
     /// Only count, in memory, the rows each search class reads in every configuration
     /// of `<out>/model_accuracy.csv` (each region reading its fewest constraint's rows),
     /// against the rows the model charges (`<out>/rows.csv`). Nothing is timed.
@@ -578,6 +585,9 @@ pub fn run(args: &HyperspaceArgs) -> anyhow::Result<()> {
     }
     if args.diagnose_blend {
         return blend::diagnose_blend(&bench);
+    }
+    if args.diagnose_noise {
+        return noise::diagnose_noise(&bench);
     }
     let calibration_path = args.out_dir.join("calibration.json");
     let (measured, calibrator) = if args.refit {
