@@ -18,7 +18,7 @@
 
 use serde_json::json;
 
-use super::workload::{label, workloads, Mix};
+use super::workload::{label, median, workloads, Mix};
 use super::{write_csv, Bench, Subspaces, UPDATED};
 use crate::stats::round;
 
@@ -106,7 +106,7 @@ pub(super) fn diagnose_noise(bench: &Bench) -> anyhow::Result<()> {
     let mut summary = Vec::new();
     for (phase, runs) in &phases {
         let spread = log_spread(runs);
-        let median = super::workload::median(&mut runs.clone());
+        let median = median(&mut runs.clone());
         let shown_runs: Vec<String> = runs.iter().map(|t| format!("{t:.0}")).collect();
         println!(
             "{phase:<10} {median:>12.1} {spread:>10.3}  {}",
